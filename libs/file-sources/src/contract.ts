@@ -1,0 +1,71 @@
+import type { Readable } from 'node:stream';
+
+/** Where a source reports how far it got. */
+export interface ProgressSink {
+  /** Total bytes when known; -1 when unknown (e.g. a download without Content-Length). */
+  setSize(size: number): void;
+  /** Absolute number of bytes processed so far. */
+  updateProgress(processed: number): void;
+}
+
+export type ImageFormat = 'raw' | 'qcow2';
+
+/** What a source learnt while streaming a file into place. */
+export interface SourceResult {
+  /** Bytes in the destination file (after zero-padding to a multiple of 512, if any). */
+  size: number;
+  /** SHA-512 (lowercase hex) of exactly the destination file's bytes, computed while streaming. */
+  sha512: string;
+  /** qcow2 virtual size, or the file size for raw images. */
+  virtualSize: number;
+  format: ImageFormat;
+}
+
+export interface SourceRequestBase {
+  /** Destination file (the `.tmp` file of a sync record). Created or truncated by the source. */
+  dest: string;
+  signal: AbortSignal;
+  sink: ProgressSink;
+  /** Expected checksum as given by the user (bare SHA-512 hex or `sha256:`/`sha1:`/`md5:` prefixed); '' = none. */
+  expectedChecksum?: string;
+}
+
+export interface DownloadRequest extends SourceRequestBase {
+  url: string;
+}
+
+export interface UploadRequest extends SourceRequestBase {
+  /** The bytes of the upload (the multipart `chunk` part, or a raw body). */
+  body: Readable;
+  /** Declared size; the upload fails when fewer or more bytes arrive. */
+  size: number;
+  /** Byte offset at which `body` starts (resumable uploads); 0 for a whole upload. */
+  offset?: number;
+}
+
+export interface RestoreRequest extends SourceRequestBase {
+  backupUrl: string;
+  concurrentLimit: number;
+  /** Backup-target credential, passed per call (never through process environment). */
+  credential: Record<string, string>;
+}
+
+export type EncryptionOperation = 'ignore' | 'encrypt' | 'decrypt';
+
+export interface CloneRequest extends SourceRequestBase {
+  /** Path of the ready source backing file. */
+  sourcePath: string;
+  encryption: EncryptionOperation;
+  credential: Record<string, string>;
+}
+
+/**
+ * The sources a sync service can launch. The sync service receives an implementation from its composition root
+ * (the app), so it does not depend on how a source works.
+ */
+export interface FileSourceProvider {
+  download(req: DownloadRequest): Promise<SourceResult>;
+  upload(req: UploadRequest): Promise<SourceResult>;
+  restore(req: RestoreRequest): Promise<SourceResult>;
+  clone(req: CloneRequest): Promise<SourceResult>;
+}
