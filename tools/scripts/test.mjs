@@ -2,19 +2,57 @@
 // `npm test`: every check and every test suite of the workspace.
 //   1. module boundaries (libs never import apps, no cycles)
 //   2. Nx project references in sync
-//   3. typecheck + jest for every project (nx run-many), two at a time
+//   3. typecheck, then jest, for every project (nx run-many), two at a time
+//   4. one closing line with the totals of every jest project
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 
-const env = { ...process.env, NX_NO_CLOUD: 'true', NX_DAEMON: 'false', NX_TUI: 'false' };
+const root = resolve(import.meta.dirname, '../..');
+const summaryDir = mkdtempSync(join(tmpdir(), 'bis-test-summary-'));
+const env = {
+  ...process.env,
+  NX_NO_CLOUD: 'true',
+  NX_DAEMON: 'false',
+  NX_TUI: 'false',
+  BIS_TEST_SUMMARY_DIR: summaryDir,
+  BIS_WORKSPACE_ROOT: root,
+};
+
 function run(cmd, args) {
   console.log(`\n$ ${cmd} ${args.join(' ')}`);
-  const r = spawnSync(cmd, args, { stdio: 'inherit', env });
-  if (r.status !== 0) {
-    console.error(`\nfailed: ${cmd} ${args.join(' ')} (exit ${r.status ?? r.signal})`);
-    process.exit(r.status ?? 1);
-  }
+  const r = spawnSync(cmd, args, { stdio: 'inherit', env, cwd: root });
+  return r.status ?? 1;
 }
+
+function summarise(nxStatus) {
+  let passed = 0;
+  let failed = 0;
+  let skipped = 0;
+  const lines = [];
+  for (const f of readdirSync(summaryDir).sort()) {
+    const s = JSON.parse(readFileSync(join(summaryDir, f), 'utf8'));
+    passed += s.passed;
+    failed += s.failed + s.runtimeErrorSuites;
+    skipped += s.skipped;
+    lines.push(`  ${s.project}: ${s.passed} passed, ${s.failed} failed${s.runtimeErrorSuites ? `, ${s.runtimeErrorSuites} suites did not run` : ''}`);
+  }
+  rmSync(summaryDir, { recursive: true, force: true });
+  console.log('\nTest projects:');
+  for (const l of lines) console.log(l);
+  if (nxStatus !== 0 && failed === 0) failed = 1; // a typecheck or build failure counts as a failure
+  console.log(`Tests: ${passed} passed, ${failed} failed, ${skipped} skipped`);
+  return failed === 0 && nxStatus === 0 ? 0 : 1;
+}
+
 const extra = process.argv.slice(2);
-run('node', ['tools/scripts/check-boundaries.mjs']);
-run('npx', ['--no-install', 'nx', 'sync:check']);
-run('npx', ['--no-install', 'nx', 'run-many', '-t', 'typecheck', 'test', '--parallel=2', '--outputStyle=static', ...extra]);
+if (run('node', ['tools/scripts/check-boundaries.mjs']) !== 0) process.exit(1);
+if (!process.env.BIS_SKIP_SYNC_CHECK && run('npx', ['--no-install', 'nx', 'sync:check']) !== 0) process.exit(1);
+const reporter = join(root, 'tools/jest/summary-reporter.js');
+const typecheck = run('npx', ['--no-install', 'nx', 'run-many', '-t', 'typecheck', '--parallel=2', '--outputStyle=static', ...extra]);
+const tests = run('npx', [
+  '--no-install', 'nx', 'run-many', '-t', 'test', '--parallel=2', '--outputStyle=static', ...extra,
+  '--', '--reporters=default', `--reporters=${reporter}`,
+]);
+process.exit(summarise(typecheck || tests));
