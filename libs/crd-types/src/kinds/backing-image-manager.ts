@@ -1,0 +1,64 @@
+import { MANAGER_STATES } from '@bis/state-machine';
+import { s, type Infer } from '../schema/model.js';
+import { backingImageStateSchema } from './backing-image.js';
+import { AGE_COLUMN, defineKind, type ObjectOf } from './kind.js';
+
+export const backingImageManagerSpecSchema = s.object(
+  {
+    image: s.string({ description: 'Container image of the manager.' }),
+    nodeID: s.string(),
+    diskUUID: s.string(),
+    diskPath: s.string(),
+    backingImages: s.map(s.string(), { description: 'The backing images (name to UUID) this manager must hold.' }),
+  },
+  { description: 'BackingImageManagerSpec is the desired state of a backing image manager.' },
+);
+export type BackingImageManagerSpec = Infer<typeof backingImageManagerSpecSchema>;
+
+export const backingImageFileInfoSchema = s.object({
+  name: s.string(),
+  uuid: s.string(),
+  size: s.int64(),
+  virtualSize: s.int64(),
+  realSize: s.int64(),
+  state: backingImageStateSchema,
+  currentChecksum: s.string(),
+  message: s.string(),
+  sendingReference: s.int(),
+  senderManagerAddress: s.string(),
+  progress: s.int(),
+});
+export type BackingImageFileInfo = Infer<typeof backingImageFileInfoSchema>;
+
+export const backingImageManagerStatusSchema = s.object(
+  {
+    ownerID: s.string(),
+    currentState: s.enumOf(MANAGER_STATES, { enumInOpenApi: false }),
+    backingImageFileMap: s.nullable(s.map(backingImageFileInfoSchema)),
+    ip: s.string(),
+    storageIP: s.string(),
+    apiMinVersion: s.int(),
+    apiVersion: s.int(),
+  },
+  { description: 'BackingImageManagerStatus is the observed state of a backing image manager.' },
+);
+export type BackingImageManagerStatus = Infer<typeof backingImageManagerStatusSchema>;
+
+export const BACKING_IMAGE_MANAGER = defineKind({
+  kind: 'BackingImageManager',
+  listKind: 'BackingImageManagerList',
+  plural: 'backingimagemanagers',
+  singular: 'backingimagemanager',
+  shortNames: ['lhbim'],
+  description: 'BackingImageManager is the per-disk daemon that holds the backing image files of one disk.',
+  printerColumns: [
+    { name: 'State', type: 'string', jsonPath: '.status.currentState', description: 'State of the manager' },
+    { name: 'Image', type: 'string', jsonPath: '.spec.image', description: 'Container image of the manager' },
+    { name: 'Node', type: 'string', jsonPath: '.spec.nodeID', description: 'Node the manager runs on' },
+    { name: 'DiskUUID', type: 'string', jsonPath: '.spec.diskUUID', description: 'Disk the manager is responsible for' },
+    { name: 'DiskPath', type: 'string', jsonPath: '.spec.diskPath', description: 'Path of that disk' },
+    AGE_COLUMN,
+  ],
+  root: s.object({ spec: backingImageManagerSpecSchema, status: backingImageManagerStatusSchema }),
+});
+export type BackingImageManager = ObjectOf<typeof BACKING_IMAGE_MANAGER>;
