@@ -1,2 +1,11 @@
 export * from './contract.js';
 export * from './checksum.js';
+export * from './errors.js';
+export * from './ip-policy.js';
+export * from './qcow2.js';
+export * from './decompress.js';
+export * from './image-sink.js';
+export { downloadToFile, DEFAULT_RETRY, DEFAULT_PARALLEL, type RetryPolicy, type ParallelPolicy, type DownloadSettings } from './download.js';
+export { createDownloadClient, guardedLookup, type DownloadClientOptions } from './http-client.js';
+export { uploadToFile, cloneToFile, restoreToFile, type RestoreBackupFn } from './sources.js';
+export { createFileSources, DEFAULT_STALL_TIMEOUT_MS, type FileSourcesOptions } from './provider.js';

@@ -1,0 +1,120 @@
+import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions, type LookupOneOptions } from 'node:dns';
+import { isIP } from 'node:net';
+import { rootCertificates } from 'node:tls';
+import { readFileSync } from 'node:fs';
+import got, { type Got, type Options } from 'got';
+import { HttpProxyAgent, HttpsProxyAgent } from 'hpagent';
+import { SourceHostPolicy } from './ip-policy.js';
+
+export interface DownloadClientOptions {
+  policy: SourceHostPolicy;
+  /** Extra request headers sent to the origin (e.g. Authorization); dropped on a redirect to another origin. */
+  headers?: Record<string, string>;
+  /** PEM file with extra CA certificates trusted for HTTPS sources (added to the system roots). */
+  caBundlePath?: string;
+  /** Proxy for the origin (download sources only; in-cluster calls never use it). */
+  proxy?: { http?: string; https?: string; noProxy?: string };
+  /** Connect and response-header timeout. */
+  connectTimeoutMs?: number;
+  /** User-Agent header. */
+  userAgent?: string;
+}
+
+type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
+
+/** A `lookup` for sockets that refuses addresses the policy does not allow (checked at every connect). */
+export function guardedLookup(policy: SourceHostPolicy) {
+  return (hostname: string, options: LookupOneOptions | LookupAllOptions | number, callback: LookupCallback): void => {
+    const opts: LookupAllOptions = { ...(typeof options === 'number' ? { family: options } : options), all: true };
+    const wantAll = typeof options === 'object' && options.all === true;
+    dnsLookup(hostname, opts, (err, addresses) => {
+      if (err) return callback(err, []);
+      try {
+        for (const a of addresses) policy.check(hostname, a.address);
+      } catch (e) {
+        return callback(e as NodeJS.ErrnoException, []);
+      }
+      if (wantAll) return callback(null, addresses);
+      const first = addresses[0];
+      if (!first) return callback(Object.assign(new Error(`no address for ${hostname}`), { code: 'ENOTFOUND' }), []);
+      callback(null, first.address, first.family);
+    });
+  };
+}
+
+async function resolveAll(hostname: string): Promise<string[]> {
+  return new Promise((resolve, reject) =>
+    dnsLookup(hostname, { all: true }, (err, a) => (err ? reject(err) : resolve(a.map((x) => x.address)))),
+  );
+}
+
+function matchesNoProxy(hostname: string, noProxy: string | undefined): boolean {
+  if (!noProxy) return false;
+  const h = hostname.toLowerCase();
+  return noProxy
+    .split(',')
+    .map((s) => s.trim().toLowerCase())
+    .filter(Boolean)
+    .some((e) => e === '*' || h === e.replace(/^\./, '') || h.endsWith(e.startsWith('.') ? e : `.${e}`));
+}
+
+const CREDENTIAL_HEADERS = ['authorization', 'cookie', 'proxy-authorization'];
+
+/**
+ * A got instance for download sources: no automatic retries or decompression (the download source handles both),
+ * every connect checked against the SSRF policy, credentials sent only to the first origin, optional CA bundle
+ * and proxy.
+ */
+export function createDownloadClient(o: DownloadClientOptions): Got {
+  const ca = o.caBundlePath ? [...rootCertificates, readFileSync(o.caBundlePath, 'utf8')] : undefined;
+  const useProxy = Boolean(o.proxy?.http || o.proxy?.https);
+  const agent = useProxy
+    ? {
+        http: o.proxy?.http ? new HttpProxyAgent({ proxy: o.proxy.http, keepAlive: true }) : undefined,
+        https: o.proxy?.https ? new HttpsProxyAgent({ proxy: o.proxy.https, keepAlive: true, ca }) : undefined,
+      }
+    : undefined;
+  const lookup = guardedLookup(o.policy);
+  return got.extend({
+    retry: { limit: 0 },
+    decompress: false,
+    throwHttpErrors: false,
+    followRedirect: true,
+    maxRedirects: 10,
+    timeout: { connect: o.connectTimeoutMs ?? 30_000, response: o.connectTimeoutMs ?? 30_000 },
+    headers: { 'user-agent': o.userAgent ?? 'backing-image-data-source', ...lowerKeys(o.headers ?? {}) },
+    dnsLookup: lookup as unknown as Options['dnsLookup'],
+    https: ca ? { certificateAuthority: ca } : {},
+    hooks: {
+      beforeRequest: [
+        async (options) => {
+          const url = options.url as URL;
+          if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+            throw new Error(`unsupported URL scheme ${url.protocol} (only http and https are allowed)`);
+          }
+          const host = url.hostname.replace(/^\[|\]$/g, '');
+          const viaProxy = useProxy && !matchesNoProxy(host, o.proxy?.noProxy);
+          options.agent = viaProxy && agent ? { http: agent.http, https: agent.https } : {};
+          // IP literals never reach `lookup`; through a proxy the proxy resolves, so check here as well.
+          if (isIP(host)) o.policy.check(host, host);
+          else if (viaProxy) for (const a of await resolveAll(host)) o.policy.check(host, a);
+        },
+      ],
+      beforeRedirect: [
+        (options, response) => {
+          const from = new URL(response.url);
+          const to = options.url as URL;
+          if (from.origin !== to.origin) {
+            for (const h of CREDENTIAL_HEADERS) delete options.headers[h];
+            for (const h of Object.keys(o.headers ?? {})) delete options.headers[h.toLowerCase()];
+          }
+          delete options.headers.referer;
+        },
+      ],
+    },
+  });
+}
+
+function lowerKeys(h: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toLowerCase(), v]));
+}

@@ -1,0 +1,178 @@
+import { createReadStream } from 'node:fs';
+import { open, rm, stat } from 'node:fs/promises';
+import { assertChecksumMatches, parseExpectedChecksum, StreamHasher } from './checksum.js';
+import type { CloneRequest, RestoreRequest, SourceResult, UploadRequest } from './contract.js';
+import { SourceCancelledError, SourceError, throwIfAborted } from './errors.js';
+import { ImageSink, SECTOR_SIZE } from './image-sink.js';
+import { linkedController, pumpOnce, ThrottledProgress } from './download.js';
+import { assertSafeQcow2, hasQcow2Magic, QCOW2_HEADER_PROBE_BYTES } from './qcow2.js';
+import type { Readable } from 'node:stream';
+
+export interface StreamSettings {
+  stallTimeoutMs: number;
+}
+
+/**
+ * Streams an upload body into `req.dest`. The declared `size` is required: more bytes than declared fail at once,
+ * fewer fail at the end. With `offset > 0` the partial file is continued at `offset` (resumable upload).
+ */
+export async function uploadToFile(req: UploadRequest, s: StreamSettings): Promise<SourceResult> {
+  const expected = parseExpectedChecksum(req.expectedChecksum);
+  const offset = req.offset ?? 0;
+  if (!Number.isSafeInteger(req.size) || req.size <= 0) {
+    throw new SourceError(`invalid upload size ${req.size}: a positive number of bytes is required`);
+  }
+  if (!Number.isSafeInteger(offset) || offset < 0 || offset > req.size) {
+    throw new SourceError(`invalid upload offset ${offset} for size ${req.size}`);
+  }
+  throwIfAborted(req.signal);
+  const sink = offset > 0 ? await ImageSink.resume(req.dest, offset, { expected }) : await ImageSink.create(req.dest, { expected });
+  req.sink.setSize(req.size);
+  const progress = new ThrottledProgress(req.sink);
+  try {
+    let received = offset;
+    const { ctl, unlink } = linkedController(req.signal);
+    const onAbort = (): void => void req.body.destroy();
+    ctl.signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      await pumpOnce(limitBytes(req.body, req.size - offset), sink, s, req.signal, (n) => progress.update((received = offset + n)), ctl);
+    } finally {
+      ctl.signal.removeEventListener('abort', onAbort);
+      unlink();
+    }
+    progress.flush();
+    if (received !== req.size) {
+      throw new SourceError(`processed data size ${received} does not match the expected file size ${req.size}`);
+    }
+    return await sink.finish();
+  } catch (e) {
+    await sink.discard();
+    if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);
+    throw e;
+  }
+}
+
+async function* limitBytes(body: Readable, max: number): AsyncGenerator<Buffer> {
+  let n = 0;
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    n += chunk.length;
+    if (n > max) throw new SourceError(`the upload has more bytes than the declared size (more than ${max} bytes)`);
+    yield chunk;
+  }
+}
+
+export interface CloneSettings extends StreamSettings {
+  /** Performs encrypt/decrypt clones; when absent those fail with a clear error. */
+  encryption?: (req: CloneRequest) => Promise<SourceResult>;
+}
+
+/** Copies a ready backing file into `req.dest` with sparse writes (encryption `ignore`). */
+export async function cloneToFile(req: CloneRequest, s: CloneSettings): Promise<SourceResult> {
+  if (req.encryption !== 'ignore') {
+    if (!s.encryption) {
+      throw new SourceError(`clone with encryption "${req.encryption}" is not available: no LUKS support is configured`);
+    }
+    return s.encryption(req);
+  }
+  const expected = parseExpectedChecksum(req.expectedChecksum);
+  const st = await stat(req.sourcePath).catch((e: NodeJS.ErrnoException) => {
+    throw new SourceError(`cannot clone from ${req.sourcePath}: ${e.code === 'ENOENT' ? 'the source backing file does not exist' : e.message}`);
+  });
+  if (!st.isFile()) throw new SourceError(`cannot clone from ${req.sourcePath}: not a regular file`);
+  throwIfAborted(req.signal);
+  const sink = await ImageSink.create(req.dest, { expected });
+  req.sink.setSize(st.size);
+  const progress = new ThrottledProgress(req.sink);
+  try {
+    const body = createReadStream(req.sourcePath, { highWaterMark: 1 << 20 });
+    const { ctl, unlink } = linkedController(req.signal);
+    const onAbort = (): void => void body.destroy();
+    ctl.signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      await pumpOnce(body as AsyncIterable<Buffer>, sink, s, req.signal, (n) => progress.update(n), ctl);
+    } finally {
+      ctl.signal.removeEventListener('abort', onAbort);
+      unlink();
+    }
+    progress.flush();
+    return await sink.finish();
+  } catch (e) {
+    await sink.discard();
+    if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);
+    throw e;
+  }
+}
+
+/** The backup engine's restore (from `@bis/backupstore`), injected by the composition root. */
+export type RestoreBackupFn = (args: {
+  backupUrl: string;
+  output: string;
+  concurrency: number;
+  credential: Record<string, string>;
+  signal: AbortSignal;
+  onProgress: (processed: number, total: number) => void;
+}) => Promise<{ size: number; sha512: string }>;
+
+/**
+ * Restores a backing image from a backup URL through the backup engine, then checks what the engine cannot: the
+ * expected checksum (re-reading the file only when it is not SHA-512), the qcow2 header, and 512-byte padding.
+ */
+export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupFn | undefined): Promise<SourceResult> {
+  if (!restore) throw new SourceError('restore from a backup is not available: no backup engine is configured');
+  const expected = parseExpectedChecksum(req.expectedChecksum);
+  if (!Number.isSafeInteger(req.concurrentLimit) || req.concurrentLimit < 1) {
+    throw new SourceError(`invalid concurrent-limit ${req.concurrentLimit}: it must be a positive integer`);
+  }
+  throwIfAborted(req.signal);
+  let sizeSet = false;
+  try {
+    let { size, sha512 } = await restore({
+      backupUrl: req.backupUrl,
+      output: req.dest,
+      concurrency: req.concurrentLimit,
+      credential: req.credential,
+      signal: req.signal,
+      onProgress: (processed, total) => {
+        if (!sizeSet) req.sink.setSize(total);
+        sizeSet = true;
+        req.sink.updateProgress(Math.min(processed, total));
+      },
+    });
+    throwIfAborted(req.signal);
+    const fh = await open(req.dest, 'r+');
+    let format: 'raw' | 'qcow2' = 'raw';
+    let virtualSize = size;
+    let padded = false;
+    try {
+      const head = Buffer.alloc(QCOW2_HEADER_PROBE_BYTES);
+      const { bytesRead } = await fh.read(head, 0, head.length, 0);
+      if (hasQcow2Magic(head.subarray(0, bytesRead))) {
+        virtualSize = assertSafeQcow2(head.subarray(0, bytesRead)).virtualSize;
+        format = 'qcow2';
+      }
+      const pad = (SECTOR_SIZE - (size % SECTOR_SIZE)) % SECTOR_SIZE;
+      if (pad > 0) {
+        await fh.truncate(size + pad);
+        size += pad;
+        padded = true;
+        if (format === 'raw') virtualSize = size;
+      }
+    } finally {
+      await fh.close();
+    }
+    // The engine hashed what it wrote; padding or a non-SHA-512 expected checksum need one read of the result.
+    if (padded || (expected && expected.algorithm !== 'sha512')) {
+      const h = new StreamHasher(expected);
+      for await (const c of createReadStream(req.dest, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) h.update(c);
+      sha512 = h.digest().sha512;
+    } else if (expected) {
+      assertChecksumMatches(expected, sha512);
+    }
+    req.sink.updateProgress(size);
+    return { size, sha512, virtualSize, format };
+  } catch (e) {
+    await rm(req.dest, { force: true });
+    if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);
+    throw e;
+  }
+}
