@@ -16,4 +16,4 @@ export {
 export { punchHole, punchHoleWithFallocateTool, PunchHoleError } from './punch-hole.js';
 export { BLOCK_SIZE, type BlockMapping, type IterateBlocksOptions, mapBlocks, iterateBlocks } from './block-map.js';
 export { isAllZero } from './zero.js';
-export { nativeAddonStatus, DISABLE_NATIVE_ENV } from './native.js';
+export { nativeAddonStatus, DISABLE_NATIVE_ENV, ADDON_PATH_ENV } from './native.js';

@@ -12,6 +12,8 @@ export interface BlockMappingAddon {
 
 /** Set to `0` to skip loading the addon (the library then behaves as if it were not built). */
 export const DISABLE_NATIVE_ENV = 'BIS_BLOCK_MAPPING_NATIVE';
+/** Absolute path of a `block_mapping.node` to load instead of the one built in this package. */
+export const ADDON_PATH_ENV = 'BIS_BLOCK_MAPPING_ADDON';
 
 const ADDON_PATH = '../native/build/Release/block_mapping.node';
 
@@ -34,7 +36,7 @@ export function nativeAddon(): BlockMappingAddon | null {
     return null;
   }
   try {
-    const value: unknown = createRequire(import.meta.url)(ADDON_PATH);
+    const value: unknown = createRequire(import.meta.url)(process.env[ADDON_PATH_ENV] || ADDON_PATH);
     if (!isAddon(value)) throw new Error('the module does not export seekData, seekHole and punchHole');
     loaded = { addon: value, reason: 'loaded' };
   } catch (err) {

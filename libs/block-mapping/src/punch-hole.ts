@@ -56,10 +56,10 @@ export async function punchHole(path: string, offset: number, length: number): P
  * The punch-hole fallback: runs `fallocate --punch-hole --keep-size --offset <offset> --length <length> <path>`.
  * Exported for tests and for callers that want the tool explicitly.
  */
-export function punchHoleWithFallocateTool(path: string, offset: number, length: number): Promise<void> {
+export async function punchHoleWithFallocateTool(path: string, offset: number, length: number): Promise<void> {
   assertByteCount(offset, 'punchHole offset');
   assertByteCount(length, 'punchHole length');
-  if (length === 0) return Promise.resolve();
+  if (length === 0) return;
   const args = ['--punch-hole', '--keep-size', '--offset', String(offset), '--length', String(length), '--', path];
   return new Promise((resolve, reject) => {
     execFile('fallocate', args, { timeout: 60_000 }, (err, _stdout, stderr) => {
