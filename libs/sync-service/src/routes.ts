@@ -1,0 +1,230 @@
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import multipart from '@fastify/multipart';
+import { createGzip } from 'node:zlib';
+import { Readable } from 'node:stream';
+import { SyncServiceError, errorMessage } from './errors.js';
+import type { SyncService } from './sync-service.js';
+import type { DataEngine } from './syncing-file.js';
+
+export interface SyncRoutesOptions {
+  service: SyncService;
+}
+
+type Query = Record<string, string | undefined>;
+
+/** Decodes a `/v1/files/{id}` segment like Go's `url.QueryUnescape` (`+` is a space; `%2F` a slash). */
+export function decodeFileId(segment: string): string {
+  try {
+    return decodeURIComponent(segment.replace(/\+/g, ' '));
+  } catch {
+    throw new SyncServiceError(`invalid file id ${segment}`, 400);
+  }
+}
+
+/** Encodes a file path as one URL segment like Go's `url.QueryEscape`. */
+export function encodeFileId(filePath: string): string {
+  return encodeURIComponent(filePath).replace(/%20/g, '+');
+}
+
+function fileIdFromRequest(req: FastifyRequest): string {
+  const rawPath = (req.raw.url ?? '').split('?')[0]!;
+  const m = /^\/v1\/files\/([^/]+)/.exec(rawPath);
+  if (!m) throw new SyncServiceError('missing file id', 400);
+  return decodeFileId(m[1]!);
+}
+
+function str(q: Query, key: string): string {
+  return q[key] ?? '';
+}
+
+function int(q: Query, key: string, required: boolean): number {
+  const raw = q[key];
+  if (raw === undefined || raw === '') {
+    if (required) throw new SyncServiceError(`missing required parameter ${key}`);
+    return 0;
+  }
+  if (!/^-?\d+$/.test(raw)) throw new SyncServiceError(`invalid parameter ${key}=${raw}: not an integer`);
+  return Number(raw);
+}
+
+function dataEngine(q: Query): DataEngine {
+  const v = q['data-engine'] ?? '';
+  if (v === '' || v === 'v1') return 'v1';
+  if (v === 'v2') return 'v2';
+  throw new SyncServiceError(`invalid data engine ${v}`);
+}
+
+function credential(body: unknown): Record<string, string> {
+  if (body === undefined || body === null || body === '') return {};
+  if (typeof body !== 'object' || Array.isArray(body)) throw new SyncServiceError('invalid credential body: not a JSON object');
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(body as Record<string, unknown>)) {
+    if (typeof v !== 'string') throw new SyncServiceError(`invalid credential body: value of ${k} is not a string`);
+    out[k] = v;
+  }
+  return out;
+}
+
+async function sendError(reply: FastifyReply, err: unknown): Promise<void> {
+  const status = err instanceof SyncServiceError ? err.httpStatus : 500;
+  await reply.code(status).type('text/plain; charset=utf-8').send(`${errorMessage(err)}\n`);
+}
+
+/** Longhorn's `/v1/files` routes as an encapsulated fastify plugin. */
+export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: FastifyInstance, opts) => {
+  const svc = opts.service;
+  await app.register(multipart, { limits: { fileSize: Number.MAX_SAFE_INTEGER, files: 1 } });
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    const text = String(body).trim();
+    if (text === '') return done(null, undefined);
+    try {
+      done(null, JSON.parse(text));
+    } catch (err) {
+      done(new SyncServiceError(`invalid JSON body: ${errorMessage(err)}`, 400), undefined);
+    }
+  });
+  app.addContentTypeParser('*', (_req, payload, done) => done(null, payload));
+
+  app.get('/v1/files', async () => svc.list());
+
+  app.get('/v1/files/:id', async (req, reply) => {
+    try {
+      return svc.get(fileIdFromRequest(req));
+    } catch (err) {
+      return sendError(reply, err);
+    }
+  });
+
+  app.delete('/v1/files/:id', async (req, reply) => {
+    try {
+      await svc.delete(fileIdFromRequest(req));
+      return reply.code(200).send();
+    } catch (err) {
+      return sendError(reply, err);
+    }
+  });
+
+  const download = async (req: FastifyRequest, reply: FastifyReply) => {
+    try {
+      const q = req.query as Query;
+      const h = await svc.openDownload(fileIdFromRequest(req));
+      reply.header('Content-Type', 'application/octet-stream');
+      if (q['forV2Creation'] === 'true') {
+        reply.header('Content-Length', String(h.size));
+        if (req.method === 'HEAD') return reply.send();
+        return reply.send(h.open());
+      }
+      // Longhorn truncated the name at its first '-' (quirk §10-8): the whole backing-image name is used here.
+      reply.header('Content-Disposition', `attachment; filename=${h.fileName}.gz`);
+      if (req.method === 'HEAD') return reply.send();
+      const gz = createGzip({ level: 1 });
+      const src = h.open();
+      src.on('error', (e) => gz.destroy(e));
+      return reply.send(src.pipe(gz));
+    } catch (err) {
+      return sendError(reply, err);
+    }
+  };
+  app.get('/v1/files/:id/download', download);
+  app.head('/v1/files/:id/download', download);
+
+  app.post('/v1/files/:id', async (req, reply) => {
+    try {
+      const q = req.query as Query;
+      const id = fileIdFromRequest(req);
+      switch (q['action']) {
+        case 'forget':
+          await svc.forget(id);
+          break;
+        case 'sendToPeer':
+          await svc.sendToPeer(id, str(q, 'to-address'));
+          break;
+        default:
+          throw new SyncServiceError(`unknown action ${q['action'] ?? ''} for a file`, 400);
+      }
+      return reply.code(200).send();
+    } catch (err) {
+      return sendError(reply, err);
+    }
+  });
+
+  app.post('/v1/files', async (req, reply) => {
+    try {
+      const q = req.query as Query;
+      const base = {
+        filePath: str(q, 'file-path'),
+        uuid: str(q, 'uuid'),
+        diskUUID: str(q, 'disk-uuid'),
+        expectedChecksum: str(q, 'expected-checksum'),
+      };
+      switch (q['action']) {
+        case 'fetch':
+          await svc.fetch({
+            ...base,
+            filePath: str(q, 'dst-file-path'),
+            srcFilePath: str(q, 'src-file-path'),
+            size: int(q, 'size', true),
+          });
+          break;
+        case 'downloadFromURL':
+          await svc.downloadFromURL({ ...base, url: str(q, 'url'), dataEngine: dataEngine(q) });
+          break;
+        case 'receiveFromPeer':
+          await svc.receiveFromPeer({
+            ...base,
+            fileType: str(q, 'file-type'),
+            size: int(q, 'size', true),
+            port: int(q, 'port', true),
+            dataEngine: dataEngine(q),
+          });
+          break;
+        case 'restoreFromBackupURL':
+          await svc.restoreFromBackupURL({
+            ...base,
+            backupUrl: str(q, 'backup-url'),
+            concurrentLimit: int(q, 'concurrent-limit', true),
+            credential: credential(req.body),
+            dataEngine: dataEngine(q),
+          });
+          break;
+        case 'cloneFromBackingImage':
+          await svc.cloneFromBackingImage({
+            ...base,
+            backingImage: str(q, 'backing-image'),
+            backingImageUUID: str(q, 'backing-image-uuid'),
+            encryption: str(q, 'encryption'),
+            credential: credential(req.body),
+            dataEngine: dataEngine(q),
+          });
+          break;
+        case 'upload': {
+          const size = int(q, 'size', true);
+          const body = await uploadBody(req);
+          await svc.upload({ ...base, size, body, dataEngine: dataEngine(q) });
+          break;
+        }
+        default:
+          throw new SyncServiceError(`unknown action ${q['action'] ?? ''}`, 400);
+      }
+      return reply.code(200).send();
+    } catch (err) {
+      return sendError(reply, err);
+    }
+  });
+};
+
+/** The upload's bytes: the multipart part named `chunk` (earlier parts are skipped), or a raw body. */
+async function uploadBody(req: FastifyRequest): Promise<Readable> {
+  if (req.isMultipart()) {
+    const part = await req.file();
+    if (!part) throw new SyncServiceError('no file part in the multipart upload');
+    if (part.fieldname !== 'chunk') {
+      part.file.resume();
+      throw new SyncServiceError(`the upload's file part is named ${part.fieldname}: expected chunk`);
+    }
+    return part.file;
+  }
+  if (req.body instanceof Readable) return req.body;
+  throw new SyncServiceError('no upload body');
+}

@@ -1,0 +1,76 @@
+import { FileLifecycle, type FileState } from '@bis/state-machine';
+import type { ExpectedChecksum } from '@bis/file-sources';
+
+/** Longhorn's `api.FileInfo` (JSON key order as Go emits it). */
+export interface FileInfo {
+  diskUUID: string;
+  expectedChecksum: string;
+  filePath: string;
+  uuid: string;
+  size: number;
+  virtualSize: number;
+  realSize: number;
+  state: FileState;
+  progress: number;
+  processedSize: number;
+  modificationTime: string;
+  currentChecksum: string;
+  message: string;
+  sendingReference: number;
+}
+
+export type DataEngine = 'v1' | 'v2';
+
+/** One file owned by the sync service: its identity, its lifecycle (state + progress) and its running work. */
+export class SyncingFile {
+  readonly lifecycle: FileLifecycle;
+  virtualSize = 0;
+  realSize = 0;
+  modificationTime = '';
+  currentChecksum = '';
+  sendingReference = 0;
+  readonly controller = new AbortController();
+  /** The background work (prepare + action + finish); settles when nothing runs on the file any more. */
+  task: Promise<void> = Promise.resolve();
+
+  constructor(
+    readonly filePath: string,
+    readonly uuid: string,
+    readonly diskUUID: string,
+    /** The expected checksum as given (normalised text; '' = none). */
+    readonly expectedChecksum: string,
+    readonly expected: ExpectedChecksum | undefined,
+    size: number,
+    readonly dataEngine: DataEngine = 'v1',
+  ) {
+    this.lifecycle = new FileLifecycle({ size });
+  }
+
+  get state(): FileState {
+    return this.lifecycle.state;
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  info(): FileInfo {
+    const l = this.lifecycle;
+    return {
+      diskUUID: this.diskUUID,
+      expectedChecksum: this.expectedChecksum,
+      filePath: this.filePath,
+      uuid: this.uuid,
+      size: l.size,
+      virtualSize: this.virtualSize,
+      realSize: this.realSize,
+      state: l.state,
+      progress: l.progress,
+      processedSize: l.processedSize,
+      modificationTime: this.modificationTime,
+      currentChecksum: this.currentChecksum,
+      message: l.message,
+      sendingReference: this.sendingReference,
+    };
+  }
+}
