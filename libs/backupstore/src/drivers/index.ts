@@ -1,0 +1,38 @@
+import { BackupStoreError } from '../names.js';
+import { parseTargetUrl } from '../url.js';
+import type { BackupCredential, BackupStoreDriver } from './driver.js';
+import { FileSystemDriver } from './filesystem.js';
+import { DEFAULT_MOUNT_ROOT, ensureNfsMounted } from './nfs.js';
+import { S3Driver, type S3DriverOptions } from './s3.js';
+
+export type { BackupCredential, BackupStoreDriver } from './driver.js';
+export { FileSystemDriver } from './filesystem.js';
+export { S3Driver, type S3DriverOptions } from './s3.js';
+export { DEFAULT_MOUNT_ROOT, ensureNfsMounted, nfsMountPoint } from './nfs.js';
+
+export interface DriverOptions {
+  s3?: S3DriverOptions;
+  /** Where nfs:// targets are mounted. Default Longhorn's `/var/lib/longhorn-backupstore-mounts`. */
+  mountRoot?: string;
+}
+
+/** Opens the driver for a target URL (`s3://`, `nfs://`, `vfs://`). */
+export async function openDriver(
+  targetUrl: string,
+  credential: BackupCredential = {},
+  options: DriverOptions = {},
+): Promise<BackupStoreDriver> {
+  const location = parseTargetUrl(targetUrl);
+  switch (location.scheme) {
+    case 's3':
+      return new S3Driver(location, credential, options.s3);
+    case 'vfs':
+      return new FileSystemDriver(location.path, `vfs://${location.path}`);
+    case 'nfs': {
+      const dir = await ensureNfsMounted(location, options.mountRoot ?? DEFAULT_MOUNT_ROOT);
+      return new FileSystemDriver(dir, `nfs://${location.host}:${location.path}`);
+    }
+    default:
+      throw new BackupStoreError('Unsupported', `unsupported backup target ${targetUrl}`);
+  }
+}

@@ -1,0 +1,222 @@
+import { Agent as HttpAgent } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
+import { rootCertificates } from 'node:tls';
+import {
+  DeleteObjectCommand,
+  DeleteObjectsCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+  type ListObjectsV2CommandOutput,
+} from '@aws-sdk/client-s3';
+import { BackupStoreError, throwIfAborted } from '../names.js';
+import type { S3TargetLocation } from '../url.js';
+import type { BackupCredential, BackupStoreDriver } from './driver.js';
+
+export interface S3DriverOptions {
+  /** Attempts per request (first try included); retries use the SDK's standard backoff on throttling, 5xx and network errors. Default 10. */
+  maxAttempts?: number;
+  /** Socket pool size per driver. Default 32. */
+  maxSockets?: number;
+}
+
+function httpStatus(err: unknown): number | undefined {
+  return (err as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
+}
+
+function isNotFound(err: unknown): boolean {
+  const name = (err as { name?: string })?.name;
+  return name === 'NotFound' || name === 'NoSuchKey' || httpStatus(err) === 404;
+}
+
+function isAbort(err: unknown): boolean {
+  return (err as { name?: string })?.name === 'AbortError';
+}
+
+/**
+ * S3 driver. Configuration comes only from the per-call credential (Longhorn's keys): `AWS_ACCESS_KEY_ID`,
+ * `AWS_SECRET_ACCESS_KEY`, optional `AWS_SESSION_TOKEN`, `AWS_ENDPOINTS` (one URL), `AWS_CERT` (PEM bundle added to
+ * the default roots), `VIRTUAL_HOSTED_STYLE` (`true`/`false`; default: path style when an endpoint is set).
+ */
+export class S3Driver implements BackupStoreDriver {
+  readonly url: string;
+  private readonly client: S3Client;
+  private readonly bucket: string;
+  private readonly prefix: string;
+  private readonly agent: HttpAgent | HttpsAgent;
+
+  constructor(location: S3TargetLocation, credential: BackupCredential, options: S3DriverOptions = {}) {
+    this.bucket = location.bucket;
+    this.prefix = location.prefix;
+    this.url = `s3://${location.bucket}${location.region ? '@' + location.region : ''}/${location.prefix}`;
+    const accessKeyId = credential['AWS_ACCESS_KEY_ID'] ?? '';
+    const secretAccessKey = credential['AWS_SECRET_ACCESS_KEY'] ?? '';
+    if ((accessKeyId === '') !== (secretAccessKey === '')) {
+      throw new BackupStoreError('InvalidArgument', 'S3 credential needs both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither');
+    }
+    if (accessKeyId === '') {
+      throw new BackupStoreError(
+        'InvalidArgument',
+        'S3 credential is missing AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (credentials are passed per call, not read from the process environment)',
+      );
+    }
+    const endpoint = credential['AWS_ENDPOINTS']?.trim() ?? '';
+    if (endpoint !== '') {
+      try {
+        new URL(endpoint);
+      } catch {
+        throw new BackupStoreError('InvalidArgument', `AWS_ENDPOINTS ${JSON.stringify(endpoint)} is not a URL`);
+      }
+    }
+    const virtualHosted = credential['VIRTUAL_HOSTED_STYLE'];
+    const forcePathStyle = virtualHosted === 'true' ? false : virtualHosted === 'false' ? true : endpoint !== '';
+    const cert = credential['AWS_CERT']?.trim() ?? '';
+    if (cert !== '' && !/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/.test(cert)) {
+      throw new BackupStoreError('InvalidArgument', 'AWS_CERT does not contain a PEM certificate');
+    }
+    const maxSockets = options.maxSockets ?? 32;
+    const useHttp = endpoint.startsWith('http://');
+    this.agent = useHttp
+      ? new HttpAgent({ keepAlive: true, maxSockets })
+      : new HttpsAgent({ keepAlive: true, maxSockets, ...(cert !== '' ? { ca: [...rootCertificates, cert] } : {}) });
+    const region = location.region !== '' ? location.region : (credential['AWS_REGION'] ?? credential['AWS_DEFAULT_REGION'] ?? 'us-east-1');
+    this.client = new S3Client({
+      region,
+      ...(endpoint !== '' ? { endpoint } : {}),
+      forcePathStyle,
+      credentials: {
+        accessKeyId,
+        secretAccessKey,
+        ...(credential['AWS_SESSION_TOKEN'] ? { sessionToken: credential['AWS_SESSION_TOKEN'] } : {}),
+      },
+      maxAttempts: options.maxAttempts ?? 10,
+      retryMode: 'standard',
+      // No aws-chunked uploads with CRC trailers: Longhorn computes checksums only when required, too.
+      requestChecksumCalculation: 'WHEN_REQUIRED',
+      responseChecksumValidation: 'WHEN_REQUIRED',
+      requestHandler: useHttp ? { httpAgent: this.agent as HttpAgent } : { httpsAgent: this.agent as HttpsAgent },
+    });
+  }
+
+  private key(p: string): string {
+    return this.prefix === '' ? p : `${this.prefix}/${p}`;
+  }
+
+  private fail(op: string, p: string, err: unknown, signal?: AbortSignal): never {
+    if (signal?.aborted || isAbort(err)) {
+      throwIfAborted(signal);
+    }
+    if (err instanceof BackupStoreError) throw err;
+    const status = httpStatus(err);
+    const detail = (err as Error)?.message || (err as { name?: string })?.name || String(err);
+    throw new BackupStoreError('Io', `s3 ${op} ${this.key(p)} in bucket ${this.bucket} failed${status ? ` (HTTP ${status})` : ''}: ${detail}`, {
+      cause: err,
+    });
+  }
+
+  async read(p: string, signal?: AbortSignal): Promise<Buffer> {
+    throwIfAborted(signal);
+    try {
+      const out = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), { abortSignal: signal });
+      if (!out.Body) throw new BackupStoreError('Io', `s3 get ${this.key(p)}: empty response body`);
+      const bytes = await out.Body.transformToByteArray();
+      return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    } catch (err) {
+      if (isNotFound(err)) throw new BackupStoreError('NotFound', `cannot find ${p} in backupstore`, { cause: err });
+      this.fail('get', p, err, signal);
+    }
+  }
+
+  async write(p: string, data: Uint8Array | string, signal?: AbortSignal): Promise<void> {
+    throwIfAborted(signal);
+    const body = typeof data === 'string' ? Buffer.from(data) : data;
+    try {
+      await this.client.send(
+        new PutObjectCommand({ Bucket: this.bucket, Key: this.key(p), Body: body, ContentLength: body.byteLength }),
+        { abortSignal: signal },
+      );
+    } catch (err) {
+      this.fail('put', p, err, signal);
+    }
+  }
+
+  async exists(p: string, signal?: AbortSignal): Promise<boolean> {
+    try {
+      await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), { abortSignal: signal });
+      return true;
+    } catch (err) {
+      if (isNotFound(err)) return false;
+      this.fail('head', p, err, signal);
+    }
+  }
+
+  private async listKeys(prefix: string, delimiter: string | undefined, signal?: AbortSignal): Promise<ListObjectsV2CommandOutput[]> {
+    const pages: ListObjectsV2CommandOutput[] = [];
+    let token: string | undefined;
+    do {
+      const page = await this.client.send(
+        new ListObjectsV2Command({ Bucket: this.bucket, Prefix: prefix, Delimiter: delimiter, ContinuationToken: token }),
+        { abortSignal: signal },
+      );
+      pages.push(page);
+      token = page.IsTruncated ? page.NextContinuationToken : undefined;
+    } while (token);
+    return pages;
+  }
+
+  async list(dir: string, signal?: AbortSignal): Promise<string[]> {
+    const prefix = this.key(dir).replace(/\/+$/, '') + '/';
+    try {
+      const names = new Set<string>();
+      for (const page of await this.listKeys(prefix, '/', signal)) {
+        for (const o of page.Contents ?? []) if (o.Key && o.Key !== prefix) names.add(o.Key.slice(prefix.length));
+        for (const cp of page.CommonPrefixes ?? []) if (cp.Prefix) names.add(cp.Prefix.slice(prefix.length).replace(/\/$/, ''));
+      }
+      return [...names].filter((n) => n !== '').sort();
+    } catch (err) {
+      this.fail('list', dir, err, signal);
+    }
+  }
+
+  async modificationTime(p: string, signal?: AbortSignal): Promise<Date> {
+    try {
+      const out = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), { abortSignal: signal });
+      if (!out.LastModified) throw new BackupStoreError('Io', `s3 head ${this.key(p)}: no LastModified`);
+      return out.LastModified;
+    } catch (err) {
+      if (isNotFound(err)) throw new BackupStoreError('NotFound', `cannot find ${p} in backupstore`, { cause: err });
+      this.fail('head', p, err, signal);
+    }
+  }
+
+  /** Deletes the object `path` and every object under `path/`. */
+  async remove(p: string, signal?: AbortSignal): Promise<void> {
+    try {
+      await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), { abortSignal: signal });
+      const keys: string[] = [];
+      for (const page of await this.listKeys(this.key(p).replace(/\/+$/, '') + '/', undefined, signal)) {
+        for (const o of page.Contents ?? []) if (o.Key) keys.push(o.Key);
+      }
+      for (let i = 0; i < keys.length; i += 1000) {
+        const batch = keys.slice(i, i + 1000);
+        const out = await this.client.send(
+          new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }),
+          { abortSignal: signal },
+        );
+        if (out.Errors && out.Errors.length > 0) {
+          const first = out.Errors[0];
+          throw new BackupStoreError('Io', `s3 delete failed for ${out.Errors.length} objects, e.g. ${first?.Key}: ${first?.Message}`);
+        }
+      }
+    } catch (err) {
+      this.fail('delete', p, err, signal);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.client.destroy();
+    this.agent.destroy();
+  }
+}

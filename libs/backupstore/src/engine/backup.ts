@@ -1,0 +1,395 @@
+import { createHash } from 'node:crypto';
+import { promises as fs } from 'node:fs';
+import { getDataExtents, isAllZero, iterateBlocks, mapBlocks } from '@bis/block-mapping';
+import { compressBlock } from '../compression.js';
+import {
+  encodeBackingImageConfig,
+  goTimestamp,
+  parseCompressionMethod,
+  type BackingImageBackupConfig,
+  type BlockEntry,
+  type CompressionMethod,
+} from '../config.js';
+import type { BackupStoreDriver } from '../drivers/driver.js';
+import { BACKUP_LOCK, BackupStoreLock, LONGHORN_LOCK_TIMING } from '../lock.js';
+import {
+  abortError,
+  assertBackingImageName,
+  BACKUP_BLOCK_SIZE,
+  backingImageConfigPath,
+  BackupStoreError,
+  blockChecksumAsync,
+  blockPath,
+  throwIfAborted,
+} from '../names.js';
+import { encodeBackupUrl } from '../url.js';
+import { assertConcurrency, loadConfigIfExists, throttle, withDriver, type StoreAccessOptions } from './common.js';
+
+export interface CreateBackupOptions extends StoreAccessOptions {
+  /** Backup target URL (`s3://…`, `nfs://…`, `vfs://…`). */
+  target: string;
+  /** Backing image name; also the backup's name on the store. */
+  name: string;
+  /** The image file to back up (raw bytes; holes are skipped). */
+  filePath: string;
+  /** Default `lz4` (Longhorn's default setting). */
+  compression?: CompressionMethod;
+  /** Blocks processed at once (hash, compress, upload). Default 2 (Longhorn's default). */
+  concurrency?: number;
+  labels?: Readonly<Record<string, string>> | null;
+  /** Expected whole-image SHA-512 (hex). The engine always computes it; a mismatch fails the backup. */
+  checksum?: string;
+  /** Backup parameters `secret` and `secret-namespace`, recorded in the config. */
+  secret?: string;
+  secretNamespace?: string;
+  onProgress?: (progress: BackupProgress) => void;
+}
+
+export interface BackupProgress {
+  name: string;
+  /** Bytes of the image handled so far (data blocks, zero blocks and holes). */
+  processedBytes: number;
+  totalBytes: number;
+  /** 0–100. Longhorn's rule: 95 at most while blocks are handled, 100 once the final config is written. */
+  progress: number;
+  /** Block files written by this backup and their stored (compressed) bytes. */
+  uploadedBlocks: number;
+  uploadedBytes: number;
+  /** Data blocks already in the store (from other images, earlier runs or a concurrent backup). */
+  reusedBlocks: number;
+  /** All-zero blocks skipped (restored as holes). */
+  zeroBlocks: number;
+}
+
+export type BackupState = 'in_progress' | 'complete' | 'error';
+
+export interface BackupStatus extends BackupProgress {
+  state: BackupState;
+  backupUrl: string;
+  /** '' unless state is `error`. */
+  error: string;
+}
+
+export interface BackupResult {
+  name: string;
+  backupUrl: string;
+  size: number;
+  /** Whole-image SHA-512 recorded in the config. */
+  sha512: string;
+  /** Block positions recorded (Longhorn's `BlockCount`). */
+  blockCount: number;
+  uploadedBlocks: number;
+  uploadedBytes: number;
+  reusedBlocks: number;
+  zeroBlocks: number;
+  /** True when a complete backup of this name already existed, so nothing was uploaded (Longhorn's rule). */
+  alreadyExisted: boolean;
+}
+
+/** A running backup: its live status, and a promise for its result. */
+export interface BackupOperation {
+  readonly name: string;
+  readonly backupUrl: string;
+  status(): BackupStatus;
+  readonly done: Promise<BackupResult>;
+}
+
+const CHECKSUM_RE = /^[a-f0-9]{128}$/;
+
+/**
+ * Uploads in flight in this process, keyed by store URL and block checksum, so that two backups running at once
+ * upload a shared block once: the second waits for the first's upload.
+ */
+const uploadsInFlight = new Map<string, Promise<boolean>>();
+/** Backups running in this process, keyed by store URL and name. */
+const backupsInFlight = new Set<string>();
+
+/** Uploads a block unless the store has it; resolves true when this call wrote it. */
+function uploadBlockOnce(
+  driver: BackupStoreDriver,
+  checksum: string,
+  data: Buffer,
+  method: CompressionMethod,
+  signal: AbortSignal | undefined,
+  onWritten: (storedBytes: number) => void,
+): Promise<boolean> {
+  const key = `${driver.url}\0${checksum}`;
+  const pending = uploadsInFlight.get(key);
+  if (pending) return pending.then(() => false);
+  const upload = (async () => {
+    const p = blockPath(checksum);
+    if (await driver.exists(p, signal)) return false;
+    const stored = await compressBlock(method, data);
+    await driver.write(p, stored, signal);
+    onWritten(stored.byteLength);
+    return true;
+  })();
+  uploadsInFlight.set(key, upload);
+  const forget = () => {
+    if (uploadsInFlight.get(key) === upload) uploadsInFlight.delete(key);
+  };
+  upload.then(forget, forget);
+  return upload;
+}
+
+function validate(opts: CreateBackupOptions): { method: CompressionMethod; concurrency: number } {
+  if (!opts.target) throw new BackupStoreError('InvalidArgument', 'missing input parameter: backup target');
+  assertBackingImageName(opts.name);
+  const method = parseCompressionMethod(opts.compression ?? 'lz4');
+  const concurrency = opts.concurrency ?? 2;
+  assertConcurrency(concurrency);
+  for (const key of Object.keys(opts.labels ?? {})) {
+    if (key === '') throw new BackupStoreError('InvalidArgument', 'invalid label: empty key');
+  }
+  if (opts.checksum !== undefined && opts.checksum !== '' && !CHECKSUM_RE.test(opts.checksum)) {
+    throw new BackupStoreError('InvalidArgument', `invalid checksum ${JSON.stringify(opts.checksum)}: expected 128 lowercase hex characters (SHA-512)`);
+  }
+  return { method, concurrency };
+}
+
+/**
+ * Starts a backing-image backup and returns at once with its live status. The result promise settles when the
+ * final config is written (or the backup failed; the status then holds the error).
+ */
+export function startBackup(opts: CreateBackupOptions): BackupOperation {
+  const { method, concurrency } = validate(opts);
+  const backupUrl = encodeBackupUrl(opts.name, opts.target);
+  const status: BackupStatus = {
+    name: opts.name,
+    backupUrl,
+    state: 'in_progress',
+    error: '',
+    processedBytes: 0,
+    totalBytes: 0,
+    progress: 0,
+    uploadedBlocks: 0,
+    uploadedBytes: 0,
+    reusedBlocks: 0,
+    zeroBlocks: 0,
+  };
+  const report = throttle(opts.onProgress);
+  const done = runBackup(opts, method, concurrency, backupUrl, status, report).then(
+    (result) => {
+      status.state = 'complete';
+      status.progress = 100;
+      status.processedBytes = status.totalBytes;
+      report({ ...status }, true);
+      return result;
+    },
+    (cause: unknown) => {
+      const err = opts.signal?.aborted && !(cause instanceof BackupStoreError && cause.code === 'Aborted') ? abortError(opts.signal) : cause;
+      status.state = 'error';
+      status.error = err instanceof Error ? err.message : String(err);
+      throw err;
+    },
+  );
+  done.catch(() => undefined); // the caller may only poll status(); the rejection is still delivered to awaiters
+  return { name: opts.name, backupUrl, status: () => ({ ...status }), done };
+}
+
+/** Backs up a file and resolves when the backup is complete. */
+export async function createBackup(opts: CreateBackupOptions): Promise<BackupResult> {
+  return startBackup(opts).done;
+}
+
+async function runBackup(
+  opts: CreateBackupOptions,
+  method: CompressionMethod,
+  concurrency: number,
+  backupUrl: string,
+  status: BackupStatus,
+  report: (p: BackupProgress, force?: boolean) => void,
+): Promise<BackupResult> {
+  const { signal } = opts;
+  throwIfAborted(signal);
+  const st = await fs.stat(opts.filePath).catch((err: unknown) => {
+    throw new BackupStoreError('NotFound', `cannot back up ${opts.filePath}: ${(err as Error).message}`, { cause: err });
+  });
+  if (!st.isFile()) throw new BackupStoreError('InvalidArgument', `cannot back up ${opts.filePath}: not a regular file`);
+  status.totalBytes = st.size;
+  const timing = opts.lockTiming ?? LONGHORN_LOCK_TIMING;
+
+  return withDriver(opts.target, opts, async (driver) => {
+    const runningKey = `${driver.url}\0${opts.name}`;
+    if (backupsInFlight.has(runningKey)) {
+      throw new BackupStoreError('InProgress', `a backup of ${opts.name} to ${driver.url} is already running`);
+    }
+    backupsInFlight.add(runningKey);
+    const lock = new BackupStoreLock(driver, BACKUP_LOCK, timing);
+    try {
+      await lock.acquire('backup create', signal);
+      const cfgPath = backingImageConfigPath(opts.name);
+      const existing = await loadConfigIfExists(driver, opts.name, signal);
+      if (existing) {
+        if (existing.completeTime !== '') {
+          if (opts.checksum && existing.checksum !== '' && existing.checksum !== opts.checksum) {
+            throw new BackupStoreError(
+              'AlreadyExists',
+              `backup backing image ${opts.name} already exists in ${driver.url} with checksum ${existing.checksum}, not ${opts.checksum}`,
+            );
+          }
+          status.totalBytes = existing.size;
+          return {
+            name: opts.name,
+            backupUrl,
+            size: existing.size,
+            sha512: existing.checksum,
+            blockCount: existing.blocks.length,
+            uploadedBlocks: 0,
+            uploadedBytes: 0,
+            reusedBlocks: 0,
+            zeroBlocks: 0,
+            alreadyExisted: true,
+          };
+        }
+        // An in-progress marker: a live backup refreshes it every refresh interval; an old one is a leftover of a
+        // failed backup and is taken over (Longhorn would report success without uploading anything).
+        const age = Date.now() - (await driver.modificationTime(cfgPath, signal)).getTime();
+        if (age <= timing.durationMs) {
+          throw new BackupStoreError(
+            'InProgress',
+            `backup backing image ${opts.name} is still in progress in ${driver.url} (its marker was updated ${Math.round(age / 1000)} s ago)`,
+          );
+        }
+      }
+      const config: BackingImageBackupConfig = {
+        name: opts.name,
+        size: st.size,
+        blockCount: 0,
+        checksum: opts.checksum ?? '',
+        labels: opts.labels ? { ...opts.labels } : null,
+        compressionMethod: method,
+        createdTime: goTimestamp(),
+        completeTime: '',
+        secret: '',
+        secretNamespace: '',
+        blocks: [],
+      };
+      const marker = encodeBackingImageConfig(config, true);
+      await driver.write(cfgPath, marker, signal);
+      const markerRefresh = setInterval(() => {
+        driver.write(cfgPath, marker).catch(() => undefined);
+      }, timing.refreshMs);
+      markerRefresh.unref();
+      let completed = false;
+      try {
+        const { blocks, sha512 } = await uploadBlocks(driver, opts, method, concurrency, st.size, status, report);
+        if (opts.checksum && opts.checksum !== sha512) {
+          throw new BackupStoreError(
+            'ChecksumMismatch',
+            `${opts.filePath} has SHA-512 ${sha512}, but the backup was requested for checksum ${opts.checksum}`,
+          );
+        }
+        blocks.sort((a, b) => a.offset - b.offset);
+        clearInterval(markerRefresh);
+        const final: BackingImageBackupConfig = {
+          ...config,
+          checksum: sha512,
+          blocks,
+          blockCount: blocks.length,
+          completeTime: goTimestamp(),
+          secret: opts.secret ?? '',
+          secretNamespace: opts.secretNamespace ?? '',
+        };
+        throwIfAborted(signal);
+        await driver.write(cfgPath, encodeBackingImageConfig(final, false), signal);
+        completed = true;
+        return {
+          name: opts.name,
+          backupUrl,
+          size: st.size,
+          sha512,
+          blockCount: blocks.length,
+          uploadedBlocks: status.uploadedBlocks,
+          uploadedBytes: status.uploadedBytes,
+          reusedBlocks: status.reusedBlocks,
+          zeroBlocks: status.zeroBlocks,
+          alreadyExisted: false,
+        };
+      } finally {
+        clearInterval(markerRefresh);
+        if (!completed) {
+          // Remove our own in-progress marker so that it neither blocks GC nor a retry. If the store is unreachable
+          // the marker stays and goes stale after the lock duration.
+          await driver.remove(cfgPath).catch(() => undefined);
+        }
+      }
+    } finally {
+      backupsInFlight.delete(runningKey);
+      await lock.release().catch(() => undefined);
+    }
+  });
+}
+
+/** Reads the mapped blocks in order, hashes the whole image, and uploads the data blocks the store lacks. */
+async function uploadBlocks(
+  driver: BackupStoreDriver,
+  opts: CreateBackupOptions,
+  method: CompressionMethod,
+  concurrency: number,
+  size: number,
+  status: BackupStatus,
+  report: (p: BackupProgress, force?: boolean) => void,
+): Promise<{ blocks: BlockEntry[]; sha512: string }> {
+  const { signal } = opts;
+  const mappings = mapBlocks(await getDataExtents(opts.filePath, { signal }), size, BACKUP_BLOCK_SIZE);
+  const image = createHash('sha512');
+  const zeros = Buffer.alloc(BACKUP_BLOCK_SIZE);
+  let hashed = 0;
+  const hashHoleUntil = (end: number) => {
+    while (hashed < end) {
+      const n = Math.min(BACKUP_BLOCK_SIZE, end - hashed);
+      image.update(zeros.subarray(0, n));
+      hashed += n;
+    }
+  };
+  const blocks: BlockEntry[] = [];
+  const inFlight = new Set<Promise<void>>();
+  let pendingBytes = 0;
+  let failure: { err: unknown } | undefined;
+  const progress = () => {
+    status.processedBytes = hashed - pendingBytes;
+    status.progress = size === 0 ? 95 : Math.floor((status.processedBytes / size) * 95);
+    report({ ...status });
+  };
+  const handle = async (offset: number, data: Buffer) => {
+    const checksum = await blockChecksumAsync(data);
+    const wrote = await uploadBlockOnce(driver, checksum, data, method, signal, (stored) => {
+      status.uploadedBlocks++;
+      status.uploadedBytes += stored;
+    });
+    if (!wrote) status.reusedBlocks++;
+    blocks.push({ offset, blockChecksum: checksum });
+  };
+
+  for await (const block of iterateBlocks(opts.filePath, { mappings, signal })) {
+    if (failure) break;
+    hashHoleUntil(block.offset);
+    image.update(block.data);
+    hashed += block.size;
+    if (isAllZero(block.data)) {
+      status.zeroBlocks++;
+      progress();
+      continue;
+    }
+    while (inFlight.size >= concurrency && !failure) await Promise.race(inFlight);
+    if (failure) break;
+    pendingBytes += block.size;
+    const task: Promise<void> = handle(block.offset, block.data)
+      .catch((err: unknown) => {
+        failure ??= { err };
+      })
+      .finally(() => {
+        inFlight.delete(task);
+        pendingBytes -= block.size;
+        if (!failure) progress();
+      });
+    inFlight.add(task);
+  }
+  await Promise.all(inFlight);
+  if (failure) throw failure.err;
+  if (signal?.aborted) throw abortError(signal);
+  hashHoleUntil(size);
+  progress();
+  return { blocks, sha512: image.digest('hex') };
+}
