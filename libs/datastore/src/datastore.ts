@@ -1,0 +1,30 @@
+import type { DeleteOptions, KubeObject, ListOptions, ListResult, ResourceKind, Stored, WatchEvent, WatchOptions } from './types.js';
+
+/**
+ * A store of Kubernetes-style objects with Kubernetes semantics. Implementations: the embedded store
+ * (`EmbeddedDatastore`, this lib) and a Kubernetes API server implementation. Every method rejects with a
+ * `StatusError` subclass (NotFound, AlreadyExists, Conflict, Gone, Invalid) on the matching condition.
+ */
+export interface Datastore {
+  get<T extends KubeObject>(kind: ResourceKind<T>, name: string, namespace?: string): Promise<Stored<T>>;
+  list<T extends KubeObject>(kind: ResourceKind<T>, opts?: ListOptions): Promise<ListResult<T>>;
+  /** Events after `opts.resourceVersion` in order; rejects (on first `next()`) with GoneError when that version is no longer kept. */
+  watch<T extends KubeObject>(kind: ResourceKind<T>, opts?: WatchOptions): AsyncIterable<WatchEvent<T>>;
+  /** AlreadyExists if the name is taken. Sets uid, resourceVersion, generation=1, creationTimestamp. */
+  create<T extends KubeObject>(kind: ResourceKind<T>, obj: T): Promise<Stored<T>>;
+  /**
+   * Replaces the object. Conflict when `metadata.resourceVersion` is set and stale (empty = unconditional).
+   * With a status subresource the `status` in `obj` is ignored. Any change outside metadata/status bumps generation.
+   * Removing the last finalizer of an object with a deletionTimestamp deletes it.
+   */
+  update<T extends KubeObject>(kind: ResourceKind<T>, obj: T): Promise<Stored<T>>;
+  /** Status subresource: only `status` is taken from `obj`. Same Conflict rule as update. */
+  updateStatus<T extends KubeObject>(kind: ResourceKind<T>, obj: T): Promise<Stored<T>>;
+  /**
+   * Deletes the object. With finalizers (or Foreground/Orphan propagation) it only sets deletionTimestamp
+   * and returns the object; it disappears when its finalizers are gone. Returns the last state.
+   */
+  delete<T extends KubeObject>(kind: ResourceKind<T>, name: string, namespace?: string, opts?: DeleteOptions): Promise<Stored<T>>;
+  /** Releases files and ends every watch. */
+  close(): Promise<void>;
+}

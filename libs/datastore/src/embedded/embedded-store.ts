@@ -1,0 +1,613 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { promises as fsp } from 'node:fs';
+import path from 'node:path';
+import type { Datastore } from '../datastore.js';
+import { AlreadyExistsError, ConflictError, GoneError, InvalidError, NotFoundError, StatusError } from '../errors.js';
+import { compileSelector, isValidLabelKey, isValidLabelValue, LabelSelectorError, type CompiledSelector } from '../label-selector.js';
+import {
+  FOREGROUND_FINALIZER,
+  ORPHAN_FINALIZER,
+  groupOf,
+  type DeleteOptions,
+  type KubeObject,
+  type ListOptions,
+  type ListResult,
+  type ResourceKind,
+  type Stored,
+  type WatchEvent,
+  type WatchOptions,
+} from '../types.js';
+import { LogAppender, fsyncDir, readLog, writeCompactedLog, type EventRecord, type LogRecord } from './log-file.js';
+
+export interface EmbeddedDatastoreOptions {
+  /** Directory holding `store.log` (created if missing). */
+  dataDir: string;
+  /** Events kept for watch resumption (across restarts too). Older resourceVersions get 410 Gone. Default 1000. */
+  historyLimit?: number;
+  /** Rewrite the log once this many events were appended since the last compaction. Default 5000. */
+  compactAfterEvents?: number;
+  /** Clock for creation/deletion timestamps (tests). */
+  now?: () => Date;
+}
+
+type AnyStored = Stored<KubeObject>;
+
+const NAME_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+const kindKeyOf = (kind: ResourceKind): string => `${groupOf(kind.apiVersion)}/${kind.kind}`;
+const objKey = (k: string, namespace: string | undefined, name: string): string => `${k}|${namespace ?? ''}|${name}`;
+const clone = <T>(v: T): T => structuredClone(v);
+const k8sTime = (d: Date): string => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+
+/** Stable JSON for change detection (key order independent). */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object') {
+    const o = v as Record<string, unknown>;
+    return `{${Object.keys(o)
+      .filter((k) => o[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical(o[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(v) ?? 'null';
+}
+
+/** Everything except metadata and (optionally) status. */
+function bodyOf(o: KubeObject, withStatus: boolean): Record<string, unknown> {
+  const { metadata: _m, status, ...rest } = o as KubeObject & Record<string, unknown>;
+  return withStatus ? { ...rest, status } : rest;
+}
+
+/**
+ * The embedded datastore: all objects in memory, every change appended to an fsync'ed JSON-lines log under
+ * `dataDir` (see `log-file.ts`). One process owns a data directory at a time (`LOCK` file with its pid).
+ * Changes are serialised; each gets the next resourceVersion (a decimal counter that survives restarts).
+ * The garbage collector for ownerReferences / Foreground / Orphan propagation runs inside the store after changes.
+ */
+export class EmbeddedDatastore implements Datastore {
+  private readonly objects = new Map<string, AnyStored>();
+  private readonly uids = new Map<string, string>();
+  private readonly history: EventRecord[] = [];
+  private rv = 0;
+  private eventsSinceCompaction = 0;
+  private chain: Promise<unknown> = Promise.resolve();
+  private waiters = new Set<() => void>();
+  private closed = false;
+  private gcScheduled = false;
+  private readonly historyLimit: number;
+  private readonly compactAfter: number;
+  private readonly now: () => Date;
+
+  private constructor(
+    private readonly dir: string,
+    private appender: LogAppender,
+    opts: EmbeddedDatastoreOptions,
+  ) {
+    this.historyLimit = Math.max(1, opts.historyLimit ?? 1000);
+    this.compactAfter = Math.max(1, opts.compactAfterEvents ?? 5000);
+    this.now = opts.now ?? (() => new Date());
+  }
+
+  static async open(opts: EmbeddedDatastoreOptions): Promise<EmbeddedDatastore> {
+    const dir = path.resolve(opts.dataDir);
+    await fsp.mkdir(dir, { recursive: true });
+    await acquireLock(dir);
+    try {
+      const records = await readLog(dir);
+      if (records.length === 0) await writeCompactedLog(dir, [{ op: 'header', format: 1, rv: 0 }]);
+      const store = new EmbeddedDatastore(dir, await LogAppender.open(dir), opts);
+      store.load(records);
+      if (store.eventsSinceCompaction >= store.compactAfter) await store.compact();
+      store.scheduleGc();
+      return store;
+    } catch (err) {
+      await fsp.rm(path.join(dir, 'LOCK'), { force: true });
+      throw err;
+    }
+  }
+
+  /** The latest committed resourceVersion. */
+  get resourceVersion(): string {
+    return String(this.rv);
+  }
+
+  private load(records: LogRecord[]): void {
+    for (const r of records) {
+      switch (r.op) {
+        case 'header':
+          this.rv = r.rv;
+          break;
+        case 'hist':
+          this.history.push(stripOp(r));
+          break;
+        case 'obj': {
+          const o = r.object as AnyStored;
+          this.objects.set(objKey(r.k, o.metadata.namespace, o.metadata.name), o);
+          this.uids.set(o.metadata.uid, objKey(r.k, o.metadata.namespace, o.metadata.name));
+          break;
+        }
+        case 'ev':
+          this.applyEvent(stripOp(r));
+          this.eventsSinceCompaction++;
+          break;
+      }
+    }
+    this.trimHistory();
+  }
+
+  // ---------------------------------------------------------------- serialisation and commit
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(() => {
+      if (this.closed) throw new Error('datastore is closed');
+      return fn();
+    });
+    this.chain = run.catch(() => undefined);
+    return run;
+  }
+
+  private applyEvent(ev: EventRecord): void {
+    const o = ev.object as AnyStored;
+    const key = objKey(ev.k, o.metadata.namespace, o.metadata.name);
+    if (ev.type === 'DELETED') {
+      this.objects.delete(key);
+      this.uids.delete(o.metadata.uid);
+    } else {
+      this.objects.set(key, o);
+      this.uids.set(o.metadata.uid, key);
+    }
+    this.rv = ev.rv;
+    this.history.push(ev);
+  }
+
+  private trimHistory(): void {
+    const extra = this.history.length - this.historyLimit;
+    if (extra > 0) this.history.splice(0, extra);
+  }
+
+  /** Durably appends one change, then applies it and wakes watchers. */
+  private async commit(k: string, type: EventRecord['type'], object: AnyStored, prevLabels?: Record<string, string>): Promise<AnyStored> {
+    const rv = this.rv + 1;
+    object.metadata.resourceVersion = String(rv);
+    const ev: EventRecord = { rv, k, type, object, ...(prevLabels ? { pl: prevLabels } : {}) };
+    await this.appender.append([{ op: 'ev', ...ev }]);
+    this.applyEvent(ev);
+    this.trimHistory();
+    this.eventsSinceCompaction++;
+    const waiters = this.waiters;
+    this.waiters = new Set();
+    for (const w of waiters) w();
+    if (this.eventsSinceCompaction >= this.compactAfter) await this.compact();
+    return clone(object);
+  }
+
+  private async compact(): Promise<void> {
+    const records: LogRecord[] = [{ op: 'header', format: 1, rv: this.rv }];
+    for (const h of this.history) records.push({ op: 'hist', ...h });
+    for (const [key, o] of this.objects) records.push({ op: 'obj', k: key.slice(0, key.indexOf('|')), object: o });
+    await this.appender.close();
+    await writeCompactedLog(this.dir, records);
+    this.appender = await LogAppender.open(this.dir);
+    this.eventsSinceCompaction = 0;
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  async get<T extends KubeObject>(kind: ResourceKind<T>, name: string, namespace?: string): Promise<Stored<T>> {
+    const o = this.objects.get(objKey(kindKeyOf(kind), kind.namespaced ? namespace : undefined, name));
+    if (!o) throw new NotFoundError(kind, name);
+    return clone(o) as Stored<T>;
+  }
+
+  async list<T extends KubeObject>(kind: ResourceKind<T>, opts: ListOptions = {}): Promise<ListResult<T>> {
+    const sel = selectorOrInvalid(kind, opts.labelSelector);
+    const items = this.matching(kindKeyOf(kind), kind.namespaced ? opts.namespace : undefined, sel);
+    return { items: items.map((o) => clone(o) as Stored<T>), resourceVersion: String(this.rv) };
+  }
+
+  private matching(k: string, namespace: string | undefined, sel: CompiledSelector): AnyStored[] {
+    const prefix = namespace === undefined ? `${k}|` : `${k}|${namespace}|`;
+    const out: AnyStored[] = [];
+    for (const [key, o] of this.objects) if (key.startsWith(prefix) && sel.matches(o.metadata.labels)) out.push(o);
+    return out.sort((a, b) => ((a.metadata.namespace ?? '') + '/' + a.metadata.name).localeCompare((b.metadata.namespace ?? '') + '/' + b.metadata.name));
+  }
+
+  watch<T extends KubeObject>(kind: ResourceKind<T>, opts: WatchOptions = {}): AsyncIterable<WatchEvent<T>> {
+    return { [Symbol.asyncIterator]: () => this.watchEvents(kind, opts)[Symbol.asyncIterator]() };
+  }
+
+  private async *watchEvents<T extends KubeObject>(kind: ResourceKind<T>, opts: WatchOptions): AsyncGenerator<WatchEvent<T>> {
+    const sel = selectorOrInvalid(kind, opts.labelSelector);
+    const k = kindKeyOf(kind);
+    const ns = kind.namespaced ? opts.namespace : undefined;
+    const signal = opts.signal;
+    let cursor: number;
+    if (opts.resourceVersion === undefined || opts.resourceVersion === '' || opts.resourceVersion === '0') {
+      const initial = this.matching(k, ns, sel).map((o) => clone(o));
+      cursor = this.rv;
+      for (const o of initial) yield { type: 'ADDED', object: o as Stored<T> };
+    } else {
+      if (!/^\d+$/.test(opts.resourceVersion)) {
+        throw new StatusError('BadRequest', 400, `invalid resource version "${opts.resourceVersion}"`);
+      }
+      cursor = Number(opts.resourceVersion);
+    }
+    let lastSent = Date.now();
+    while (!this.closed && !signal?.aborted) {
+      const oldest = this.history.length ? this.history[0].rv : this.rv + 1;
+      if (cursor < oldest - 1) throw new GoneError(String(cursor), String(oldest - 1));
+      let delivered = false;
+      for (let i = Math.max(0, cursor + 1 - oldest); i < this.history.length; i++) {
+        const ev = this.history[i];
+        if (ev.rv <= cursor) continue;
+        cursor = ev.rv;
+        const out = this.translate<T>(ev, k, ns, sel);
+        if (out) {
+          delivered = true;
+          lastSent = Date.now();
+          yield out;
+          // History may have been trimmed or grown while suspended: restart the scan from the cursor.
+          break;
+        }
+      }
+      if (delivered) continue;
+      if (cursor >= this.rv || this.history.length === 0 || this.history[this.history.length - 1].rv <= cursor) {
+        const wait = opts.bookmarkIntervalMs ? Math.max(0, opts.bookmarkIntervalMs - (Date.now() - lastSent)) : undefined;
+        const woke = await this.waitForChange(wait, signal);
+        if (!woke && opts.bookmarkIntervalMs && !this.closed && !signal?.aborted && cursor >= this.rv) {
+          lastSent = Date.now();
+          yield {
+            type: 'BOOKMARK',
+            object: { apiVersion: kind.apiVersion, kind: kind.kind, metadata: { name: '', resourceVersion: String(cursor) } } as unknown as Stored<T>,
+          };
+        }
+      }
+    }
+  }
+
+  private translate<T extends KubeObject>(ev: EventRecord, k: string, ns: string | undefined, sel: CompiledSelector): WatchEvent<T> | undefined {
+    if (ev.k !== k) return undefined;
+    const o = ev.object as AnyStored;
+    if (ns !== undefined && (o.metadata.namespace ?? '') !== ns) return undefined;
+    const now = sel.matches(o.metadata.labels);
+    if (ev.type === 'MODIFIED' && ev.pl !== undefined) {
+      const before = sel.matches(ev.pl);
+      if (before && !now) return { type: 'DELETED', object: clone(o) as Stored<T> };
+      if (!before && now) return { type: 'ADDED', object: clone(o) as Stored<T> };
+    }
+    if (!now) return undefined;
+    return { type: ev.type, object: clone(o) as Stored<T> };
+  }
+
+  /** Resolves true on a committed change, false on timeout/abort/close. */
+  private waitForChange(timeoutMs: number | undefined, signal: AbortSignal | undefined): Promise<boolean> {
+    return new Promise((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const done = (v: boolean): void => {
+        if (timer) clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        this.waiters.delete(onChange);
+        resolve(v);
+      };
+      const onChange = (): void => done(true);
+      const onAbort = (): void => done(false);
+      this.waiters.add(onChange);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      if (timeoutMs !== undefined) timer = setTimeout(() => done(false), timeoutMs);
+    });
+  }
+
+  // ---------------------------------------------------------------- writes
+
+  create<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
+    return this.serial(async () => {
+      const obj = clone(input) as KubeObject;
+      obj.apiVersion = obj.apiVersion || kind.apiVersion;
+      obj.kind = obj.kind || kind.kind;
+      obj.metadata = obj.metadata ?? ({ name: '' } as KubeObject['metadata']);
+      const m = obj.metadata;
+      if (!m.name && m.generateName) m.name = m.generateName + randomSuffix();
+      const causes = validateCommon(kind, obj);
+      if (causes.length) throw new InvalidError(kind, m.name ?? '', causes);
+      if (!kind.namespaced) delete m.namespace;
+      const k = kindKeyOf(kind);
+      if (this.objects.has(objKey(k, m.namespace, m.name))) throw new AlreadyExistsError(kind, m.name);
+      delete m.generateName;
+      delete m.deletionTimestamp;
+      m.uid = randomUUID();
+      m.generation = 1;
+      m.creationTimestamp = k8sTime(this.now());
+      if (kind.statusSubresource) delete obj.status;
+      const stored = await this.commit(k, 'ADDED', obj as AnyStored);
+      this.scheduleGc();
+      return stored as Stored<T>;
+    });
+  }
+
+  update<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
+    return this.serial(async () => {
+      const { key, cur } = this.forWrite(kind, input);
+      const obj = clone(input) as KubeObject;
+      const causes = validateCommon(kind, obj);
+      if (causes.length) throw new InvalidError(kind, cur.metadata.name, causes);
+      const next: AnyStored = {
+        ...(bodyOf(obj, !kind.statusSubresource) as object),
+        apiVersion: cur.apiVersion,
+        kind: cur.kind,
+        metadata: {
+          ...cur.metadata,
+          labels: obj.metadata.labels,
+          annotations: obj.metadata.annotations,
+          finalizers: obj.metadata.finalizers,
+          ownerReferences: obj.metadata.ownerReferences,
+        },
+      } as AnyStored;
+      if (kind.statusSubresource && cur.status !== undefined) next.status = clone(cur.status);
+      cleanMeta(next);
+      if (cur.metadata.deletionTimestamp) {
+        const added = (next.metadata.finalizers ?? []).filter((f) => !(cur.metadata.finalizers ?? []).includes(f));
+        if (added.length) {
+          throw new InvalidError(kind, cur.metadata.name, [
+            { field: 'metadata.finalizers', message: `Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ${JSON.stringify(added)}` },
+          ]);
+        }
+      }
+      const bodyChanged = canonical(bodyOf(cur, !kind.statusSubresource)) !== canonical(bodyOf(next, !kind.statusSubresource));
+      if (bodyChanged) next.metadata.generation = cur.metadata.generation + 1;
+      if (!bodyChanged && canonical(next.metadata) === canonical(cur.metadata)) return clone(cur) as Stored<T>;
+      const result = await this.writeOrFinish(key, next, cur);
+      return result as Stored<T>;
+    });
+  }
+
+  updateStatus<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
+    return this.serial(async () => {
+      const { key, cur } = this.forWrite(kind, input);
+      const next = clone(cur);
+      if (input.status === undefined) delete next.status;
+      else next.status = clone(input.status);
+      if (canonical(next.status) === canonical(cur.status)) return clone(cur) as Stored<T>;
+      return (await this.commit(key.slice(0, key.indexOf('|')), 'MODIFIED', next, cur.metadata.labels ?? {})) as Stored<T>;
+    });
+  }
+
+  delete<T extends KubeObject>(kind: ResourceKind<T>, name: string, namespace?: string, opts: DeleteOptions = {}): Promise<Stored<T>> {
+    return this.serial(async () => {
+      const k = kindKeyOf(kind);
+      const key = objKey(k, kind.namespaced ? namespace : undefined, name);
+      const cur = this.objects.get(key);
+      if (!cur) throw new NotFoundError(kind, name);
+      const pre = opts.preconditions;
+      if (pre?.uid && pre.uid !== cur.metadata.uid) {
+        throw new ConflictError(kind, name, `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${cur.metadata.uid}`);
+      }
+      if (pre?.resourceVersion && pre.resourceVersion !== cur.metadata.resourceVersion) {
+        throw new ConflictError(kind, name, `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${cur.metadata.resourceVersion}`);
+      }
+      const result = await this.deleteByKey(key, opts.propagationPolicy ?? 'Background');
+      this.scheduleGc();
+      return result as Stored<T>;
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.chain;
+    this.closed = true;
+    for (const w of this.waiters) w();
+    this.waiters.clear();
+    await this.appender.close();
+    await fsp.rm(path.join(this.dir, 'LOCK'), { force: true });
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  private forWrite(kind: ResourceKind, input: KubeObject): { key: string; cur: AnyStored } {
+    const name = input?.metadata?.name;
+    if (!name) throw new InvalidError(kind, '', [{ field: 'metadata.name', message: 'Required value: name is required' }]);
+    const key = objKey(kindKeyOf(kind), kind.namespaced ? input.metadata.namespace : undefined, name);
+    const cur = this.objects.get(key);
+    if (!cur) throw new NotFoundError(kind, name);
+    if (input.metadata.uid && input.metadata.uid !== cur.metadata.uid) {
+      throw new ConflictError(kind, name, `Precondition failed: UID in precondition: ${input.metadata.uid}, UID in object meta: ${cur.metadata.uid}`);
+    }
+    if (input.metadata.resourceVersion && input.metadata.resourceVersion !== cur.metadata.resourceVersion) throw new ConflictError(kind, name);
+    return { key, cur };
+  }
+
+  /** Commits a MODIFIED state, or removes the object when it is being deleted and has no finalizers left. */
+  private async writeOrFinish(key: string, next: AnyStored, cur: AnyStored): Promise<AnyStored> {
+    const k = key.slice(0, key.indexOf('|'));
+    if (next.metadata.deletionTimestamp && (next.metadata.finalizers ?? []).length === 0) {
+      const r = await this.commit(k, 'DELETED', next);
+      this.scheduleGc();
+      return r;
+    }
+    const r = await this.commit(k, 'MODIFIED', next, cur.metadata.labels ?? {});
+    this.scheduleGc();
+    return r;
+  }
+
+  private async deleteByKey(key: string, policy: 'Foreground' | 'Background' | 'Orphan'): Promise<AnyStored> {
+    const cur = this.objects.get(key) as AnyStored;
+    if (cur.metadata.deletionTimestamp) return clone(cur);
+    const finalizers = [...(cur.metadata.finalizers ?? [])];
+    if (policy === 'Foreground' && !finalizers.includes(FOREGROUND_FINALIZER)) finalizers.push(FOREGROUND_FINALIZER);
+    if (policy === 'Orphan' && !finalizers.includes(ORPHAN_FINALIZER)) finalizers.push(ORPHAN_FINALIZER);
+    const k = key.slice(0, key.indexOf('|'));
+    if (finalizers.length === 0) return this.commit(k, 'DELETED', clone(cur));
+    const next = clone(cur);
+    next.metadata.finalizers = finalizers;
+    next.metadata.deletionTimestamp = k8sTime(this.now());
+    return this.commit(k, 'MODIFIED', next, cur.metadata.labels ?? {});
+  }
+
+  private dependentsOf(uid: string): string[] {
+    const out: string[] = [];
+    for (const [key, o] of this.objects) if (o.metadata.ownerReferences?.some((r) => r.uid === uid)) out.push(key);
+    return out;
+  }
+
+  private scheduleGc(): void {
+    if (this.gcScheduled || this.closed) return;
+    this.gcScheduled = true;
+    void this.serial(async () => {
+      this.gcScheduled = false;
+      await this.collectGarbage();
+    }).catch(() => {
+      // A failed GC pass (e.g. disk error) is retried after the next change.
+    });
+  }
+
+  /** One garbage-collection pass; repeats until nothing changes. */
+  private async collectGarbage(): Promise<void> {
+    for (let round = 0; round < 1000; round++) {
+      let changed = false;
+      for (const key of [...this.objects.keys()]) {
+        const o = this.objects.get(key);
+        if (!o) continue;
+        const fin = o.metadata.finalizers ?? [];
+        if (o.metadata.deletionTimestamp && fin.includes(ORPHAN_FINALIZER)) {
+          for (const dk of this.dependentsOf(o.metadata.uid)) {
+            const d = this.objects.get(dk) as AnyStored;
+            const next = clone(d);
+            next.metadata.ownerReferences = (d.metadata.ownerReferences ?? []).filter((r) => r.uid !== o.metadata.uid);
+            cleanMeta(next);
+            await this.commit(dk.slice(0, dk.indexOf('|')), 'MODIFIED', next, d.metadata.labels ?? {});
+          }
+          await this.removeFinalizer(key, ORPHAN_FINALIZER);
+          changed = true;
+          continue;
+        }
+        if (o.metadata.deletionTimestamp && fin.includes(FOREGROUND_FINALIZER)) {
+          const deps = this.dependentsOf(o.metadata.uid);
+          for (const dk of deps) {
+            const d = this.objects.get(dk) as AnyStored;
+            if (!d.metadata.deletionTimestamp) {
+              await this.deleteByKey(dk, this.dependentsOf(d.metadata.uid).length > 0 ? 'Foreground' : 'Background');
+              changed = true;
+            }
+          }
+          const blocking = this.dependentsOf(o.metadata.uid).filter((dk) =>
+            (this.objects.get(dk) as AnyStored).metadata.ownerReferences?.some((r) => r.uid === o.metadata.uid && r.blockOwnerDeletion),
+          );
+          if (blocking.length === 0) {
+            await this.removeFinalizer(key, FOREGROUND_FINALIZER);
+            changed = true;
+          }
+          continue;
+        }
+        const refs = o.metadata.ownerReferences ?? [];
+        if (refs.length > 0 && !o.metadata.deletionTimestamp && refs.every((r) => !this.uids.has(r.uid))) {
+          await this.deleteByKey(key, 'Background');
+          changed = true;
+        }
+      }
+      if (!changed) return;
+    }
+  }
+
+  private async removeFinalizer(key: string, finalizer: string): Promise<void> {
+    const cur = this.objects.get(key);
+    if (!cur) return;
+    const next = clone(cur);
+    next.metadata.finalizers = (cur.metadata.finalizers ?? []).filter((f) => f !== finalizer);
+    cleanMeta(next);
+    await this.writeOrFinish(key, next, cur);
+  }
+}
+
+function stripOp<T extends { op: string }>(r: T): Omit<T, 'op'> {
+  const { op: _op, ...rest } = r;
+  return rest;
+}
+
+function cleanMeta(o: KubeObject): void {
+  const m = o.metadata as unknown as Record<string, unknown>;
+  for (const f of ['labels', 'annotations', 'finalizers', 'ownerReferences']) {
+    const v = m[f];
+    if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) delete m[f];
+  }
+}
+
+function randomSuffix(): string {
+  const alphabet = 'bcdfghjklmnpqrstvwxz2456789';
+  return [...randomBytes(5)].map((b) => alphabet[b % alphabet.length]).join('');
+}
+
+function selectorOrInvalid(kind: ResourceKind, sel: ListOptions['labelSelector']): CompiledSelector {
+  try {
+    return compileSelector(sel);
+  } catch (err) {
+    if (err instanceof LabelSelectorError) throw new StatusError('BadRequest', 400, err.message, { kind: kind.plural });
+    throw err;
+  }
+}
+
+function validateCommon(kind: ResourceKind, obj: KubeObject): { field: string; message: string }[] {
+  const causes: { field: string; message: string }[] = [];
+  if (obj.apiVersion !== kind.apiVersion) causes.push({ field: 'apiVersion', message: `Invalid value: "${obj.apiVersion}": must be ${kind.apiVersion}` });
+  if (obj.kind !== kind.kind) causes.push({ field: 'kind', message: `Invalid value: "${obj.kind}": must be ${kind.kind}` });
+  const m = obj.metadata;
+  if (!m || typeof m !== 'object') return [...causes, { field: 'metadata', message: 'Required value' }];
+  if (!m.name) causes.push({ field: 'metadata.name', message: 'Required value: name or generateName is required' });
+  else if (m.name.length > 253 || !NAME_RE.test(m.name)) {
+    causes.push({
+      field: 'metadata.name',
+      message: `Invalid value: "${m.name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character`,
+    });
+  }
+  if (kind.namespaced) {
+    if (!m.namespace) causes.push({ field: 'metadata.namespace', message: 'Required value' });
+    else if (m.namespace.length > 63 || !/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(m.namespace)) {
+      causes.push({ field: 'metadata.namespace', message: `Invalid value: "${m.namespace}": a lowercase RFC 1123 label` });
+    }
+  } else if (m.namespace) {
+    causes.push({ field: 'metadata.namespace', message: `Forbidden: not allowed on this type` });
+  }
+  for (const [key, value] of Object.entries(m.labels ?? {})) {
+    if (!isValidLabelKey(key)) causes.push({ field: 'metadata.labels', message: `Invalid value: "${key}": not a valid label key` });
+    if (typeof value !== 'string' || !isValidLabelValue(value)) causes.push({ field: 'metadata.labels', message: `Invalid value: "${String(value)}": not a valid label value` });
+  }
+  for (const [key, value] of Object.entries(m.annotations ?? {})) {
+    if (typeof value !== 'string') causes.push({ field: `metadata.annotations[${key}]`, message: 'Invalid value: must be a string' });
+  }
+  if (m.finalizers !== undefined && (!Array.isArray(m.finalizers) || m.finalizers.some((f) => typeof f !== 'string' || !f))) {
+    causes.push({ field: 'metadata.finalizers', message: 'Invalid value: must be a list of non-empty strings' });
+  }
+  for (const [i, r] of (m.ownerReferences ?? []).entries()) {
+    for (const f of ['apiVersion', 'kind', 'name', 'uid'] as const) {
+      if (!r || typeof r[f] !== 'string' || !r[f]) causes.push({ field: `metadata.ownerReferences[${i}].${f}`, message: 'Required value' });
+    }
+  }
+  return causes;
+}
+
+/** One process per data directory: a `LOCK` file with the owner's pid; a lock of a dead process is taken over. */
+async function acquireLock(dir: string): Promise<void> {
+  const lock = path.join(dir, 'LOCK');
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      await fsp.writeFile(lock, String(process.pid), { flag: 'wx' });
+      await fsyncDir(dir);
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const pid = Number((await fsp.readFile(lock, 'utf8').catch(() => '')).trim());
+      if (pid > 0 && pid !== process.pid && isAlive(pid)) throw new Error(`datastore directory ${dir} is in use by process ${pid}`);
+      if (pid === process.pid) throw new Error(`datastore directory ${dir} is already open in this process`);
+      await fsp.rm(lock, { force: true });
+    }
+  }
+  throw new Error(`cannot lock datastore directory ${dir}`);
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

@@ -1,0 +1,6 @@
+export * from './types.js';
+export * from './errors.js';
+export * from './datastore.js';
+export { compileSelector, parseLabelSelector, isValidLabelKey, isValidLabelValue, LabelSelectorError, type CompiledSelector } from './label-selector.js';
+export { EmbeddedDatastore, type EmbeddedDatastoreOptions } from './embedded/embedded-store.js';
+export { StoreLogCorruptError } from './embedded/log-file.js';
