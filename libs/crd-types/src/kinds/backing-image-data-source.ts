@@ -51,4 +51,5 @@ export const BACKING_IMAGE_DATA_SOURCE = defineKind({
   ],
   root: s.object({ spec: backingImageDataSourceSpecSchema, status: backingImageDataSourceStatusSchema }),
 });
-export type BackingImageDataSource = ObjectOf<typeof BACKING_IMAGE_DATA_SOURCE>;
+// An interface (not an alias) so that the compiler resolves the inferred type once and names it in messages.
+export interface BackingImageDataSource extends ObjectOf<typeof BACKING_IMAGE_DATA_SOURCE> {}

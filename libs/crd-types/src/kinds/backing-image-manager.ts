@@ -61,4 +61,5 @@ export const BACKING_IMAGE_MANAGER = defineKind({
   ],
   root: s.object({ spec: backingImageManagerSpecSchema, status: backingImageManagerStatusSchema }),
 });
-export type BackingImageManager = ObjectOf<typeof BACKING_IMAGE_MANAGER>;
+// An interface (not an alias) so that the compiler resolves the inferred type once and names it in messages.
+export interface BackingImageManager extends ObjectOf<typeof BACKING_IMAGE_MANAGER> {}

@@ -79,4 +79,5 @@ export const BACKING_IMAGE = defineKind({
   ],
   root: s.object({ spec: backingImageSpecSchema, status: backingImageStatusSchema }),
 });
-export type BackingImage = ObjectOf<typeof BACKING_IMAGE>;
+// An interface (not an alias) so that the compiler resolves the inferred type once and names it in messages.
+export interface BackingImage extends ObjectOf<typeof BACKING_IMAGE> {}

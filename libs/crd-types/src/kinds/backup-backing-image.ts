@@ -59,4 +59,5 @@ export const BACKUP_BACKING_IMAGE = defineKind({
   ],
   root: s.object({ spec: backupBackingImageSpecSchema, status: backupBackingImageStatusSchema }),
 });
-export type BackupBackingImage = ObjectOf<typeof BACKUP_BACKING_IMAGE>;
+// An interface (not an alias) so that the compiler resolves the inferred type once and names it in messages.
+export interface BackupBackingImage extends ObjectOf<typeof BACKUP_BACKING_IMAGE> {}

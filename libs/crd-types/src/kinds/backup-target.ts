@@ -41,4 +41,5 @@ export const BACKUP_TARGET = defineKind({
   ],
   root: s.object({ spec: backupTargetSpecSchema, status: backupTargetStatusSchema }),
 });
-export type BackupTarget = ObjectOf<typeof BACKUP_TARGET>;
+// An interface (not an alias) so that the compiler resolves the inferred type once and names it in messages.
+export interface BackupTarget extends ObjectOf<typeof BACKUP_TARGET> {}

@@ -71,4 +71,5 @@ export const NODE = defineKind({
   ],
   root: s.object({ spec: nodeSpecSchema, status: nodeStatusSchema }),
 });
-export type Node = ObjectOf<typeof NODE>;
+// An interface (not an alias) so that the compiler resolves the inferred type once and names it in messages.
+export interface Node extends ObjectOf<typeof NODE> {}

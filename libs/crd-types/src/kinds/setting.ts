@@ -24,4 +24,5 @@ export const SETTING = defineKind({
     { required: ['value'] },
   ),
 });
-export type Setting = ObjectOf<typeof SETTING>;
+// An interface (not an alias) so that the compiler resolves the inferred type once and names it in messages.
+export interface Setting extends ObjectOf<typeof SETTING> {}
