@@ -93,3 +93,32 @@ export function assertChecksumMatches(expected: ExpectedChecksum, actualHex: str
     throw new ChecksumMismatchError(expected.text, actualText);
   }
 }
+
+/**
+ * Where an expected checksum applies. A SHA-512 checksum (bare or `sha512:`) is Longhorn's: it covers the stored
+ * file (after decompression and zero-padding), the value every copy is verified against later. A `sha256:`, `sha1:`
+ * or `md5:` checksum is what image publishers print: it covers the bytes as transferred from the source (before
+ * decompression and padding).
+ */
+export function checksumCoversStoredFile(expected: ExpectedChecksum | undefined): boolean {
+  return expected?.algorithm === 'sha512';
+}
+
+/** Verifies a non-SHA-512 expected checksum over the source bytes as they stream by. */
+export class SourceChecksum {
+  #hash: Hash | undefined;
+  constructor(readonly expected: ExpectedChecksum | undefined) {
+    this.reset();
+  }
+  /** Starts again from the first byte (a restarted transfer). */
+  reset(): void {
+    this.#hash = this.expected && !checksumCoversStoredFile(this.expected) ? createHash(this.expected.algorithm) : undefined;
+  }
+  update(chunk: Uint8Array): void {
+    this.#hash?.update(chunk);
+  }
+  /** Throws {@link ChecksumMismatchError} when the source bytes do not match. */
+  verify(): void {
+    if (this.#hash && this.expected) assertChecksumMatches(this.expected, this.#hash.digest('hex'));
+  }
+}

@@ -78,7 +78,11 @@ export async function* decompress(kind: Compression, input: AsyncIterable<Buffer
       for await (const chunk of gunzip as AsyncIterable<Buffer>) yield chunk;
       await feeding;
     } catch (e) {
-      throw new SourceError(`gzip decompression failed: ${(e as Error).message}`);
+      const code = (e as { code?: string }).code;
+      if (typeof code === 'string' && code.startsWith('Z_')) {
+        throw new SourceError(`gzip decompression failed: ${(e as Error).message}`);
+      }
+      throw e; // the input failed (e.g. a dropped connection): let the caller decide about retrying
     } finally {
       signal.removeEventListener('abort', onAbort);
       gunzip.destroy();

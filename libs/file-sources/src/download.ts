@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Got } from 'got';
-import { parseExpectedChecksum } from './checksum.js';
+import { checksumCoversStoredFile, parseExpectedChecksum, SourceChecksum } from './checksum.js';
 import type { DownloadRequest, ProgressSink, SourceResult } from './contract.js';
 import { COMPRESSION_MAGIC_BYTES, decompress, detectCompression, peek, type Compression } from './decompress.js';
 import { SourceCancelledError, SourceError, StallError, throwIfAborted } from './errors.js';
@@ -166,18 +166,33 @@ export async function downloadToFile(req: DownloadRequest, s: DownloadSettings):
     throw new SourceError(`invalid download URL "${req.url}": only http and https are supported`);
   }
   throwIfAborted(req.signal);
-  const sink = await ImageSink.create(req.dest, { expected });
+  const sink = await ImageSink.create(req.dest, { expected: checksumCoversStoredFile(expected) ? expected : undefined });
+  const sourceChecksum = new SourceChecksum(expected);
   const progress = new ThrottledProgress(req.sink);
   try {
     const parallel = s.parallel.connections > 1 ? await probeRanges(s, req.url, req.signal) : undefined;
     if (parallel) {
       req.sink.setSize(parallel.size);
-      await pumpOnce(rangedBody(s, req.url, parallel.size, req.signal), sink, s, req.signal, (n) => progress.update(n));
+      const { ctl, unlink } = linkedController(req.signal);
+      try {
+        let sourceBytes = 0;
+        const body = countBytes(rangedBody(s, req.url, parallel.size, ctl.signal), (n, c) => {
+          sourceBytes = n;
+          sourceChecksum.update(c);
+        });
+        const { head, all } = await peek(body, COMPRESSION_MAGIC_BYTES);
+        const compression = detectCompression(head);
+        const bytes = compression ? decompress(compression, all, ctl.signal) : all;
+        await pumpOnce(bytes, sink, s, req.signal, () => progress.update(sourceBytes), ctl);
+      } finally {
+        unlink();
+      }
     } else {
-      await singleStream(req, s, sink, progress);
+      await singleStream(req, s, sink, progress, sourceChecksum);
     }
     progress.flush();
     throwIfAborted(req.signal);
+    sourceChecksum.verify();
     return await sink.finish();
   } catch (e) {
     await sink.discard();
@@ -230,22 +245,29 @@ export async function pumpOnce(
   }
 }
 
-async function singleStream(req: DownloadRequest, s: DownloadSettings, sink: ImageSink, progress: ThrottledProgress): Promise<void> {
+async function singleStream(
+  req: DownloadRequest,
+  s: DownloadSettings,
+  sink: ImageSink,
+  progress: ThrottledProgress,
+  sourceChecksum: SourceChecksum,
+): Promise<void> {
   let failures = 0;
   let attempts = 0;
   let rangesSupported = false;
   let compression: Compression | undefined | null = null; // null = not known yet
   let sourceDone = 0; // source (possibly compressed) bytes consumed in the current run from byte 0
+  let highWater = 0; // most source bytes ever reached: an attempt that gets further counts as progress
   let total = -1;
   for (;;) {
     attempts++;
     const resumeAt = compression === undefined && rangesSupported && sink.position > 0 ? sink.position : 0;
     if (resumeAt === 0 && (sink.position > 0 || sourceDone > 0)) {
       await sink.reset();
+      sourceChecksum.reset();
     }
     sourceDone = resumeAt;
     const { ctl, unlink } = linkedController(req.signal);
-    let before = sourceDone;
     try {
       const headers: Record<string, string> = resumeAt > 0 ? { range: `bytes=${resumeAt}-` } : {};
       const watch = stallWatch(s.stallTimeoutMs, ctl);
@@ -261,7 +283,8 @@ async function singleStream(req: DownloadRequest, s: DownloadSettings, sink: Ima
           // resumed
         } else if (res.status === 200) {
           await sink.reset();
-          sourceDone = before = offset = 0;
+          sourceChecksum.reset();
+          sourceDone = offset = 0;
         } else {
           throw statusError(req.url, res.status, 206);
         }
@@ -273,7 +296,10 @@ async function singleStream(req: DownloadRequest, s: DownloadSettings, sink: Ima
         req.sink.setSize(total);
       }
       rangesSupported = res.headers['accept-ranges'] === 'bytes';
-      let body: AsyncIterable<Buffer> = countBytes(res.body, (n) => (sourceDone = offset + n));
+      let body: AsyncIterable<Buffer> = countBytes(res.body, (n, c) => {
+        sourceDone = offset + n;
+        sourceChecksum.update(c);
+      });
       if (offset === 0) {
         const { head, all } = await peek(body, COMPRESSION_MAGIC_BYTES);
         compression = detectCompression(head);
@@ -288,7 +314,8 @@ async function singleStream(req: DownloadRequest, s: DownloadSettings, sink: Ima
       if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);
       const err = ctl.signal.reason instanceof StallError ? ctl.signal.reason : e;
       if (!isTransient(err)) throw err;
-      if (sourceDone > before) failures = 0;
+      if (sourceDone > highWater) failures = 0;
+      highWater = Math.max(highWater, sourceDone);
       failures++;
       if (failures > s.retry.limit) {
         throw new SourceError(
@@ -302,11 +329,11 @@ async function singleStream(req: DownloadRequest, s: DownloadSettings, sink: Ima
   }
 }
 
-async function* countBytes(body: AsyncIterable<Buffer>, onCount: (n: number) => void): AsyncGenerator<Buffer> {
+async function* countBytes(body: AsyncIterable<Buffer>, onCount: (n: number, chunk: Buffer) => void): AsyncGenerator<Buffer> {
   let n = 0;
   for await (const chunk of body) {
     n += chunk.length;
-    onCount(n);
+    onCount(n, chunk);
     yield chunk;
   }
 }
@@ -318,6 +345,7 @@ async function* rangedBody(s: DownloadSettings, url: string, size: number, signa
   const inflight = new Map<number, Promise<Buffer>>();
   const { ctl, unlink } = linkedController(signal);
   let next = 0;
+  let completed = false;
   const launch = (): void => {
     while (next < count && inflight.size < s.parallel.connections) {
       const i = next++;
@@ -333,8 +361,9 @@ async function* rangedBody(s: DownloadSettings, url: string, size: number, signa
       inflight.delete(i);
       yield buf;
     }
+    completed = true;
   } finally {
-    ctl.abort(new SourceCancelledError('parallel download stopped'));
+    if (!completed) ctl.abort(new SourceCancelledError('parallel download stopped'));
     unlink();
   }
 }
@@ -342,8 +371,9 @@ async function* rangedBody(s: DownloadSettings, url: string, size: number, signa
 async function fetchSegment(s: DownloadSettings, url: string, start: number, end: number, signal: AbortSignal): Promise<Buffer> {
   let failures = 0;
   for (;;) {
+    const { ctl, unlink } = linkedController(signal);
     try {
-      const res = await openGet(s.client, url, { range: `bytes=${start}-${end}` }, signal);
+      const res = await openGet(s.client, url, { range: `bytes=${start}-${end}` }, ctl.signal);
       if (res.status !== 206 || contentRangeStart(res.headers) !== start) {
         for await (const _ of res.body) break;
         throw statusError(url, res.status, 206);
@@ -361,6 +391,8 @@ async function fetchSegment(s: DownloadSettings, url: string, start: number, end
       if (signal.aborted || !isTransient(e)) throw e;
       if (++failures > s.retry.limit) throw new SourceError(`download of range ${start}-${end} from ${url} failed: ${(e as Error).message}`);
       await sleep(Math.min(s.retry.maxDelayMs, s.retry.baseDelayMs * 2 ** (failures - 1)), signal);
+    } finally {
+      unlink();
     }
   }
 }
