@@ -38,6 +38,7 @@ function hasPriority(a: SeenLock, b: SeenLock): boolean {
 export class BackupStoreLock {
   readonly name = 'lock-' + randomUUID().replace(/-/g, '').slice(0, 16);
   private refresher: NodeJS.Timeout | undefined;
+  private refreshing: Promise<void> = Promise.resolve();
   private held = false;
 
   constructor(
@@ -93,7 +94,7 @@ export class BackupStoreLock {
     }
     this.held = true;
     this.refresher = setInterval(() => {
-      this.writeSelf(true).catch(() => undefined);
+      this.refreshing = this.writeSelf(true).catch(() => undefined);
     }, this.timing.refreshMs);
     this.refresher.unref();
   }
@@ -103,6 +104,7 @@ export class BackupStoreLock {
     this.refresher = undefined;
     if (!this.held) return;
     this.held = false;
+    await this.refreshing; // a refresh still in flight would re-create the file after the removal
     await this.driver.remove(this.path);
   }
 }

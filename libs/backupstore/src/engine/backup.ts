@@ -267,8 +267,9 @@ async function runBackup(
       };
       const marker = encodeBackingImageConfig(config, true);
       await driver.write(cfgPath, marker, signal);
+      let refreshing: Promise<void> = Promise.resolve();
       const markerRefresh = setInterval(() => {
-        driver.write(cfgPath, marker).catch(() => undefined);
+        refreshing = driver.write(cfgPath, marker).catch(() => undefined);
       }, timing.refreshMs);
       markerRefresh.unref();
       let completed = false;
@@ -282,6 +283,7 @@ async function runBackup(
         }
         blocks.sort((a, b) => a.offset - b.offset);
         clearInterval(markerRefresh);
+        await refreshing;
         const final: BackingImageBackupConfig = {
           ...config,
           checksum: sha512,
@@ -308,6 +310,7 @@ async function runBackup(
         };
       } finally {
         clearInterval(markerRefresh);
+        await refreshing;
         if (!completed) {
           // Remove our own in-progress marker so that it neither blocks GC nor a retry. If the store is unreachable
           // the marker stays and goes stale after the lock duration.
