@@ -1,0 +1,371 @@
+import type { BackingImageDiskFileSpec } from '@bis/crd-types';
+import { isAlreadyExists, isConflict, type Stored } from '@bis/datastore';
+import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
+import { changed, clone, defaultManagerImage, getOrUndefined, listManagers, nodeDownChecker, replicasOf, selectorPolicy, topology } from './common.js';
+import { EventReason, EventSource } from './events.js';
+import {
+  BackingImageDataSourceKind,
+  BackingImageKind,
+  BackingImageManagerKind,
+  ReplicaKind,
+  type BackingImage,
+  type BackingImageDataSource,
+  type BackingImageManager,
+  type StoredBI,
+} from './kinds.js';
+import { backingImageManagerName, Component, FINALIZER, Label, MANAGED_BY, newBackingImageUUID, rfc3339 } from './names.js';
+import { allFilesUnavailable, diskEligible, evictionDecision, needsReplenish, pickDiskForCopy } from './rules.js';
+import { SettingName } from './settings.js';
+import { aggregateFileStatus } from './status.js';
+import type { Topology } from './topology.js';
+
+const NOT_READY_DISK_MESSAGE = (d: string) =>
+  `Disk ${d} is not ready or does not exist. If the disk will not come back, remove it from the BackingImage spec to stop reconciliation attempts`;
+
+/** Longhorn's BackingImage controller (§3.1). */
+export class BackingImageController extends Controller {
+  readonly name = 'backing-image';
+  protected readonly maxRetries = 3;
+
+  constructor(ctx: ControllerContext) {
+    super(ctx);
+    const inf = ctx.informers;
+    inf.on(BackingImageKind, (_t, o) => this.enqueue(o.metadata.name));
+    inf.on(BackingImageManagerKind, (_t, o) => {
+      for (const n of Object.keys(o.spec?.backingImages ?? {})) this.enqueue(n);
+      for (const n of Object.keys(o.status?.backingImageFileMap ?? {})) this.enqueue(n);
+    });
+    inf.on(BackingImageDataSourceKind, (_t, o) => this.enqueue(o.metadata.name));
+    inf.on(ReplicaKind, (_t, o, old) => {
+      if (o.spec?.backingImage) this.enqueue(o.spec.backingImage);
+      if (old?.spec?.backingImage) this.enqueue(old.spec.backingImage);
+    });
+  }
+
+  private event(bi: BackingImage, type: 'Normal' | 'Warning', reason: string, message: string): void {
+    this.ctx.events.record(EventSource.BackingImage, bi, type, reason, message);
+  }
+
+  async reconcile(name: string): Promise<void> {
+    const { store, namespace, nodeID } = this.ctx;
+    const bi = await getOrUndefined(store.get(BackingImageKind, name, namespace));
+    if (!bi) return;
+    const isDown = await nodeDownChecker(this.ctx);
+    if (!isResponsibleFor(nodeID, '', bi.status?.ownerID ?? '', isDown)) return;
+    if (bi.status?.ownerID !== nodeID) {
+      try {
+        await store.updateStatus(BackingImageKind, { ...bi, status: { ...bi.status, ownerID: nodeID } });
+      } catch (err) {
+        if (isConflict(err)) return this.enqueue(name);
+        throw err;
+      }
+      return this.enqueue(name);
+    }
+    if (!bi.metadata.deletionTimestamp && !bi.metadata.finalizers?.includes(FINALIZER)) {
+      await store.update(BackingImageKind, { ...bi, metadata: { ...bi.metadata, finalizers: [...(bi.metadata.finalizers ?? []), FINALIZER] } });
+      return;
+    }
+    if (!bi.status?.uuid) {
+      const uuid = newBackingImageUUID();
+      await store.updateStatus(BackingImageKind, { ...bi, status: { ...bi.status, uuid } });
+      this.event(bi, 'Normal', EventReason.Update, `Initialized UUID to ${uuid}`);
+      return;
+    }
+
+    if (bi.metadata.deletionTimestamp) return this.handleDeletion(bi);
+
+    const next = clone(bi);
+    next.spec ??= {};
+    next.status ??= {};
+    next.status.diskFileStatusMap ??= {};
+    next.status.diskLastRefAtMap ??= {};
+    const topo = await topology(this.ctx);
+    const replicas = await replicasOf(this.ctx, name);
+    const disksInUse = new Set(replicas.map((r) => r.spec.diskID));
+
+    await this.handleDataSource(next, topo);
+    if (next.spec.diskFileSpecMap) {
+      await this.addReplicaDisks(next, topo, replicas.map((r) => r.spec.diskID));
+      await this.handleManagers(next, topo);
+      await this.syncFileInfo(next);
+      next.status.diskLastRefAtMap = this.lastRefMap(next, disksInUse);
+      await this.replenish(next, topo);
+      this.evict(next, disksInUse);
+    }
+    await this.writeBack(bi, next);
+    // Replenishment adds one copy per reconcile; come back while copies are still being produced.
+    const handling = Object.values(next.status.diskFileStatusMap ?? {}).some((s) => ['', 'pending', 'starting', 'in-progress', 'ready-for-transfer'].includes(s.state ?? ''));
+    if (handling || Object.keys(next.spec.diskFileSpecMap ?? {}).length !== Object.keys(next.status.diskFileStatusMap ?? {}).length) {
+      this.queue.addAfter(name, this.ctx.timing.waitRequeueMs);
+    }
+  }
+
+  private async writeBack(old: StoredBI, next: Stored<BackingImage>): Promise<void> {
+    const { store } = this.ctx;
+    let rv = old.metadata.resourceVersion;
+    if (changed(old.spec, next.spec)) {
+      const u = await store.update(BackingImageKind, { ...old, spec: next.spec });
+      rv = u.metadata.resourceVersion;
+    }
+    if (changed(old.status, next.status)) {
+      await store.updateStatus(BackingImageKind, { ...old, metadata: { ...old.metadata, resourceVersion: rv }, status: next.status });
+    }
+  }
+
+  private async handleDeletion(bi: StoredBI): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const name = bi.metadata.name;
+    if ((await replicasOf(this.ctx, name)).length > 0) {
+      this.ctx.log.info(`backing image ${name} is being deleted but replicas still use it`);
+      return;
+    }
+    const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
+    const bidsCleaned = !bids || bids.spec?.fileTransferred || bids.status?.currentState === 'failed-and-cleanup';
+    if (!bidsCleaned) {
+      this.ctx.log.info(`backing image ${name} waits for its data source to be cleaned up`);
+      this.queue.addAfter(name, this.ctx.timing.waitRequeueMs);
+      return;
+    }
+    await this.cleanupManagers(bi, await defaultManagerImage(this.ctx));
+    const finalizers = (bi.metadata.finalizers ?? []).filter((f) => f !== FINALIZER);
+    if (finalizers.length !== (bi.metadata.finalizers ?? []).length) {
+      await store.update(BackingImageKind, { ...bi, metadata: { ...bi.metadata, finalizers } });
+    }
+  }
+
+  // ------------------------------------------------------------ §3.1.1
+
+  private async handleDataSource(bi: Stored<BackingImage>, topo: Topology): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const name = bi.metadata.name;
+    const specMap = bi.spec!.diskFileSpecMap ?? {};
+    const statusMap = bi.status!.diskFileStatusMap ?? {};
+    let bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
+    if (!bids) {
+      let chosen: { nodeID: string; diskUUID: string; path: string } | undefined;
+      let fileTransferred = false;
+      for (const disk of Object.keys(specMap)) {
+        const f = topo.readyDisk(disk);
+        if (!f) continue;
+        chosen = { nodeID: f.node.name, diskUUID: disk, path: f.disk.path };
+        if (statusMap[disk]?.state === 'ready') {
+          fileTransferred = true;
+          break;
+        }
+      }
+      if (!chosen) chosen = await this.pickFirstDisk(bi, topo);
+      const created: BackingImageDataSource = {
+        apiVersion: bi.apiVersion,
+        kind: 'BackingImageDataSource',
+        metadata: {
+          name,
+          namespace,
+          labels: bi.spec!.sourceType === 'export-from-volume' ? { [Label.ExportFromVolume]: bi.spec!.sourceParameters?.['volume-name'] ?? '' } : {},
+          finalizers: [FINALIZER],
+          ownerReferences: [{ apiVersion: bi.apiVersion, kind: 'BackingImage', name, uid: bi.metadata.uid, controller: true, blockOwnerDeletion: true }],
+        },
+        spec: {
+          nodeID: chosen.nodeID,
+          uuid: bi.status!.uuid!,
+          diskUUID: chosen.diskUUID,
+          diskPath: chosen.path,
+          checksum: bi.spec!.checksum ?? '',
+          sourceType: bi.spec!.sourceType ?? 'download',
+          parameters: { ...(bi.spec!.sourceParameters ?? {}) },
+          fileTransferred,
+        },
+        status: {},
+      };
+      try {
+        await store.create(BackingImageDataSourceKind, created);
+      } catch (err) {
+        if (!isAlreadyExists(err)) throw err;
+      }
+      return;
+    }
+    const nextSpec = clone(bids.spec ?? {});
+    if (!nextSpec.uuid) nextSpec.uuid = bi.status!.uuid!;
+    const waitMs = (await this.ctx.settings.int(SettingName.BackingImageRecoveryWaitInterval)) * 1000;
+    const unavailable = allFilesUnavailable(specMap, statusMap, this.ctx.now().getTime(), waitMs);
+    if (!nextSpec.fileTransferred) {
+      if (bids.status?.currentState === 'ready' && statusMap[nextSpec.diskUUID ?? '']?.state === 'ready') nextSpec.fileTransferred = true;
+    } else if (unavailable) {
+      if (nextSpec.sourceType === 'download') {
+        this.ctx.log.warn(`every copy of backing image ${name} failed for longer than the recovery wait interval; downloading it again`);
+        this.event(bi, 'Warning', EventReason.Update, 'All copies failed; preparing the first file again from the source');
+        nextSpec.fileTransferred = false;
+        nextSpec.nodeID = '';
+        nextSpec.diskUUID = '';
+        nextSpec.diskPath = '';
+      } else {
+        this.ctx.log.warn(`every copy of backing image ${name} failed and source type ${nextSpec.sourceType} cannot be prepared again`);
+      }
+    }
+    if (!nextSpec.fileTransferred) {
+      const f = nextSpec.diskUUID ? topo.readyDisk(nextSpec.diskUUID) : undefined;
+      if (!f || f.node.name !== nextSpec.nodeID || f.disk.path !== nextSpec.diskPath) {
+        const chosen = await this.pickFirstDisk(bi, topo);
+        nextSpec.nodeID = chosen.nodeID;
+        nextSpec.diskUUID = chosen.diskUUID;
+        nextSpec.diskPath = chosen.path;
+      }
+    }
+    if (changed(bids.spec, nextSpec)) await store.update(BackingImageDataSourceKind, { ...bids, spec: nextSpec });
+  }
+
+  private async pickFirstDisk(bi: BackingImage, topo: Topology): Promise<{ nodeID: string; diskUUID: string; path: string }> {
+    if (bi.spec?.sourceType === 'clone') {
+      const src = bi.spec.sourceParameters?.['backing-image'] ?? '';
+      const source = await getOrUndefined(this.ctx.store.get(BackingImageKind, src, this.ctx.namespace));
+      if (!source) throw new Error(`unable to find the source backing image ${src} of clone ${bi.metadata.name}`);
+      for (const bim of await listManagers(this.ctx)) {
+        if (bim.metadata.deletionTimestamp) continue;
+        const disk = bim.spec?.diskUUID ?? '';
+        if (!source.spec?.diskFileSpecMap?.[disk]) continue;
+        const file = bim.status?.backingImageFileMap?.[src];
+        const f = topo.readyDisk(disk);
+        if (file?.state === 'ready' && f) return { nodeID: f.node.name, diskUUID: disk, path: f.disk.path };
+      }
+      throw new Error(`unable to find a ready copy of the source backing image ${src} of clone ${bi.metadata.name}`);
+    }
+    const policy = await selectorPolicy(this.ctx, bi);
+    const p = pickDiskForCopy(topo, bi.spec?.diskFileSpecMap ?? {}, policy);
+    if (!p) throw new Error('unable to get a ready node disk');
+    return { nodeID: p.node.name, diskUUID: p.disk.diskUUID, path: p.disk.path };
+  }
+
+  /** Disks of replicas using the image join the spec map when the selectors allow it (Longhorn does this in the replica controller). */
+  private async addReplicaDisks(bi: Stored<BackingImage>, topo: Topology, disks: string[]): Promise<void> {
+    const specMap = bi.spec!.diskFileSpecMap!;
+    const policy = await selectorPolicy(this.ctx, bi);
+    for (const d of disks) {
+      if (specMap[d]) continue;
+      const f = topo.find(d);
+      if (!f) continue;
+      if (!diskEligible(f.node, f.disk, { ...policy, allowEmptyDiskSelector: true, allowEmptyNodeSelector: true })) {
+        this.event(bi, 'Warning', EventReason.Update, `backing image ${bi.metadata.name} can not be put on the disk ${d}`);
+        continue;
+      }
+      specMap[d] = { dataEngine: 'v1', evictionRequested: false };
+    }
+  }
+
+  // ------------------------------------------------------------ §3.1.2
+
+  private async cleanupManagers(bi: Stored<BackingImage>, image: string): Promise<void> {
+    const { store } = this.ctx;
+    const name = bi.metadata.name;
+    for (const bim of await listManagers(this.ctx)) {
+      if (bim.metadata.deletionTimestamp) continue;
+      if (bim.spec?.image !== image) {
+        await store.delete(BackingImageManagerKind, bim.metadata.name, bim.metadata.namespace);
+        this.event(bi, 'Normal', EventReason.Delete, `deleting old backing image manager ${bim.metadata.name} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID}`);
+        continue;
+      }
+      const map = bim.spec?.backingImages ?? {};
+      if (!(name in map)) continue;
+      if (!bi.metadata.deletionTimestamp && bi.spec?.diskFileSpecMap?.[bim.spec?.diskUUID ?? ''] && map[name] === bi.status?.uuid) continue;
+      const nextMap = { ...map };
+      delete nextMap[name];
+      if (Object.keys(nextMap).length === 0) {
+        await store.delete(BackingImageManagerKind, bim.metadata.name, bim.metadata.namespace);
+        this.event(bi, 'Normal', EventReason.Delete, `deleting unused backing image manager ${bim.metadata.name} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID}`);
+      } else {
+        await store.update(BackingImageManagerKind, { ...bim, spec: { ...bim.spec, backingImages: nextMap } });
+      }
+    }
+  }
+
+  private async handleManagers(bi: Stored<BackingImage>, topo: Topology): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const name = bi.metadata.name;
+    const image = await defaultManagerImage(this.ctx);
+    await this.cleanupManagers(bi, image);
+    const managers = await listManagers(this.ctx);
+    for (const [disk, spec] of Object.entries(bi.spec!.diskFileSpecMap ?? {})) {
+      if ((spec.dataEngine ?? 'v1') !== 'v1') continue;
+      const onDisk = managers.filter((m) => m.spec?.diskUUID === disk);
+      const def = onDisk.find((m) => !m.metadata.deletionTimestamp && m.spec?.image === image);
+      if (def) {
+        if (def.spec?.backingImages?.[name] !== bi.status!.uuid) {
+          await store.update(BackingImageManagerKind, { ...def, spec: { ...def.spec, backingImages: { ...(def.spec?.backingImages ?? {}), [name]: bi.status!.uuid! } } });
+        }
+        continue;
+      }
+      const migrated: Record<string, string> = {};
+      for (const m of onDisk) Object.assign(migrated, m.spec?.backingImages ?? {});
+      const f = topo.readyDisk(disk);
+      if (!f) {
+        const st = (bi.status!.diskFileStatusMap![disk] ??= { dataEngine: 'v1', state: '', progress: 0, message: '', lastStateTransitionTime: '' });
+        if (st.state !== 'unknown') st.lastStateTransitionTime = rfc3339(this.ctx.now());
+        st.state = 'unknown';
+        st.message = NOT_READY_DISK_MESSAGE(disk);
+        continue;
+      }
+      const bimName = backingImageManagerName(image, disk);
+      const bim: BackingImageManager = {
+        apiVersion: bi.apiVersion,
+        kind: 'BackingImageManager',
+        metadata: {
+          name: bimName,
+          namespace,
+          finalizers: [FINALIZER],
+          labels: { [Label.ManagedBy]: MANAGED_BY, [Label.Component]: Component.BackingImageManager, [Label.DiskUUID]: disk, [Label.Node]: f.node.name },
+        },
+        spec: { image, nodeID: f.node.name, diskUUID: disk, diskPath: f.disk.path, backingImages: { ...migrated, [name]: bi.status!.uuid! } },
+        status: {},
+      };
+      try {
+        await store.create(BackingImageManagerKind, bim);
+        this.event(bi, 'Normal', EventReason.Create, `created default backing image manager ${bimName} in disk ${disk} on node ${f.node.name}`);
+      } catch (err) {
+        if (!isAlreadyExists(err)) throw err;
+      }
+    }
+  }
+
+  // ------------------------------------------------------------ §3.1.3
+
+  private async syncFileInfo(bi: Stored<BackingImage>): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, bi.metadata.name, namespace));
+    const managers = (await listManagers(this.ctx)).filter((m) => !m.metadata.deletionTimestamp);
+    const events = aggregateFileStatus({ status: bi.status!, bids, managers, biName: bi.metadata.name, nowIso: rfc3339(this.ctx.now()) });
+    for (const e of events) this.event(bi, e.type, e.reason, e.message);
+  }
+
+  private lastRefMap(bi: Stored<BackingImage>, inUse: ReadonlySet<string>): Record<string, string> {
+    const out: Record<string, string> = {};
+    const old = bi.status!.diskLastRefAtMap ?? {};
+    for (const disk of Object.keys(bi.spec!.diskFileSpecMap ?? {})) {
+      if (inUse.has(disk)) continue;
+      out[disk] = old[disk] ?? rfc3339(this.ctx.now());
+    }
+    return out;
+  }
+
+  // ------------------------------------------------------------ §3.1.4 / §3.1.5
+
+  private async replenish(bi: Stored<BackingImage>, topo: Topology): Promise<void> {
+    const bids = await getOrUndefined(this.ctx.store.get(BackingImageDataSourceKind, bi.metadata.name, this.ctx.namespace));
+    if (!bids?.spec?.fileTransferred) return;
+    const limit = await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit);
+    const specMap = bi.spec!.diskFileSpecMap!;
+    if (!needsReplenish(specMap, bi.status!.diskFileStatusMap ?? {}, bi.spec!.minNumberOfCopies ?? 1, limit)) return;
+    const p = pickDiskForCopy(topo, specMap, await selectorPolicy(this.ctx, bi));
+    if (!p) {
+      this.ctx.log.debug(`backing image ${bi.metadata.name}: no disk available for one more copy`);
+      return;
+    }
+    specMap[p.disk.diskUUID] = { dataEngine: bi.spec!.dataEngine ?? 'v1', evictionRequested: false } satisfies BackingImageDiskFileSpec;
+  }
+
+  private evict(bi: Stored<BackingImage>, inUse: ReadonlySet<string>): void {
+    const specMap = bi.spec!.diskFileSpecMap!;
+    const d = evictionDecision(specMap, bi.status!.diskFileStatusMap ?? {}, inUse);
+    if (d.keptLastHealthy) {
+      this.event(bi, 'Normal', EventReason.FailedDeleting, `Failed to evict backing image copy on disk ${d.keptLastHealthy} for now since there is no other healthy backing image copy`);
+    }
+    for (const disk of d.remove) delete specMap[disk];
+  }
+}

@@ -1,0 +1,136 @@
+import type { Datastore } from '@bis/datastore';
+import { isConflict, isNotFound } from '@bis/datastore';
+import type { DataPlane } from './data-plane.js';
+import type { EventRecorder } from './events.js';
+import type { SharedInformers } from './informers.js';
+import type { SettingsReader } from './settings.js';
+import { WorkQueue, type RateLimiterOptions } from './workqueue.js';
+
+export interface Logger {
+  info(msg: string): void;
+  warn(msg: string): void;
+  error(msg: string): void;
+  debug(msg: string): void;
+}
+
+/** Everything a controller needs; built once by the ControllerManager. */
+export interface ControllerContext {
+  store: Datastore;
+  namespace: string;
+  /** The node this controller-manager runs for (Longhorn's controllerID). */
+  nodeID: string;
+  dataPlane: DataPlane;
+  events: EventRecorder;
+  settings: SettingsReader;
+  informers: SharedInformers;
+  log: Logger;
+  now: () => Date;
+  /** Timers (ms) that tests shorten; defaults are Longhorn's. */
+  timing: ControllerTiming;
+}
+
+export interface ControllerTiming {
+  /** BIDS monitor poll (3 s). */
+  dataSourcePollMs: number;
+  /** BIM monitor tick (1 s) and forced list every `managerForcedListTicks` ticks (60). */
+  managerPollMs: number;
+  managerForcedListTicks: number;
+  /** BBI backup status poll (2 s). */
+  backupPollMs: number;
+  /** BIDS pod retry backoff 1 min → 5 min. */
+  dataSourceRetryInitialMs: number;
+  dataSourceRetryMaxMs: number;
+  /** BIM file backoff 1 min → 5 min. */
+  fileBackoffInitialMs: number;
+  fileBackoffMaxMs: number;
+  /** BIM pod-recreate backoff 1 s → 120 s. */
+  managerRestartInitialMs: number;
+  managerRestartMaxMs: number;
+  /** Requeue interval for objects that wait on something with no event (the reference relies on 30 s resyncs). */
+  waitRequeueMs: number;
+  rateLimiter?: RateLimiterOptions;
+}
+
+export const DEFAULT_TIMING: ControllerTiming = {
+  dataSourcePollMs: 3000,
+  managerPollMs: 1000,
+  managerForcedListTicks: 60,
+  backupPollMs: 2000,
+  dataSourceRetryInitialMs: 60_000,
+  dataSourceRetryMaxMs: 300_000,
+  fileBackoffInitialMs: 60_000,
+  fileBackoffMaxMs: 300_000,
+  managerRestartInitialMs: 1000,
+  managerRestartMaxMs: 120_000,
+  waitRequeueMs: 5000,
+};
+
+/**
+ * A level-triggered controller: keys (object names) go through a rate-limited work queue to `reconcile`.
+ * On error a key is requeued with rate limiting while it has fewer than `maxRetries` requeues, then dropped (the
+ * periodic resync brings it back). Conflicts requeue at once without counting as errors.
+ */
+export abstract class Controller {
+  readonly queue: WorkQueue;
+  private workers: Promise<void>[] = [];
+  abstract readonly name: string;
+  protected abstract readonly maxRetries: number;
+
+  constructor(protected readonly ctx: ControllerContext) {
+    this.queue = new WorkQueue(ctx.timing.rateLimiter);
+  }
+
+  abstract reconcile(key: string): Promise<void>;
+
+  enqueue(name: string): void {
+    this.queue.add(name);
+  }
+
+  start(workers: number): void {
+    for (let i = 0; i < workers; i++) this.workers.push(this.worker());
+  }
+
+  async stop(): Promise<void> {
+    this.queue.shutDown();
+    await Promise.allSettled(this.workers);
+    await this.onStop();
+  }
+
+  protected async onStop(): Promise<void> {}
+
+  private async worker(): Promise<void> {
+    for (;;) {
+      const key = await this.queue.get();
+      if (key === undefined) return;
+      try {
+        await this.reconcile(key);
+        this.queue.forget(key);
+      } catch (err) {
+        if (isConflict(err)) {
+          this.ctx.log.debug(`${this.name}: conflict on ${key}, requeue`);
+          this.queue.add(key);
+        } else if (isNotFound(err) && this.queue.numRequeues(key) >= this.maxRetries) {
+          this.queue.forget(key);
+        } else if (this.queue.numRequeues(key) < this.maxRetries) {
+          this.ctx.log.warn(`${this.name}: error syncing ${key}: ${(err as Error).message}`);
+          this.queue.addRateLimited(key);
+        } else {
+          this.ctx.log.warn(`${this.name}: dropping ${key} out of the queue: ${(err as Error).message}`);
+          this.queue.forget(key);
+        }
+      } finally {
+        this.queue.done(key);
+      }
+    }
+  }
+}
+
+/** Longhorn's isControllerResponsibleFor. */
+export function isResponsibleFor(controllerID: string, preferredOwner: string, currentOwner: string, isDown: (node: string) => boolean): boolean {
+  const preferredDown = !preferredOwner || isDown(preferredOwner);
+  const currentDown = !currentOwner || isDown(currentOwner);
+  if (controllerID === preferredOwner) return true;
+  if (controllerID === currentOwner && preferredDown) return true;
+  if (preferredDown && currentDown) return true;
+  return false;
+}

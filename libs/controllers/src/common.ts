@@ -1,0 +1,70 @@
+import type { Stored } from '@bis/datastore';
+import { isNotFound } from '@bis/datastore';
+import type { ControllerContext } from './base-controller.js';
+import { BackingImageManagerKind, NodeKind, ReplicaKind, type BackingImage, type Replica } from './kinds.js';
+import { Label } from './names.js';
+import { SettingName } from './settings.js';
+import { isNodeDown, Topology } from './topology.js';
+import type { SelectorPolicy } from './rules.js';
+
+export const clone = <T>(v: T): T => structuredClone(v);
+
+/** Stable JSON used to detect changes (key order independent). */
+export function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object') {
+    const o = v as Record<string, unknown>;
+    return `{${Object.keys(o)
+      .filter((k) => o[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical(o[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(v) ?? 'null';
+}
+
+export const changed = (a: unknown, b: unknown): boolean => canonical(a) !== canonical(b);
+
+export async function getOrUndefined<T>(p: Promise<T>): Promise<T | undefined> {
+  try {
+    return await p;
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
+}
+
+export async function topology(ctx: ControllerContext): Promise<Topology> {
+  const nodes = await ctx.store.list(NodeKind, { namespace: ctx.namespace });
+  return new Topology(nodes.items);
+}
+
+export async function nodeDownChecker(ctx: ControllerContext): Promise<(node: string) => boolean> {
+  const nodes = await ctx.store.list(NodeKind, { namespace: ctx.namespace });
+  const byName = new Map(nodes.items.map((n) => [n.metadata.name, n]));
+  return (name: string) => isNodeDown(byName.get(name));
+}
+
+/** Replicas using a backing image (optionally on one disk), by Longhorn's labels. */
+export async function replicasOf(ctx: ControllerContext, biName: string, diskUUID?: string): Promise<Stored<Replica>[]> {
+  const sel: Record<string, string> = { [Label.BackingImage]: biName };
+  if (diskUUID) sel[Label.LegacyDiskUUID] = diskUUID;
+  return (await ctx.store.list(ReplicaKind, { namespace: ctx.namespace, labelSelector: { matchLabels: sel } })).items;
+}
+
+export async function listManagers(ctx: ControllerContext) {
+  return (await ctx.store.list(BackingImageManagerKind, { namespace: ctx.namespace })).items;
+}
+
+export async function selectorPolicy(ctx: ControllerContext, bi: BackingImage): Promise<SelectorPolicy> {
+  return {
+    nodeSelector: bi.spec?.nodeSelector ?? [],
+    diskSelector: bi.spec?.diskSelector ?? [],
+    allowEmptyNodeSelector: await ctx.settings.bool(SettingName.AllowEmptyNodeSelectorVolume),
+    allowEmptyDiskSelector: await ctx.settings.bool(SettingName.AllowEmptyDiskSelectorVolume),
+  };
+}
+
+export const defaultManagerImage = (ctx: ControllerContext): Promise<string> => ctx.settings.get(SettingName.DefaultBackingImageManagerImage);
+
+export const errMessage = (err: unknown): string => (err instanceof Error ? ((err as { details?: string }).details ?? err.message) : String(err));

@@ -1,0 +1,104 @@
+/**
+ * How the controllers reach the data-plane workloads. The controllers never know whether a workload is a local
+ * process or a pod: they ask the DataPlane to start, observe and stop workloads, and get typed clients for the
+ * manager's gRPC API and the data source's HTTP API.
+ */
+import type { BackingImageResponse, BackupCreateRequest, BackupStatusResponse, FetchRequest, ListResponse, PrepareDownloadResponse, SyncRequest, VersionResponse } from '@bis/bimrpc';
+import type { BackingImageDataSource, BackingImageManager } from './kinds.js';
+
+/** Observed phase of a workload (Longhorn's pod phase + readiness, reduced). */
+export type WorkloadPhase = 'missing' | 'pending' | 'ready' | 'not-ready' | 'failed' | 'deleting';
+
+export interface WorkloadStatus {
+  phase: WorkloadPhase;
+  /** Node the workload runs on. */
+  nodeID: string;
+  /** The disk it was started for. */
+  diskUUID: string;
+  /** Host (IP) of the workload (Longhorn's pod IP / storage IP). */
+  ip: string;
+  /** Full `host:port` of the main API: the manager's gRPC or the data source's HTTP server. */
+  address: string;
+  /** Full `host:port` of the sync HTTP server. */
+  syncAddress: string;
+  /** For a failed workload: why (exit code, last log lines). */
+  message?: string;
+}
+
+/** The manager gRPC calls the controllers use (satisfied by `ManagerClient` from `@bis/bimrpc`). */
+export interface ManagerApi {
+  list(): Promise<ListResponse>;
+  delete(name: string, uuid: string): Promise<void>;
+  versionGet(): Promise<VersionResponse>;
+  fetch(req: FetchRequest): Promise<BackingImageResponse>;
+  sync(req: SyncRequest): Promise<BackingImageResponse>;
+  prepareDownload(name: string, uuid: string): Promise<PrepareDownloadResponse>;
+  backupCreate(req: BackupCreateRequest): Promise<void>;
+  backupStatus(name: string): Promise<BackupStatusResponse>;
+  /** Change notifications; the callback gets an error when the stream ends abnormally. Returns a cancel function. */
+  watch(onChange: () => void, onEnd: (err?: Error) => void): () => void;
+}
+
+/** `GET /v1/file` of the data source. */
+export interface DataSourceFileInfo {
+  state: string;
+  size: number;
+  progress: number;
+  currentChecksum: string;
+  message: string;
+}
+
+export interface DataSourceApi {
+  get(): Promise<DataSourceFileInfo>;
+}
+
+/** What the data source must be started with (Longhorn's BIDS pod command line). */
+export interface DataSourceLaunch {
+  name: string;
+  uuid: string;
+  sourceType: string;
+  diskPath: string;
+  parameters: Record<string, string>;
+  checksum: string;
+  credentials: Record<string, string>;
+}
+
+/** Remote backup-target operations (Longhorn runs these through its engine binary). */
+export interface BackupTargetApi {
+  /** Names of the backing images that have a backup in the target. */
+  listBackingImages(targetURL: string, credential: Record<string, string>): Promise<string[]>;
+  /** The backup's URL for an image name in a target. */
+  backingImageURL(targetURL: string, biName: string): string;
+  inspectBackingImage(backupURL: string, credential: Record<string, string>): Promise<{
+    name: string;
+    url: string;
+    size: number;
+    checksum: string;
+    labels: Record<string, string>;
+    compressionMethod: string;
+    secret: string;
+    secretNamespace: string;
+    createdAt: string;
+  }>;
+  deleteBackingImage(backupURL: string, credential: Record<string, string>): Promise<void>;
+}
+
+export interface DataPlane {
+  /** Observes the manager workload of a BIM. */
+  managerStatus(bim: BackingImageManager): Promise<WorkloadStatus>;
+  /** Starts the manager workload of a BIM (no-op when it exists). */
+  startManager(bim: BackingImageManager): Promise<void>;
+  /** Stops and removes the manager workload of a BIM (no-op when missing). */
+  deleteManager(bimName: string): Promise<void>;
+  managerClient(address: string): ManagerApi;
+
+  dataSourceStatus(bids: BackingImageDataSource): Promise<WorkloadStatus>;
+  startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<void>;
+  deleteDataSource(bidsName: string): Promise<void>;
+  dataSourceClient(address: string): DataSourceApi;
+
+  backupTarget: BackupTargetApi;
+
+  /** Called with (kind, name) whenever a workload changes phase, so its owner can be reconciled at once. */
+  onWorkloadChange(listener: (kind: 'manager' | 'data-source', name: string) => void): () => void;
+}

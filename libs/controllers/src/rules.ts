@@ -1,0 +1,283 @@
+/**
+ * The pure decision rules of the backing-image controllers, separate from I/O so they can be tested directly.
+ * Each follows Longhorn's algorithm (control plane §2.5, §3.1, §3.3, §3.5); deviations are marked FIX.
+ */
+import type { BackingImageDiskFileSpec, BackingImageDiskFileStatus, BackingImageFileInfo } from '@bis/crd-types';
+import type { DiskInfo, NodeInfo, Topology } from './topology.js';
+
+type SpecMap = Record<string, BackingImageDiskFileSpec>;
+type StatusMap = Record<string, BackingImageDiskFileStatus>;
+
+// ---------------------------------------------------------------- disk selection
+
+export interface SelectorPolicy {
+  nodeSelector: readonly string[];
+  diskSelector: readonly string[];
+  allowEmptyNodeSelector: boolean;
+  allowEmptyDiskSelector: boolean;
+}
+
+/** Tags ⊇ selector; with an empty selector, a tagged node/disk is accepted only when `allowEmpty`. */
+export function tagsMatch(tags: readonly string[], selector: readonly string[], allowEmpty: boolean): boolean {
+  if (selector.length === 0) return tags.length === 0 || allowEmpty;
+  return selector.every((s) => tags.includes(s));
+}
+
+/** Whether a copy of the image may be placed on this disk (Longhorn's CanPutBackingImageOnDisk + disk rules). */
+export function diskEligible(node: NodeInfo, disk: DiskInfo, policy: SelectorPolicy, dataEngine: 'v1' | 'v2' = 'v1'): boolean {
+  return (
+    tagsMatch(node.tags, policy.nodeSelector, policy.allowEmptyNodeSelector) &&
+    node.allowScheduling &&
+    node.schedulable &&
+    tagsMatch(disk.tags, policy.diskSelector, policy.allowEmptyDiskSelector) &&
+    disk.diskType === (dataEngine === 'v1' ? 'filesystem' : 'block') &&
+    disk.allowScheduling &&
+    disk.schedulable
+  );
+}
+
+/**
+ * Longhorn's GetReadyNodeDiskForBackingImage: nodes in random order, the first eligible disk that is not already in
+ * the spec map. `shuffle` is injectable for deterministic tests.
+ */
+export function pickDiskForCopy(
+  topo: Topology,
+  specMap: SpecMap,
+  policy: SelectorPolicy,
+  shuffle: <T>(a: T[]) => T[] = shuffleInPlace,
+): { node: NodeInfo; disk: DiskInfo } | undefined {
+  for (const node of shuffle([...topo.nodes])) {
+    for (const disk of node.disks) {
+      if (specMap[disk.diskUUID]) continue;
+      if (diskEligible(node, disk, policy)) return { node, disk };
+    }
+  }
+  return undefined;
+}
+
+export function shuffleInPlace<T>(a: T[]): T[] {
+  for (let i = a.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [a[i], a[j]] = [a[j]!, a[i]!];
+  }
+  return a;
+}
+
+// ---------------------------------------------------------------- HA cleanup (REST action)
+
+export type CleanupVerdict = { ok: true } | { ok: false; message: string };
+
+/** The three groups Longhorn counts copies in. */
+export function classify(state: string | undefined): 'ready' | 'failed' | 'handling' {
+  if (state === 'ready' || state === 'ready-for-transfer') return 'ready';
+  if (state === 'failed') return 'failed';
+  return 'handling';
+}
+
+/**
+ * The HA rule of the `backingImageCleanup` action (§2.5 step 5), with Longhorn's exact comparisons and messages.
+ * Longhorn compares against the *cleanup* handling/failed counts where *active* counts were probably meant; this is
+ * reproduced for compatibility (documented in docs/controller-manager.md).
+ */
+export function cleanupHaVerdict(originalSpec: SpecMap, statusMap: StatusMap, cleanup: ReadonlySet<string>, minCopies: number): CleanupVerdict {
+  const c = { readyActive: 0, readyCleanup: 0, handlingCleanup: 0, failedCleanup: 0 };
+  for (const disk of Object.keys(originalSpec)) {
+    const g = classify(statusMap[disk]?.state);
+    const removed = cleanup.has(disk);
+    if (g === 'ready') removed ? c.readyCleanup++ : c.readyActive++;
+    else if (g === 'failed') { if (removed) c.failedCleanup++; }
+    else if (removed) c.handlingCleanup++;
+  }
+  const m = minCopies;
+  if (m <= c.readyActive) return { ok: true };
+  if (c.readyCleanup > 0) return { ok: false, message: 'failed to do cleanup since there will be no enough ready files for HA after the deletion' };
+  if (m <= c.readyActive + c.handlingCleanup) return { ok: true };
+  if (c.handlingCleanup > 0) return { ok: false, message: 'failed to do cleanup since there will be no enough ready/in-progress/pending files for HA after the deletion' };
+  if (m <= c.readyActive + c.handlingCleanup + c.failedCleanup) return { ok: true };
+  if (c.failedCleanup > 0) return { ok: false, message: 'cannot do cleanup since there are no enough files for HA' };
+  return { ok: true };
+}
+
+// ---------------------------------------------------------------- node-side cleanup of unused copies
+
+/**
+ * Longhorn's BackingImageDiskFileCleanup (§3.5): among `nodeDisks` (this node's disks), removes spec entries whose
+ * last-reference time is older than `now - waitMs`, keeping at least `minCopies` — failed copies go first, then
+ * handling ones, ready ones last. Returns the disks to remove.
+ */
+export function unusedCopiesToRemove(
+  specMap: SpecMap,
+  statusMap: StatusMap,
+  lastRefAt: Record<string, string>,
+  nodeDisks: readonly string[],
+  minCopies: number,
+  now: number,
+  waitMs: number,
+): string[] {
+  const min = Math.max(1, minCopies);
+  let ready = 0,
+    failed = 0,
+    handling = 0;
+  for (const d of Object.keys(specMap)) {
+    const g = classify(statusMap[d]?.state);
+    if (g === 'ready') ready++;
+    else if (g === 'failed') failed++;
+    else handling++;
+  }
+  // Failed first, then handling, then ready: order the candidates so the preference does not depend on map order.
+  const rank = (d: string) => ({ failed: 0, handling: 1, ready: 2 })[classify(statusMap[d]?.state)];
+  const candidates = nodeDisks
+    .filter((d) => specMap[d] && lastRefAt[d] && Date.parse(lastRefAt[d]!) < now - waitMs)
+    .sort((a, b) => rank(a) - rank(b));
+  const out: string[] = [];
+  for (const d of candidates) {
+    const g = classify(statusMap[d]?.state);
+    if (g === 'failed') {
+      if (min < ready + handling + failed) { out.push(d); failed--; }
+    } else if (g === 'ready') {
+      if (min < ready) { out.push(d); ready--; }
+    } else if (min < ready + handling) { out.push(d); handling--; }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- replenish and eviction
+
+const UNHEALTHY = new Set(['failed', 'failed-and-cleanup', 'unknown']);
+
+/** §3.1.4 steps 3–4: copies counted towards minNumberOfCopies (non-failed and not being evicted). */
+export function healthyCopyCounts(specMap: SpecMap, statusMap: StatusMap): { nonFailed: number; nonEvicting: number } {
+  let nonFailed = 0,
+    evicting = 0;
+  for (const [disk, spec] of Object.entries(specMap)) {
+    const st = statusMap[disk];
+    if (!st || !UNHEALTHY.has(st.state ?? '')) nonFailed++;
+    if (spec.evictionRequested) evicting++;
+  }
+  return { nonFailed, nonEvicting: nonFailed - evicting };
+}
+
+/** Whether one more copy should be requested (at most one per reconcile). */
+export function needsReplenish(specMap: SpecMap, statusMap: StatusMap, minCopies: number, perNodeLimit: number): boolean {
+  if (perNodeLimit === 0) return false;
+  const { nonFailed, nonEvicting } = healthyCopyCounts(specMap, statusMap);
+  if (nonFailed === 0) return false;
+  return nonEvicting < minCopies;
+}
+
+export interface EvictionDecision {
+  /** Spec entries to delete. */
+  remove: string[];
+  /** The evicting copy kept because it is the last healthy one (emit FailedDeleting). */
+  keptLastHealthy?: string;
+}
+
+/**
+ * §3.1.5: evicting entries are removed unless (a) no non-evicting ready copy exists and this is the kept evicting
+ * ready copy, or (b) replicas on that disk use the image.
+ */
+export function evictionDecision(specMap: SpecMap, statusMap: StatusMap, disksInUse: ReadonlySet<string>): EvictionDecision {
+  let hasHealthyNonEvicting = false;
+  let keep: string | undefined;
+  for (const [disk, spec] of Object.entries(specMap)) {
+    const ready = statusMap[disk]?.state === 'ready';
+    if (!ready) continue;
+    if (spec.evictionRequested) keep = disk;
+    else hasHealthyNonEvicting = true;
+  }
+  const out: EvictionDecision = { remove: [] };
+  for (const [disk, spec] of Object.entries(specMap)) {
+    if (!spec.evictionRequested) continue;
+    if (!hasHealthyNonEvicting && disk === keep) {
+      out.keptLastHealthy = disk;
+      continue;
+    }
+    if (disksInUse.has(disk)) continue;
+    out.remove.push(disk);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- recovery
+
+/**
+ * §3.1.1 allFilesUnavailable: every spec disk (and every status entry) is `failed` for longer than `waitMs`.
+ * FIX: Longhorn answers true for an empty spec map (and so re-downloads an image that lost every entry); here an
+ * empty map answers false unless status entries exist and all of them qualify.
+ */
+export function allFilesUnavailable(specMap: SpecMap, statusMap: StatusMap, now: number, waitMs: number): boolean {
+  const disks = new Set([...Object.keys(specMap), ...Object.keys(statusMap)]);
+  if (disks.size === 0) return false;
+  for (const d of disks) {
+    const st = statusMap[d];
+    if (!st || st.state !== 'failed' || !st.lastStateTransitionTime) return false;
+    if (now - Date.parse(st.lastStateTransitionTime) <= waitMs) return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- last-reference map
+
+/** §3.1 step 11. Returns the new map. */
+export function updatedLastRefMap(specMap: SpecMap, lastRef: Record<string, string>, disksInUse: ReadonlySet<string>, nowIso: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const disk of Object.keys(specMap)) {
+    if (disksInUse.has(disk)) continue;
+    out[disk] = lastRef[disk] ?? nowIso;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- sender selection and per-node sync limit
+
+export const SENDING_LIMIT = 3;
+
+export interface SenderCandidate {
+  name: string;
+  running: boolean;
+  defaultImage: boolean;
+  file?: Pick<BackingImageFileInfo, 'state' | 'sendingReference'>;
+}
+
+/** §3.3 step 4.3: the first running default manager holding a ready file with fewer than 3 outgoing transfers. */
+export function pickSender<T extends SenderCandidate>(candidates: readonly T[]): { sender?: T; anyReady: boolean } {
+  let anyReady = false;
+  for (const c of candidates) {
+    if (!c.running || !c.defaultImage || c.file?.state !== 'ready') continue;
+    anyReady = true;
+    if ((c.file.sendingReference ?? 0) < SENDING_LIMIT) return { sender: c, anyReady };
+  }
+  return { anyReady };
+}
+
+const IN_PROGRESS = new Set(['in-progress', 'pending', 'starting']);
+
+/**
+ * The per-node replenish limit (`canSyncCopy`). FIX: Longhorn builds the current key as `biName-diskUUID` but the
+ * collected keys as `diskUUID-biName`, so its "already counted" shortcut rarely matches; here both use
+ * `diskUUID/biName`.
+ */
+export class NodeSyncLimiter {
+  private readonly inProgress = new Map<string, Set<string>>();
+
+  /**
+   * @param files every (disk, bi, state) of the managers on the node
+   */
+  canSync(nodeID: string, diskUUID: string, biName: string, limit: number, files: readonly { diskUUID: string; biName: string; state: string }[]): boolean {
+    if (limit < 1) return true;
+    const current = new Set(files.filter((f) => IN_PROGRESS.has(f.state)).map((f) => `${f.diskUUID}/${f.biName}`));
+    const set = this.inProgress.get(nodeID) ?? new Set<string>();
+    for (const k of [...set]) if (!current.has(k)) set.delete(k);
+    for (const k of current) set.add(k);
+    this.inProgress.set(nodeID, set);
+    const key = `${diskUUID}/${biName}`;
+    if (set.has(key)) return true;
+    if (set.size >= limit) return false;
+    set.add(key);
+    return true;
+  }
+
+  dropDisk(diskUUID: string): void {
+    for (const set of this.inProgress.values()) for (const k of [...set]) if (k.startsWith(`${diskUUID}/`)) set.delete(k);
+  }
+}

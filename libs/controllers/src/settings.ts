@@ -1,0 +1,59 @@
+import type { Datastore } from '@bis/datastore';
+import { isNotFound } from '@bis/datastore';
+import { SettingKind } from './kinds.js';
+
+/** The settings the backing-image controllers read, with Longhorn's defaults (control plane §1.8). */
+export const SettingName = {
+  DefaultBackingImageManagerImage: 'default-backing-image-manager-image',
+  BackingImageCleanupWaitInterval: 'backing-image-cleanup-wait-interval',
+  BackingImageRecoveryWaitInterval: 'backing-image-recovery-wait-interval',
+  DefaultMinNumberOfBackingImageCopies: 'default-min-number-of-backing-image-copies',
+  ConcurrentBackingImageReplenishPerNodeLimit: 'concurrent-backing-image-replenish-per-node-limit',
+  BackupConcurrentLimit: 'backup-concurrent-limit',
+  BackupCompressionMethod: 'backup-compression-method',
+  AllowEmptyNodeSelectorVolume: 'allow-empty-node-selector-volume',
+  AllowEmptyDiskSelectorVolume: 'allow-empty-disk-selector-volume',
+} as const;
+export type SettingName = (typeof SettingName)[keyof typeof SettingName];
+
+export const SETTING_DEFAULTS: Readonly<Record<SettingName, string>> = {
+  'default-backing-image-manager-image': 'longhornio/backing-image-manager:bis',
+  'backing-image-cleanup-wait-interval': '60',
+  'backing-image-recovery-wait-interval': '300',
+  'default-min-number-of-backing-image-copies': '3',
+  'concurrent-backing-image-replenish-per-node-limit': '5',
+  'backup-concurrent-limit': '2',
+  'backup-compression-method': 'lz4',
+  'allow-empty-node-selector-volume': 'true',
+  'allow-empty-disk-selector-volume': 'true',
+};
+
+/** Reads settings from the datastore (`Setting` objects named after the setting), falling back to the defaults. */
+export class SettingsReader {
+  constructor(
+    private readonly store: Datastore,
+    private readonly namespace: string,
+    private readonly overrides: Partial<Record<SettingName, string>> = {},
+  ) {}
+
+  async get(name: SettingName): Promise<string> {
+    try {
+      const s = await this.store.get(SettingKind, name, this.namespace);
+      if (typeof s.value === 'string' && s.value !== '') return s.value;
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    return this.overrides[name] ?? SETTING_DEFAULTS[name];
+  }
+
+  async int(name: SettingName): Promise<number> {
+    const v = await this.get(name);
+    const n = Number.parseInt(v, 10);
+    if (!Number.isFinite(n)) throw new Error(`setting ${name} has a non-integer value ${JSON.stringify(v)}`);
+    return n;
+  }
+
+  async bool(name: SettingName): Promise<boolean> {
+    return (await this.get(name)).trim().toLowerCase() === 'true';
+  }
+}
