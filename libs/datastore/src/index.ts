@@ -4,3 +4,6 @@ export * from './datastore.js';
 export { compileSelector, parseLabelSelector, isValidLabelKey, isValidLabelValue, LabelSelectorError, type CompiledSelector } from './label-selector.js';
 export { EmbeddedDatastore, type EmbeddedDatastoreOptions } from './embedded/embedded-store.js';
 export { StoreLogCorruptError } from './embedded/log-file.js';
+export { WorkQueue, ItemExponentialRateLimiter, type RateLimiterOptions } from './workqueue.js';
+export { Informer, objectKey, splitKey, sleep, type InformerHandler, type InformerOptions } from './informer.js';
+export { Controller, type ControllerOptions, type ReconcileResult, type ControllerLogger } from './controller.js';

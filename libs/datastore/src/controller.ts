@@ -1,0 +1,95 @@
+import { isConflict } from './errors.js';
+import { objectKey, type Informer } from './informer.js';
+import type { KubeObject, Stored } from './types.js';
+import { WorkQueue, type RateLimiterOptions } from './workqueue.js';
+
+export interface ReconcileResult {
+  /** Re-add the key after this delay (level-triggered polling, e.g. waiting for a data-plane state). */
+  requeueAfterMs?: number;
+  /** Re-add the key with rate limiting (counts as a retry). */
+  requeue?: boolean;
+}
+
+export interface ControllerLogger {
+  error(msg: string, err: unknown): void;
+}
+
+export interface ControllerOptions {
+  name: string;
+  /** Reconciles one key (`namespace/name`). Level-triggered: read the current state, converge, return. */
+  reconcile(key: string, signal: AbortSignal): Promise<ReconcileResult | void>;
+  /** Default 5 (Longhorn). */
+  workers?: number;
+  /** Retries with backoff before a failing key is dropped until its next event/resync. Default Infinity; Longhorn's BI/BIDS/BIM controllers use 3. */
+  maxRetries?: number;
+  rateLimiter?: RateLimiterOptions;
+  logger?: ControllerLogger;
+}
+
+/**
+ * The reconciler loop: informers feed keys into a rate-limited WorkQueue; N workers call `reconcile`.
+ * A thrown error re-adds the key with per-item backoff (up to maxRetries); a Conflict re-adds it at once
+ * without counting (another writer won; re-read and converge).
+ */
+export class Controller {
+  readonly queue: WorkQueue<string>;
+  private readonly informers: Informer<KubeObject>[] = [];
+
+  constructor(private readonly opts: ControllerOptions) {
+    this.queue = new WorkQueue<string>(opts.rateLimiter);
+  }
+
+  /** Enqueue keys from an informer's events; `map` turns an object into the keys to reconcile (default: its own key). */
+  watch<T extends KubeObject>(informer: Informer<T>, map: (obj: Stored<T>) => string[] = (o) => [objectKey(o)]): this {
+    const enqueue = (o: Stored<T>): void => {
+      for (const k of map(o)) this.queue.add(k);
+    };
+    informer.addHandler({ onAdd: enqueue, onUpdate: (_old, o) => enqueue(o), onDelete: enqueue });
+    this.informers.push(informer as unknown as Informer<KubeObject>);
+    return this;
+  }
+
+  /** Waits for every watched informer to sync, then runs the workers until `signal` aborts; resolves after they finish. */
+  async run(signal: AbortSignal): Promise<void> {
+    try {
+      await Promise.all(this.informers.map((i) => i.waitForSync(signal)));
+    } catch {
+      this.queue.shutDown();
+      return;
+    }
+    const onAbort = (): void => this.queue.shutDown();
+    signal.addEventListener('abort', onAbort, { once: true });
+    if (signal.aborted) this.queue.shutDown();
+    const workers = Array.from({ length: this.opts.workers ?? 5 }, () => this.worker(signal));
+    await Promise.all(workers);
+    signal.removeEventListener('abort', onAbort);
+  }
+
+  private async worker(signal: AbortSignal): Promise<void> {
+    for (;;) {
+      const key = await this.queue.get();
+      if (key === undefined) return;
+      try {
+        const r = await this.opts.reconcile(key, signal);
+        if (r?.requeue) this.queue.addRateLimited(key);
+        else {
+          this.queue.forget(key);
+          if (r?.requeueAfterMs !== undefined) this.queue.addAfter(key, r.requeueAfterMs);
+        }
+      } catch (err) {
+        if (isConflict(err)) {
+          // Marked dirty while processing: done() below hands it out again.
+          this.queue.add(key);
+        } else if (this.queue.numRequeues(key) < (this.opts.maxRetries ?? Infinity)) {
+          this.queue.addRateLimited(key);
+        } else {
+          this.queue.forget(key);
+          this.opts.logger?.error(`${this.opts.name}: dropping ${key} after ${this.opts.maxRetries} retries`, err);
+        }
+        if (!isConflict(err)) this.opts.logger?.error(`${this.opts.name}: reconcile ${key} failed`, err);
+      } finally {
+        this.queue.done(key);
+      }
+    }
+  }
+}

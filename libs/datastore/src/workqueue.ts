@@ -1,0 +1,152 @@
+/**
+ * A controller-runtime style work queue: keys are deduplicated while waiting, a key being processed is not
+ * handed to a second worker (it is re-queued after `done` if it was added meanwhile), and failed keys are
+ * re-added with per-item exponential backoff combined with a global token bucket (like client-go's
+ * `DefaultControllerRateLimiter`: max of 5 ms·2^n capped at 1000 s and 100 qps / burst 1000).
+ */
+export interface RateLimiterOptions {
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  /** Global bucket refill rate (tokens per second); 0 disables the bucket. */
+  qps?: number;
+  burst?: number;
+}
+
+export class ItemExponentialRateLimiter<K> {
+  private readonly failures = new Map<K, number>();
+  private readonly base: number;
+  private readonly max: number;
+  private readonly qps: number;
+  private readonly burst: number;
+  private tokens: number;
+  private last = Date.now();
+
+  constructor(opts: RateLimiterOptions = {}) {
+    this.base = opts.baseDelayMs ?? 5;
+    this.max = opts.maxDelayMs ?? 1_000_000;
+    this.qps = opts.qps ?? 100;
+    this.burst = opts.burst ?? 1000;
+    this.tokens = this.burst;
+  }
+  /** Delay before the key may be processed again; counts one more failure. */
+  when(key: K): number {
+    const n = this.failures.get(key) ?? 0;
+    this.failures.set(key, n + 1);
+    const itemDelay = Math.min(this.max, this.base * 2 ** Math.min(n, 60));
+    return Math.max(itemDelay, this.bucketDelay());
+  }
+  private bucketDelay(): number {
+    if (this.qps <= 0) return 0;
+    const now = Date.now();
+    this.tokens = Math.min(this.burst, this.tokens + ((now - this.last) / 1000) * this.qps);
+    this.last = now;
+    this.tokens -= 1;
+    return this.tokens >= 0 ? 0 : Math.ceil((-this.tokens / this.qps) * 1000);
+  }
+  numRequeues(key: K): number {
+    return this.failures.get(key) ?? 0;
+  }
+  forget(key: K): void {
+    this.failures.delete(key);
+  }
+}
+
+export class WorkQueue<K = string> {
+  private readonly queue: K[] = [];
+  private readonly dirty = new Set<K>();
+  private readonly processing = new Set<K>();
+  private readonly delayed = new Map<K, { at: number; timer: NodeJS.Timeout }>();
+  private readonly getters: ((k: K | undefined) => void)[] = [];
+  private readonly drainWaiters: (() => void)[] = [];
+  private shuttingDown = false;
+  readonly rateLimiter: ItemExponentialRateLimiter<K>;
+
+  constructor(opts: RateLimiterOptions = {}) {
+    this.rateLimiter = new ItemExponentialRateLimiter<K>(opts);
+  }
+
+  /** Adds a key unless it is already waiting. */
+  add(key: K): void {
+    if (this.shuttingDown || this.dirty.has(key)) return;
+    this.dirty.add(key);
+    if (this.processing.has(key)) return;
+    const g = this.getters.shift();
+    if (g) {
+      this.dirty.delete(key);
+      this.processing.add(key);
+      g(key);
+    } else this.queue.push(key);
+  }
+
+  /** Adds the key after `ms`; an earlier pending time wins. */
+  addAfter(key: K, ms: number): void {
+    if (this.shuttingDown) return;
+    if (ms <= 0) return this.add(key);
+    const at = Date.now() + ms;
+    const cur = this.delayed.get(key);
+    if (cur && cur.at <= at) return;
+    if (cur) clearTimeout(cur.timer);
+    const timer = setTimeout(() => {
+      this.delayed.delete(key);
+      this.add(key);
+    }, ms);
+    this.delayed.set(key, { at, timer });
+  }
+
+  /** Re-adds the key after its backoff delay (one more failure counted). */
+  addRateLimited(key: K): void {
+    this.addAfter(key, this.rateLimiter.when(key));
+  }
+  /** Clears the failure count of a key (call after a successful reconcile or when giving up). */
+  forget(key: K): void {
+    this.rateLimiter.forget(key);
+  }
+  numRequeues(key: K): number {
+    return this.rateLimiter.numRequeues(key);
+  }
+
+  /** Waits for the next key; `undefined` once the queue is shut down. Call `done(key)` after processing. */
+  get(): Promise<K | undefined> {
+    const k = this.queue.shift();
+    if (k !== undefined) {
+      this.dirty.delete(k);
+      this.processing.add(k);
+      return Promise.resolve(k);
+    }
+    if (this.shuttingDown) return Promise.resolve(undefined);
+    return new Promise((resolve) => this.getters.push(resolve));
+  }
+
+  done(key: K): void {
+    this.processing.delete(key);
+    if (this.dirty.has(key)) {
+      this.dirty.delete(key);
+      this.add(key);
+    }
+    if (this.processing.size === 0) for (const w of this.drainWaiters.splice(0)) w();
+  }
+
+  get length(): number {
+    return this.queue.length;
+  }
+  get isShuttingDown(): boolean {
+    return this.shuttingDown;
+  }
+
+  /** Stops accepting keys, drops delayed ones, and releases waiting `get()` calls with undefined. */
+  shutDown(): void {
+    this.shuttingDown = true;
+    for (const d of this.delayed.values()) clearTimeout(d.timer);
+    this.delayed.clear();
+    this.queue.length = 0;
+    this.dirty.clear();
+    for (const g of this.getters.splice(0)) g(undefined);
+  }
+
+  /** Like shutDown, then waits until the keys being processed are done. */
+  async shutDownWithDrain(): Promise<void> {
+    this.shutDown();
+    if (this.processing.size === 0) return;
+    await new Promise<void>((r) => this.drainWaiters.push(r));
+  }
+}
