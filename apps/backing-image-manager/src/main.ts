@@ -1,1 +1,71 @@
-export {};
+import { parseArgs } from 'node:util';
+import { DEFAULT_DISK_PATH } from '@bis/sync-service';
+import { startDaemon } from './daemon.js';
+
+const USAGE = `usage: backing-image-manager daemon --listen <host:port> --sync-listen <host:port> --disk-path <dir>
+       [--disk-uuid <uuid>] [--port-range 30001-31000] [--advertise-address <ip>] [--allow-source-host <host>]...
+       [--watch-interval-ms 1000] [--monitor-interval-ms 2000]`;
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command !== 'daemon') {
+    process.stderr.write(`${USAGE}\n`);
+    return 2;
+  }
+  const { values } = parseArgs({
+    args: rest,
+    options: {
+      listen: { type: 'string', default: 'localhost:8000' },
+      'sync-listen': { type: 'string', default: 'localhost:8001' },
+      'disk-path': { type: 'string', default: DEFAULT_DISK_PATH },
+      'disk-uuid': { type: 'string' },
+      'port-range': { type: 'string', default: '30001-31000' },
+      'advertise-address': { type: 'string' },
+      'allow-source-host': { type: 'string', multiple: true, default: [] },
+      'watch-interval-ms': { type: 'string', default: '1000' },
+      'monitor-interval-ms': { type: 'string', default: '2000' },
+      debug: { type: 'boolean', default: false },
+    },
+    strict: true,
+  });
+  const log = (m: string) => process.stderr.write(`${new Date().toISOString()} ${m}\n`);
+  const advertise = values['advertise-address'] ?? process.env['POD_IP'] ?? listenHost(values.listen!);
+  const daemon = await startDaemon({
+    listen: values.listen!,
+    syncListen: values['sync-listen']!,
+    diskPath: values['disk-path']!,
+    diskUUID: values['disk-uuid'],
+    portRange: values['port-range']!,
+    advertiseHost: advertise,
+    allowSourceHosts: values['allow-source-host']!,
+    watchIntervalMs: Number(values['watch-interval-ms']),
+    monitorIntervalMs: Number(values['monitor-interval-ms']),
+    log,
+  });
+  process.stdout.write(`${JSON.stringify({ ready: true, grpcPort: daemon.grpcPort, syncPort: daemon.syncPort })}\n`);
+  await new Promise<void>((resolve) => {
+    const onSignal = (sig: string) => {
+      log(`received ${sig}, stopping`);
+      daemon.stop().then(resolve, (err: unknown) => {
+        log(`stop failed: ${(err as Error).message}`);
+        resolve();
+      });
+    };
+    process.once('SIGTERM', () => onSignal('SIGTERM'));
+    process.once('SIGINT', () => onSignal('SIGINT'));
+  });
+  return 0;
+}
+
+function listenHost(listen: string): string {
+  const host = listen.replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
+  return host === '' || host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host === 'localhost' ? '127.0.0.1' : host;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(`backing-image-manager: ${(err as Error).message}\n`);
+    process.exit(1);
+  },
+);

@@ -1,1 +1,5 @@
-export {};
+export * from './manager-service.js';
+export * from './convert.js';
+export * from './backups.js';
+export * from './disk-config.js';
+export * from './data-source-client.js';

@@ -14,6 +14,7 @@ import {
   type ProgressSink,
   type SourceResult,
 } from '@bis/file-sources';
+import { getFileLayout, punchHole } from '@bis/block-mapping';
 import { readSyncingFileConfig, writeSyncingFileConfig } from './backing-cfg.js';
 import { SyncFileNotFoundError, SyncServiceError, errorMessage } from './errors.js';
 import { hashFile, readVirtualSize, removeFile, statFile, statFileIfExists } from './file-util.js';
@@ -31,7 +32,7 @@ export interface SyncServiceOptions {
   diskPath?: string;
   /** Producers for downloadFromURL / upload / restoreFromBackupURL / cloneFromBackingImage. */
   sources?: FileSourceProvider;
-  /** Data/hole layout of a file, for the peer sender. */
+  /** Data/hole layout of a file, for the peer sender (default: `@bis/block-mapping` getFileLayout). */
   layout?: FileLayoutProvider;
   /** Hole punching, for a peer receiver writing into an existing file. */
   punchHole?: HolePuncher;
@@ -172,6 +173,21 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     await this.#files.get(filePath)?.task;
   }
 
+  /**
+   * The record's launch work (prepare, action, finish) as a promise that settles when it is over, even if the record
+   * is deleted meanwhile; undefined for an unknown path. A peer receive's port is free once it settled.
+   */
+  workOf(filePath: string): Promise<void> | undefined {
+    return this.#files.get(filePath)?.task;
+  }
+
+  /** Cancels the work on a file; the record fails with `reason` (no-op for an unknown or finished file). */
+  cancel(filePath: string, reason: string): void {
+    const f = this.#files.get(filePath);
+    if (!f || f.state === FileState.Ready || f.state === FileState.Failed) return;
+    f.controller.abort(new SyncServiceError(reason));
+  }
+
   #record(filePath: string): SyncingFile {
     const f = this.#files.get(filePath);
     if (!f) throw new SyncFileNotFoundError(filePath);
@@ -271,7 +287,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         size: p.size,
         signal: f.signal,
         idleTimeoutMs: this.#opts.receiverIdleTimeoutMs,
-        punchHole: this.#opts.punchHole,
+        punchHole: this.#opts.punchHole ?? punchHole,
         onProgress: (n) => sink.updateProgress(n),
       });
       try {
@@ -350,8 +366,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     }
     await this.#checkReady(f);
     if (f.state !== FileState.Ready) throw new SyncServiceError(`invalid state ${f.state} for file sending`);
-    const layout = this.#opts.layout;
-    if (!layout) throw new SyncServiceError('this sync service cannot send files: no file layout provider');
+    const layout = this.#opts.layout ?? ((p: string) => getFileLayout(p));
     if (f.sendingReference >= limit) {
       throw new SyncServiceError(`syncing file ${filePath} reaches to the simultaneous sending limit ${limit}`);
     }

@@ -1,0 +1,106 @@
+import { promises as fsp } from 'node:fs';
+import { Server, ServerCredentials } from '@grpc/grpc-js';
+import { BackingImageManagerServiceService } from '@bis/bimrpc';
+import { createFileSources } from '@bis/file-sources';
+import { ManagerService, checkDiskConfig } from '@bis/manager';
+import {
+  PortAllocator,
+  SyncService,
+  backingImagesRoot,
+  diskTmpDir,
+  parsePortRange,
+  startSyncServer,
+} from '@bis/sync-service';
+
+export interface DaemonConfig {
+  listen: string;
+  syncListen: string;
+  diskPath: string;
+  diskUUID?: string;
+  portRange: string;
+  /** Address peers use to reach this daemon's receivers. */
+  advertiseHost: string;
+  /** Hosts download sources may reach although private/loopback. */
+  allowSourceHosts: string[];
+  watchIntervalMs: number;
+  monitorIntervalMs: number;
+  log: (message: string) => void;
+}
+
+export interface RunningDaemon {
+  grpcPort: number;
+  syncPort: number;
+  stop(): Promise<void>;
+}
+
+export function splitHostPort(address: string, what: string): { host: string; port: number } {
+  const m = /^\[?([^\]]*?)\]?:(\d+)$/.exec(address.trim());
+  if (!m) throw new Error(`invalid ${what} address "${address}": expected <host>:<port>`);
+  return { host: m[1] || '0.0.0.0', port: Number(m[2]) };
+}
+
+/** Starts the sync HTTP service, then the gRPC service; stop() cancels transfers and removes temporary files. */
+export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
+  const diskUUID = await checkDiskConfig(cfg.diskPath, cfg.diskUUID);
+  const ports = new PortAllocator(parsePortRange(cfg.portRange));
+  const grpcAddr = splitHostPort(cfg.listen, '--listen');
+  const syncAddr = splitHostPort(cfg.syncListen, '--sync-listen');
+  await fsp.mkdir(backingImagesRoot(cfg.diskPath), { recursive: true });
+  await fsp.mkdir(diskTmpDir(cfg.diskPath), { recursive: true });
+
+  const sync = new SyncService({
+    diskPath: cfg.diskPath,
+    sources: createFileSources({ allowSourceHosts: cfg.allowSourceHosts }),
+    receiverHost: cfg.advertiseHost === '0.0.0.0' ? undefined : cfg.advertiseHost,
+    monitorIntervalMs: cfg.monitorIntervalMs,
+    log: cfg.log,
+  });
+  const http = await startSyncServer(sync, syncAddr);
+  const syncPort = (http.server.address() as { port: number }).port;
+  const manager = new ManagerService({
+    diskPath: cfg.diskPath,
+    diskUUID,
+    sync,
+    ports,
+    syncAddress: `${cfg.advertiseHost}:${syncPort}`,
+    receiverHost: cfg.advertiseHost,
+    watchIntervalMs: cfg.watchIntervalMs,
+    log: cfg.log,
+  });
+  const grpc = new Server();
+  grpc.addService(BackingImageManagerServiceService, manager.implementation());
+  let grpcPort: number;
+  try {
+    grpcPort = await new Promise<number>((resolve, reject) =>
+      grpc.bindAsync(`${grpcAddr.host}:${grpcAddr.port}`, ServerCredentials.createInsecure(), (err, port) =>
+        err ? reject(err) : resolve(port),
+      ),
+    );
+  } catch (err) {
+    await sync.close();
+    await http.close();
+    throw err;
+  }
+  cfg.log(`backing-image-manager: disk ${cfg.diskPath} (${diskUUID}), gRPC ${grpcAddr.host}:${grpcPort}, sync ${syncAddr.host}:${syncPort}`);
+  let stopping: Promise<void> | undefined;
+  return {
+    grpcPort,
+    syncPort,
+    stop: () =>
+      (stopping ??= (async () => {
+        await sync.close();
+        await manager.close();
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(() => {
+            grpc.forceShutdown();
+            resolve();
+          }, 2000);
+          grpc.tryShutdown(() => {
+            clearTimeout(t);
+            resolve();
+          });
+        });
+        await http.close();
+      })()),
+  };
+}

@@ -1,0 +1,370 @@
+import { promises as fsp } from 'node:fs';
+import path from 'node:path';
+import {
+  status,
+  type sendUnaryData,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type UntypedHandleCall,
+} from '@grpc/grpc-js';
+import {
+  Empty,
+  ManagerClient,
+  MANAGER_API_MIN_VERSION,
+  MANAGER_API_VERSION,
+  grpcError,
+  type BackingImageManagerServiceServer,
+  type BackingImageResponse,
+  type BackupCreateRequest,
+  type BackupStatusRequest,
+  type BackupStatusResponse,
+  type DeleteRequest,
+  type FetchRequest,
+  type GetRequest,
+  type ListResponse,
+  type PrepareDownloadRequest,
+  type PrepareDownloadResponse,
+  type SendRequest,
+  type SyncRequest,
+  type VersionResponse,
+} from '@bis/bimrpc';
+import { FileState } from '@bis/state-machine';
+import {
+  PortAllocator,
+  SyncFileNotFoundError,
+  SyncService,
+  backingFilePath,
+  backingImageDir,
+  backingImageNameFromPath,
+  dataSourceFilePath,
+  errorMessage,
+  tmpPathOf,
+} from '@bis/sync-service';
+import { toBackingImageResponse } from './convert.js';
+import { getDataSourceFile, transferDataSourceFile } from './data-source-client.js';
+import { BackupTracker, type BackupRunner } from './backups.js';
+
+export interface ManagerServiceOptions {
+  diskPath: string;
+  diskUUID: string;
+  sync: SyncService;
+  ports: PortAllocator;
+  /** `host:port` of this process's sync service as peers and longhorn-manager reach it (PrepareDownload). */
+  syncAddress: string;
+  /** IP peers use to reach this manager's receivers (Longhorn: storage-network IP or POD_IP). */
+  receiverHost: string;
+  /** Minimum interval between two Watch notifications (default 1000 ms). */
+  watchIntervalMs?: number;
+  /** How long Sync waits for the peer's file to leave `pending` (Longhorn: 300 s). */
+  syncPendingTimeoutMs?: number;
+  /** Runs backups (BackupCreate / BackupStatus); without it they fail with FAILED_PRECONDITION. */
+  backup?: BackupRunner;
+  version?: { version: string; gitCommit: string; buildDate: string };
+  log?: (message: string) => void;
+}
+
+type Unary<Req, Res> = (call: ServerUnaryCall<Req, Res>, cb: sendUnaryData<Res>) => void;
+
+class RpcError extends Error {
+  constructor(
+    readonly code: status,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const invalid = (msg = 'missing required argument') => new RpcError(status.INVALID_ARGUMENT, msg);
+
+function unary<Req, Res>(fn: (req: Req) => Promise<Res>): Unary<Req, Res> {
+  return (call, cb) => {
+    fn(call.request).then(
+      (res) => cb(null, res),
+      (err: unknown) => {
+        const code = err instanceof RpcError ? err.code : status.UNKNOWN;
+        cb(grpcError(code, errorMessage(err)));
+      },
+    );
+  };
+}
+
+/**
+ * `bimrpc.BackingImageManagerService` over an in-process sync service: one per disk. Files are addressed as
+ * `<disk>/backing-images/<name>-<uuid>/backing`.
+ */
+export class ManagerService {
+  readonly #o: ManagerServiceOptions;
+  readonly #subscribers = new Set<{ call: ServerWritableStream<Empty, Empty>; blocked: boolean; missed: boolean }>();
+  #dirty = false;
+  #lastNotify = 0;
+  #notifyTimer: NodeJS.Timeout | undefined;
+  readonly #backups: BackupTracker;
+  readonly #onChange = () => this.#scheduleNotify();
+  readonly #background = new Set<Promise<void>>();
+  readonly #stop = new AbortController();
+
+  constructor(opts: ManagerServiceOptions) {
+    this.#o = opts;
+    this.#backups = new BackupTracker();
+    opts.sync.on('change', this.#onChange);
+  }
+
+  #path(name: string, uuid: string): string {
+    return backingFilePath(this.#o.diskPath, name, uuid);
+  }
+
+  #log(m: string): void {
+    this.#o.log?.(m);
+  }
+
+  #track(p: Promise<void>): void {
+    this.#background.add(p);
+    void p.finally(() => this.#background.delete(p));
+  }
+
+  // --------------------------------------------------------------- watch
+
+  #scheduleNotify(): void {
+    this.#dirty = true;
+    if (this.#notifyTimer) return;
+    const every = this.#o.watchIntervalMs ?? 1000;
+    const wait = Math.max(0, this.#lastNotify + every - Date.now());
+    this.#notifyTimer = setTimeout(() => {
+      this.#notifyTimer = undefined;
+      if (!this.#dirty) return;
+      this.#dirty = false;
+      this.#lastNotify = Date.now();
+      for (const s of this.#subscribers) this.#notifyOne(s);
+    }, wait);
+    this.#notifyTimer.unref();
+  }
+
+  /** A subscriber whose socket is full is never waited for: it gets one coalesced notification on 'drain'. */
+  #notifyOne(s: { call: ServerWritableStream<Empty, Empty>; blocked: boolean; missed: boolean }): void {
+    if (s.blocked) {
+      s.missed = true;
+      return;
+    }
+    const ok = s.call.write({});
+    if (!ok) {
+      s.blocked = true;
+      s.call.once('drain', () => {
+        s.blocked = false;
+        if (s.missed) {
+          s.missed = false;
+          this.#notifyOne(s);
+        }
+      });
+    }
+  }
+
+  #watch(call: ServerWritableStream<Empty, Empty>): void {
+    const s = { call, blocked: false, missed: false };
+    this.#subscribers.add(s);
+    const drop = () => this.#subscribers.delete(s);
+    call.on('cancelled', drop);
+    call.on('close', drop);
+    call.on('error', drop);
+  }
+
+  // --------------------------------------------------------------- RPCs
+
+  async get(req: GetRequest): Promise<BackingImageResponse> {
+    if (!req.name || !req.uuid) throw invalid();
+    try {
+      return toBackingImageResponse(this.#o.sync.get(this.#path(req.name, req.uuid)));
+    } catch (err) {
+      if (err instanceof SyncFileNotFoundError) {
+        throw new RpcError(status.NOT_FOUND, `cannot find backing image ${req.name}(${req.uuid})`);
+      }
+      throw err;
+    }
+  }
+
+  async list(): Promise<ListResponse> {
+    const backingImages: ListResponse['backingImages'] = {};
+    const root = path.join(this.#o.diskPath, 'backing-images');
+    for (const info of Object.values(this.#o.sync.list())) {
+      if (path.dirname(path.dirname(info.filePath)) !== root) continue;
+      backingImages[backingImageNameFromPath(info.filePath, info.uuid)] = toBackingImageResponse(info);
+    }
+    return { backingImages };
+  }
+
+  async delete(req: DeleteRequest): Promise<Empty> {
+    if (!req.name || !req.uuid) throw invalid();
+    const filePath = this.#path(req.name, req.uuid);
+    let failure: unknown;
+    try {
+      await this.#o.sync.delete(filePath);
+    } catch (err) {
+      failure = err;
+    }
+    // Always, like Longhorn: remove the directory and a data-source leftover in <disk>/tmp.
+    await fsp.rm(backingImageDir(this.#o.diskPath, req.name, req.uuid), { recursive: true, force: true });
+    await fsp.rm(tmpPathOf(dataSourceFilePath(this.#o.diskPath, req.name, req.uuid)), { force: true });
+    if (failure) throw failure;
+    return {};
+  }
+
+  async fetch(req: FetchRequest): Promise<BackingImageResponse> {
+    const spec = req.spec;
+    if (!spec) throw invalid('missing required argument: spec');
+    if (!spec.name || !spec.uuid) throw invalid();
+    const dst = this.#path(spec.name, spec.uuid);
+    let src = dst;
+    if (req.dataSourceAddress) {
+      const want = dataSourceFilePath(this.#o.diskPath, spec.name, spec.uuid);
+      const ds = await getDataSourceFile(req.dataSourceAddress);
+      if (ds.filePath !== want || ds.uuid !== spec.uuid || (ds.state !== 'ready' && ds.state !== 'ready-for-transfer')) {
+        throw new RpcError(
+          status.FAILED_PRECONDITION,
+          `invalid data source file ${ds.filePath} for fetch, uuid ${ds.uuid}, state ${ds.state}`,
+        );
+      }
+      await transferDataSourceFile(req.dataSourceAddress);
+      src = want;
+    }
+    await this.#o.sync.fetch({
+      srcFilePath: src,
+      filePath: dst,
+      uuid: spec.uuid,
+      diskUUID: this.#o.diskUUID,
+      expectedChecksum: spec.checksum,
+      size: spec.size,
+    });
+    return toBackingImageResponse(this.#o.sync.get(dst));
+  }
+
+  async sync(req: SyncRequest): Promise<BackingImageResponse> {
+    const spec = req.spec;
+    if (!spec) throw invalid('missing required argument: spec');
+    if (!spec.name || !spec.uuid || !req.fromAddress) throw invalid();
+    if (!(spec.size > 0)) throw invalid(`invalid size ${spec.size} for syncing backing image ${spec.name}`);
+    const filePath = this.#path(spec.name, spec.uuid);
+    const port = this.#o.ports.allocate();
+    try {
+      await this.#o.sync.receiveFromPeer({
+        filePath,
+        uuid: spec.uuid,
+        diskUUID: this.#o.diskUUID,
+        expectedChecksum: spec.checksum,
+        size: spec.size,
+        port,
+      });
+    } catch (err) {
+      this.#o.ports.release(port);
+      throw err;
+    }
+    const work = this.#o.sync.workOf(filePath) ?? Promise.resolve();
+    // The port is released exactly once, after the receiver's server is closed (the work settles after that).
+    this.#track(work.finally(() => this.#o.ports.release(port)));
+    this.#track(this.#askPeerToSend(spec.name, spec.uuid, filePath, req.fromAddress, port));
+    return toBackingImageResponse(this.#o.sync.get(filePath));
+  }
+
+  async #askPeerToSend(name: string, uuid: string, filePath: string, fromAddress: string, port: number): Promise<void> {
+    const deadline = Date.now() + (this.#o.syncPendingTimeoutMs ?? 300_000);
+    for (;;) {
+      if (!this.#o.sync.has(filePath) || this.#stop.signal.aborted) return;
+      const st = this.#o.sync.get(filePath).state;
+      if (st === FileState.Ready || st === FileState.Failed) return;
+      if (st !== FileState.Pending) break;
+      if (Date.now() > deadline) {
+        this.#o.sync.cancel(filePath, 'sync file is still pending after waiting for the peer transfer');
+        return;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const client = new ManagerClient(fromAddress);
+    try {
+      await client.send(name, uuid, `${this.#o.receiverHost}:${port}`);
+    } catch (err) {
+      const msg = `failed to ask the peer manager ${fromAddress} to send: ${(err as { details?: string }).details ?? errorMessage(err)}`;
+      this.#log(`${filePath}: ${msg}`);
+      this.#o.sync.cancel(filePath, msg);
+    } finally {
+      client.close();
+    }
+  }
+
+  async send(req: SendRequest): Promise<Empty> {
+    if (!req.name || !req.uuid || !req.toAddress) throw invalid();
+    await this.#o.sync.sendToPeer(this.#path(req.name, req.uuid), req.toAddress);
+    return {};
+  }
+
+  async prepareDownload(req: PrepareDownloadRequest): Promise<PrepareDownloadResponse> {
+    if (!req.name || !req.uuid) throw invalid();
+    const r = await this.get(req);
+    const state = r.status?.state ?? '';
+    if (state !== FileState.Ready) {
+      throw new RpcError(status.FAILED_PRECONDITION, `invalid backing image state ${state} for the download`);
+    }
+    if (!this.#o.syncAddress) throw new RpcError(status.INTERNAL, 'cannot build the sync service address for the download');
+    return { srcFilePath: this.#path(req.name, req.uuid), address: this.#o.syncAddress };
+  }
+
+  async versionGet(): Promise<VersionResponse> {
+    const v = this.#o.version ?? { version: '', gitCommit: '', buildDate: '' };
+    return {
+      ...v,
+      backingImageManagerApiVersion: MANAGER_API_VERSION,
+      backingImageManagerApiMinVersion: MANAGER_API_MIN_VERSION,
+    };
+  }
+
+  async backupCreate(req: BackupCreateRequest): Promise<Empty> {
+    const runner = this.#o.backup;
+    if (!runner) throw new RpcError(status.FAILED_PRECONDITION, 'backups are not configured on this manager');
+    if (!req.name || !req.uuid) throw invalid();
+    const filePath = this.#path(req.name, req.uuid);
+    let info;
+    try {
+      info = this.#o.sync.get(filePath);
+    } catch {
+      throw new RpcError(status.NOT_FOUND, `cannot find backing image ${req.name}(${req.uuid})`);
+    }
+    if (info.state !== FileState.Ready) {
+      throw new RpcError(status.FAILED_PRECONDITION, `invalid backing image state ${info.state} for the backup`);
+    }
+    await this.#backups.start(runner, req, filePath, info.currentChecksum);
+    return {};
+  }
+
+  async backupStatus(req: BackupStatusRequest): Promise<BackupStatusResponse> {
+    if (!req.name) throw new RpcError(status.INVALID_ARGUMENT, 'empty backing image name for getting backup backing image status');
+    const s = this.#backups.status(req.name);
+    if (!s) throw new RpcError(status.NOT_FOUND, `failed to get backup status ${req.name}: backup backing image not found ${req.name}`);
+    return s;
+  }
+
+  /** The grpc-js implementation object. */
+  implementation(): BackingImageManagerServiceServer {
+    const impl: BackingImageManagerServiceServer = {
+      get: unary((r: GetRequest) => this.get(r)),
+      list: unary(() => this.list()),
+      delete: unary((r: DeleteRequest) => this.delete(r)),
+      fetch: unary((r: FetchRequest) => this.fetch(r)),
+      sync: unary((r: SyncRequest) => this.sync(r)),
+      send: unary((r: SendRequest) => this.send(r)),
+      prepareDownload: unary((r: PrepareDownloadRequest) => this.prepareDownload(r)),
+      versionGet: unary(() => this.versionGet()),
+      backupCreate: unary((r: BackupCreateRequest) => this.backupCreate(r)),
+      backupStatus: unary((r: BackupStatusRequest) => this.backupStatus(r)),
+      watch: (call: ServerWritableStream<Empty, Empty>) => this.#watch(call),
+    };
+    return impl as BackingImageManagerServiceServer & Record<string, UntypedHandleCall>;
+  }
+
+  /** Stops notifications and background Sync helpers, ends Watch streams and cancels backups. */
+  async close(): Promise<void> {
+    this.#stop.abort();
+    this.#o.sync.off('change', this.#onChange);
+    if (this.#notifyTimer) clearTimeout(this.#notifyTimer);
+    for (const s of this.#subscribers) s.call.end();
+    this.#subscribers.clear();
+    this.#backups.cancelAll();
+    await Promise.allSettled([...this.#background]);
+  }
+}
