@@ -24,7 +24,7 @@ export function patternBlock(seed: number, size = BLOCK): Buffer {
   const line = Buffer.from(`block pattern ${seed} `.padEnd(64, '.'));
   for (let o = 0; o < size; o += line.length) line.copy(out, o, 0, Math.min(line.length, size - o));
   let x = (seed * 2654435761) >>> 0 || 1;
-  for (let o = 0; o < Math.min(4096, size); o += 4) {
+  for (let o = 0; o + 4 <= Math.min(4096, size); o += 4) {
     x ^= x << 13;
     x ^= x >>> 17;
     x ^= x << 5;
