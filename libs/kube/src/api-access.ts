@@ -1,0 +1,92 @@
+import { KINDS, LONGHORN_API_VERSION } from '@bis/crd-types';
+
+/** Kubernetes API verbs as RBAC names them. */
+export type ApiVerb = 'get' | 'list' | 'watch' | 'create' | 'update' | 'patch' | 'delete';
+
+/** One (group, resource) the system calls, with the verbs it uses and why. `resource` may be `pods/log`, `x/status`. */
+export interface ApiResourceUse {
+  readonly group: string;
+  readonly version: string;
+  readonly resource: string;
+  readonly verbs: readonly ApiVerb[];
+  /** Who makes these calls (documentation and RBAC comments). */
+  readonly usedBy: string;
+}
+
+const LONGHORN_GROUP = LONGHORN_API_VERSION.split('/')[0];
+const LONGHORN_VERSION = LONGHORN_API_VERSION.split('/')[1];
+
+/** Verbs `KubeDatastore` issues on every kind it stores, and on their status subresource. */
+export const DATASTORE_VERBS: readonly ApiVerb[] = ['get', 'list', 'watch', 'create', 'update', 'delete'];
+export const DATASTORE_STATUS_VERBS: readonly ApiVerb[] = ['update'];
+
+/**
+ * Every Kubernetes API call the system makes, in one table. The Kubernetes datastore and pod runtime look their calls
+ * up here before making them (`ApiAccess.require`) and fail if a call is missing, and the chart's RBAC rules are
+ * generated from this table (`rbacRules`). A new call therefore cannot ship without its permission.
+ */
+export const API_RESOURCE_USES: readonly ApiResourceUse[] = [
+  ...KINDS.flatMap((k): ApiResourceUse[] => [
+    { group: LONGHORN_GROUP, version: LONGHORN_VERSION, resource: k.plural, verbs: DATASTORE_VERBS, usedBy: 'KubeDatastore' },
+    { group: LONGHORN_GROUP, version: LONGHORN_VERSION, resource: `${k.plural}/status`, verbs: DATASTORE_STATUS_VERBS, usedBy: 'KubeDatastore' },
+  ]),
+  { group: '', version: 'v1', resource: 'pods', verbs: ['get', 'list', 'watch', 'create', 'delete'], usedBy: 'KubePodRuntime' },
+  { group: '', version: 'v1', resource: 'pods/log', verbs: ['get'], usedBy: 'KubePodRuntime' },
+];
+
+/** Thrown when code tries a call that is not declared in `API_RESOURCE_USES` (a programming error, caught by tests). */
+export class UndeclaredApiCallError extends Error {
+  constructor(group: string, resource: string, verb: ApiVerb) {
+    super(`Kubernetes API call ${verb} ${resource}${group ? '.' + group : ''} is not declared in API_RESOURCE_USES (and so not granted by the chart RBAC)`);
+    this.name = 'UndeclaredApiCallError';
+  }
+}
+
+/** Checks calls against the table; every Kubernetes call site goes through `require`. */
+export class ApiAccess {
+  private readonly allowed: Set<string>;
+  constructor(readonly uses: readonly ApiResourceUse[] = API_RESOURCE_USES) {
+    this.allowed = new Set(uses.flatMap((u) => u.verbs.map((v) => `${u.group}|${u.resource}|${v}`)));
+  }
+  require(group: string, resource: string, verb: ApiVerb): void {
+    if (!this.allowed.has(`${group}|${resource}|${verb}`)) throw new UndeclaredApiCallError(group, resource, verb);
+  }
+  allows(group: string, resource: string, verb: ApiVerb): boolean {
+    return this.allowed.has(`${group}|${resource}|${verb}`);
+  }
+}
+
+/** An RBAC PolicyRule. */
+export interface PolicyRule {
+  apiGroups: string[];
+  resources: string[];
+  verbs: ApiVerb[];
+}
+
+const VERB_ORDER: readonly ApiVerb[] = ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'];
+
+/**
+ * RBAC rules granting exactly the table: resources with the same group and verb set are merged into one rule.
+ * Stable order (group, then first resource) so the generated chart file is reproducible.
+ */
+export function rbacRules(uses: readonly ApiResourceUse[] = API_RESOURCE_USES): PolicyRule[] {
+  const byKey = new Map<string, { group: string; verbs: ApiVerb[]; resources: Set<string> }>();
+  const verbsOf = new Map<string, Set<ApiVerb>>();
+  for (const u of uses) {
+    const k = `${u.group}|${u.resource}`;
+    const s = verbsOf.get(k) ?? new Set<ApiVerb>();
+    for (const v of u.verbs) s.add(v);
+    verbsOf.set(k, s);
+  }
+  for (const [k, set] of verbsOf) {
+    const [group, resource] = k.split('|');
+    const verbs = VERB_ORDER.filter((v) => set.has(v));
+    const key = `${group}|${verbs.join(',')}`;
+    const e = byKey.get(key) ?? { group, verbs, resources: new Set<string>() };
+    e.resources.add(resource);
+    byKey.set(key, e);
+  }
+  return [...byKey.values()]
+    .map((e) => ({ apiGroups: [e.group], resources: [...e.resources].sort(), verbs: e.verbs }))
+    .sort((a, b) => a.apiGroups[0].localeCompare(b.apiGroups[0]) || a.resources[0].localeCompare(b.resources[0]));
+}

@@ -1,0 +1,3 @@
+export * from './api-access.js';
+export * from './status-errors.js';
+export * from './kube-datastore.js';
