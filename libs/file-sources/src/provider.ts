@@ -1,4 +1,4 @@
-import type { CloneRequest, DownloadRequest, FileSourceProvider, RestoreRequest, SourceResult, UploadRequest } from './contract.js';
+import type { CloneRequest, DownloadRequest, FileSourceProvider, ProgressSink, RestoreRequest, SourceResult, UploadRequest } from './contract.js';
 import { DEFAULT_PARALLEL, DEFAULT_RETRY, downloadToFile, type ParallelPolicy, type RetryPolicy } from './download.js';
 import { createDownloadClient } from './http-client.js';
 import { SourceHostPolicy } from './ip-policy.js';
@@ -43,10 +43,17 @@ export function createFileSources(options: FileSourcesOptions = {}): FileSourceP
     retry: { ...DEFAULT_RETRY, ...options.retry },
     parallel: { ...DEFAULT_PARALLEL, ...options.parallel },
   };
+  // The final size can differ from the announced one (decompression, zero-padding): report it at the end.
+  const settle = async (sink: ProgressSink, work: Promise<SourceResult>): Promise<SourceResult> => {
+    const r = await work;
+    sink.setSize(r.size);
+    sink.updateProgress(r.size);
+    return r;
+  };
   return {
-    download: (req: DownloadRequest) => downloadToFile(req, download),
-    upload: (req: UploadRequest) => uploadToFile(req, { stallTimeoutMs }),
-    clone: (req: CloneRequest) => cloneToFile(req, { stallTimeoutMs, encryption: options.encryptedClone }),
-    restore: (req: RestoreRequest) => restoreToFile(req, options.restoreBackup),
+    download: (req: DownloadRequest) => settle(req.sink, downloadToFile(req, download)),
+    upload: (req: UploadRequest) => settle(req.sink, uploadToFile(req, { stallTimeoutMs })),
+    clone: (req: CloneRequest) => settle(req.sink, cloneToFile(req, { stallTimeoutMs, encryption: options.encryptedClone })),
+    restore: (req: RestoreRequest) => settle(req.sink, restoreToFile(req, options.restoreBackup)),
   };
 }

@@ -1,0 +1,153 @@
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import Fastify from 'fastify';
+import { createFileSources } from '@bis/file-sources';
+import { SyncService, startSyncServer } from '@bis/sync-service';
+import {
+  DataSource,
+  DataSourceConfigError,
+  DEFAULT_EXPORT_RECEIVER_PORT,
+  dataSourceRoutes,
+  parseKeyValues,
+  validateDataSourceConfig,
+} from '@bis/data-source';
+
+const USAGE = `usage: backing-image-data-source --name N --uuid U --source-type T [--parameters k=v]... [--checksum C]
+       [--credential k=v]... [--listen host:port] [--sync-listen host:port] [--disk-path dir]
+       [--allow-source-hosts hosts-or-CIDRs] [--ca-bundle file.pem] [--stall-timeout seconds]
+       [--begin-timeout seconds] [--download-connections n] [--export-receiver-port port]`;
+
+const REPEATED = new Set(['parameters', 'credential']);
+const SINGLE = new Set([
+  'listen', 'sync-listen', 'disk-path', 'name', 'uuid', 'source-type', 'checksum', 'allow-source-hosts', 'ca-bundle',
+  'stall-timeout', 'begin-timeout', 'download-connections', 'export-receiver-port',
+]);
+
+export interface ParsedArgs {
+  single: Record<string, string>;
+  repeated: Record<string, string[]>;
+}
+
+/** Strict flag parsing: unknown flags and missing values are errors (`--flag value` or `--flag=value`). */
+export function parseArgs(argv: readonly string[]): ParsedArgs {
+  const single: Record<string, string> = {};
+  const repeated: Record<string, string[]> = { parameters: [], credential: [] };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--debug') continue; // Longhorn passes it; logging is always on
+    if (!a.startsWith('--')) throw new DataSourceConfigError(`unexpected argument "${a}"\n${USAGE}`);
+    let key = a.slice(2);
+    let value: string | undefined;
+    const eq = key.indexOf('=');
+    if (eq >= 0) {
+      value = key.slice(eq + 1);
+      key = key.slice(0, eq);
+    }
+    if (!SINGLE.has(key) && !REPEATED.has(key)) throw new DataSourceConfigError(`unknown flag --${key}\n${USAGE}`);
+    if (value === undefined) {
+      value = argv[++i];
+      if (value === undefined) throw new DataSourceConfigError(`flag --${key} needs a value`);
+    }
+    if (REPEATED.has(key)) repeated[key]!.push(value);
+    else single[key] = value;
+  }
+  return { single, repeated };
+}
+
+function hostPort(flag: string, v: string): { host: string; port: number } {
+  const i = v.lastIndexOf(':');
+  const port = Number(v.slice(i + 1));
+  if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new DataSourceConfigError(`invalid --${flag} "${v}": expected host:port`);
+  const host = v.slice(0, i).replace(/^\[|\]$/g, '');
+  return { host: host === '' ? '0.0.0.0' : host, port };
+}
+
+function seconds(flag: string, v: string | undefined, dflt: number): number {
+  if (v === undefined) return dflt;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) throw new DataSourceConfigError(`invalid --${flag} "${v}": a positive number of seconds is required`);
+  return n * 1000;
+}
+
+async function readDiskUUID(diskPath: string): Promise<string> {
+  try {
+    const cfg = JSON.parse(await readFile(path.join(diskPath, 'longhorn-disk.cfg'), 'utf8')) as { diskUUID?: unknown };
+    return typeof cfg.diskUUID === 'string' ? cfg.diskUUID : '';
+  } catch {
+    return '';
+  }
+}
+
+/** Runs the data source until SIGINT/SIGTERM. Returns an exit code for configuration errors. */
+export async function runDataSourceCli(argv: readonly string[]): Promise<number | undefined> {
+  let args: ParsedArgs;
+  let config;
+  try {
+    args = parseArgs(argv);
+    config = validateDataSourceConfig({
+      name: args.single['name'],
+      uuid: args.single['uuid'],
+      sourceType: args.single['source-type'],
+      parameters: parseKeyValues('--parameters', args.repeated['parameters']!),
+      credential: parseKeyValues('--credential', args.repeated['credential']!),
+      checksum: args.single['checksum'],
+    });
+  } catch (e) {
+    process.stderr.write(`backing-image-data-source: ${(e as Error).message}\n`);
+    return 2;
+  }
+  const s = args.single;
+  const listen = hostPort('listen', s['listen'] ?? 'localhost:8000');
+  const syncListen = hostPort('sync-listen', s['sync-listen'] ?? 'localhost:8001');
+  const diskPath = s['disk-path'] ?? '/data/';
+  const stallTimeoutMs = seconds('stall-timeout', s['stall-timeout'], 30);
+  const beginTimeoutMs = seconds('begin-timeout', s['begin-timeout'], 60);
+  const connections = Number(s['download-connections'] ?? '1');
+  if (!Number.isInteger(connections) || connections < 1 || connections > 16) {
+    throw new DataSourceConfigError(`invalid --download-connections "${s['download-connections']}": 1 to 16`);
+  }
+  const log = (m: string): void => void process.stderr.write(`${new Date().toISOString()} ${m}\n`);
+  // Download credentials become origin request headers (never process environment, never in-cluster calls).
+  const downloadHeaders = config.sourceType === 'download' ? config.credential : {};
+  const env = process.env;
+  const sources = createFileSources({
+    allowSourceHosts: (s['allow-source-hosts'] ?? '').split(','),
+    downloadHeaders,
+    caBundlePath: s['ca-bundle'],
+    proxy: {
+      http: env['HTTP_PROXY'] ?? env['http_proxy'],
+      https: env['HTTPS_PROXY'] ?? env['https_proxy'],
+      noProxy: env['NO_PROXY'] ?? env['no_proxy'],
+    },
+    stallTimeoutMs,
+    parallel: { connections },
+  });
+  const sync = new SyncService({ diskPath, sources, beginTimeoutMs, log });
+  const syncServer = await startSyncServer(sync, syncListen);
+  const ds = new DataSource({
+    config,
+    diskPath,
+    diskUUID: await readDiskUUID(diskPath),
+    sync,
+    beginTimeoutMs,
+    exportReceiverPort: Number(s['export-receiver-port'] ?? DEFAULT_EXPORT_RECEIVER_PORT),
+    log,
+  });
+  await ds.start();
+  const app = Fastify({ logger: false, forceCloseConnections: true });
+  await app.register(dataSourceRoutes, { dataSource: ds });
+  await app.listen({ host: listen.host, port: listen.port });
+  const addr = app.server.address();
+  log(`data source ${config.name}-${config.uuid} (${config.sourceType}) listening on ${typeof addr === 'object' && addr ? `${addr.address}:${addr.port}` : String(addr)}`);
+  await new Promise<void>((resolve) => {
+    const stop = (): void => resolve();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  log('shutting down');
+  await ds.close();
+  await app.close();
+  await syncServer.close();
+  await sync.close();
+  return 0;
+}

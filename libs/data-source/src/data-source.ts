@@ -1,0 +1,315 @@
+import { mkdir } from 'node:fs/promises';
+import { once } from 'node:events';
+import path from 'node:path';
+import { PassThrough, type Readable } from 'node:stream';
+import { FileState } from '@bis/state-machine';
+import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service';
+import { DEFAULT_EXPORT_RECEIVER_PORT, type DataSourceConfig } from './config.js';
+
+/** Longhorn's `api.DataSourceInfo` (JSON key order as Go emits it). */
+export interface DataSourceInfo {
+  sourceType: string;
+  parameters: Record<string, string>;
+  name: string;
+  diskUUID: string;
+  expectedChecksum: string;
+  filePath: string;
+  uuid: string;
+  size: number;
+  virtualSize: number;
+  realSize: number;
+  state: string;
+  progress: number;
+  processedSize: number;
+  modificationTime: string;
+  currentChecksum: string;
+  message: string;
+  sendingReference: number;
+}
+
+export interface DataSourceOptions {
+  config: DataSourceConfig;
+  /** The disk (Longhorn mounts it at `/data/`); the work file is `<disk>/tmp/<name>-<uuid>`. */
+  diskPath: string;
+  diskUUID: string;
+  sync: SyncService;
+  /** Processing must begin within this time (Longhorn: 60 s). */
+  beginTimeoutMs?: number;
+  /** Port of the export-from-volume receiver (Longhorn: 8002). */
+  exportReceiverPort?: number;
+  /** Starts the replica's export towards our receiver (gRPC VolumeExport in Longhorn); optional. */
+  requestVolumeExport?: (p: { senderAddress: string; snapshotName: string; port: number }) => Promise<void>;
+  log?: (message: string) => void;
+}
+
+export class DataSourceError extends Error {
+  override readonly name = 'DataSourceError';
+  constructor(
+    message: string,
+    readonly statusCode = 500,
+  ) {
+    super(message);
+  }
+}
+
+export const BEGIN_TIMEOUT_MESSAGE = 'timeout waiting for the datasource file processing begin';
+
+/** State of a resumable upload: one long-lived body stream fed by successive requests. */
+interface ResumableUpload {
+  size: number;
+  offset: number;
+  body: PassThrough;
+  busy: boolean;
+  done: Promise<void>;
+}
+
+/**
+ * The data source: prepares one file in `<disk>/tmp/<name>-<uuid>` through its sync service, reports it as
+ * `ready-for-transfer`, and after `transfer` forgets it (the manager takes it over) and reports `ready`.
+ */
+export class DataSource {
+  readonly filePath: string;
+  readonly #o: DataSourceOptions;
+  #frozen: DataSourceInfo | undefined;
+  #transferred = false;
+  #watchdog: NodeJS.Timeout | undefined;
+  #resumable: ResumableUpload | undefined;
+  #wholeUpload = false;
+
+  constructor(o: DataSourceOptions) {
+    this.#o = o;
+    this.filePath = path.join(o.diskPath, 'tmp', `${o.config.name}-${o.config.uuid}`);
+  }
+
+  get config(): DataSourceConfig {
+    return this.#o.config;
+  }
+
+  /** Creates `<disk>/tmp`, launches the source and starts the begin watchdog. */
+  async start(): Promise<void> {
+    const { config: c, sync } = this.#o;
+    await mkdir(path.dirname(this.filePath), { recursive: true });
+    const base = {
+      filePath: this.filePath,
+      uuid: c.uuid,
+      diskUUID: this.#o.diskUUID,
+      expectedChecksum: c.checksum,
+      dataEngine: (c.parameters['data-engine'] || 'v1') as 'v1' | 'v2',
+    };
+    switch (c.sourceType) {
+      case 'download':
+        await sync.downloadFromURL({ ...base, url: c.parameters['url']! });
+        break;
+      case 'upload':
+        break;
+      case 'restore':
+        await sync.restoreFromBackupURL({
+          ...base,
+          backupUrl: c.parameters['backup-url']!,
+          concurrentLimit: Number(c.parameters['concurrent-limit']),
+          credential: c.credential,
+        });
+        break;
+      case 'clone':
+        await sync.cloneFromBackingImage({
+          ...base,
+          backingImage: c.parameters['backing-image']!,
+          backingImageUUID: c.parameters['backing-image-uuid']!,
+          encryption: c.parameters['encryption']!,
+          credential: c.credential,
+        });
+        break;
+      case 'export-from-volume': {
+        const port = this.#o.exportReceiverPort ?? DEFAULT_EXPORT_RECEIVER_PORT;
+        await sync.receiveFromPeer({ ...base, size: Number(c.parameters['volume-size']), port, fileType: 'raw' });
+        const req = this.#o.requestVolumeExport;
+        if (req) {
+          req({ senderAddress: c.parameters['sender-address']!, snapshotName: c.parameters['snapshot-name']!, port }).catch(
+            (e: Error) => this.#o.log?.(`volume export request failed: ${e.message}`),
+          );
+        }
+        break;
+      }
+    }
+    this.#startWatchdog();
+  }
+
+  #startWatchdog(): void {
+    const limit = this.#o.beginTimeoutMs ?? 60_000;
+    const started = Date.now();
+    this.#watchdog = setInterval(() => {
+      const state = this.#current().state;
+      if (state !== '' && state !== FileState.Pending && state !== FileState.Starting) {
+        this.#stopWatchdog();
+        return;
+      }
+      if (Date.now() - started >= limit) {
+        this.#stopWatchdog();
+        this.#frozen = { ...this.#current(), state: FileState.Failed, message: BEGIN_TIMEOUT_MESSAGE };
+        this.#resumable?.body.destroy(new Error(BEGIN_TIMEOUT_MESSAGE));
+        this.#o.sync.delete(this.filePath).catch(() => undefined);
+      }
+    }, Math.min(1000, Math.max(10, limit / 10)));
+    this.#watchdog.unref();
+  }
+
+  #stopWatchdog(): void {
+    if (this.#watchdog) clearInterval(this.#watchdog);
+    this.#watchdog = undefined;
+  }
+
+  #local(state: string): DataSourceInfo {
+    const c = this.#o.config;
+    return {
+      sourceType: c.sourceType,
+      parameters: c.parameters,
+      name: c.name,
+      diskUUID: this.#o.diskUUID,
+      expectedChecksum: c.checksum,
+      filePath: this.filePath,
+      uuid: c.uuid,
+      size: 0,
+      virtualSize: 0,
+      realSize: 0,
+      state,
+      progress: 0,
+      processedSize: 0,
+      modificationTime: '',
+      currentChecksum: '',
+      message: '',
+      sendingReference: 0,
+    };
+  }
+
+  #current(): DataSourceInfo {
+    if (this.#frozen) return this.#frozen;
+    const c = this.#o.config;
+    let f: FileInfo;
+    try {
+      f = this.#o.sync.get(this.filePath);
+    } catch (e) {
+      if (e instanceof SyncFileNotFoundError) return this.#local(c.sourceType === 'upload' ? FileState.Pending : '');
+      throw e;
+    }
+    const { sourceType, parameters, name } = this.#local('');
+    return {
+      sourceType,
+      parameters,
+      name,
+      ...f,
+      state: f.state === FileState.Ready ? FileState.ReadyForTransfer : f.state,
+    };
+  }
+
+  /** `GET /v1/file`. */
+  info(): DataSourceInfo {
+    return this.#current();
+  }
+
+  /** `POST /v1/file?action=transfer`: the manager takes the file over. */
+  async transfer(): Promise<void> {
+    if (this.#transferred) return;
+    const info = this.#current();
+    if (info.state !== FileState.ReadyForTransfer) {
+      throw new DataSourceError(
+        `datasource file current state is ${info.state} rather than ${FileState.ReadyForTransfer}, cannot do transfer`,
+      );
+    }
+    await this.#o.sync.forget(this.filePath);
+    this.#transferred = true;
+    this.#frozen = { ...info, state: FileState.Ready };
+  }
+
+  #requireUpload(): void {
+    const t = this.#o.config.sourceType;
+    if (t !== 'upload') throw new DataSourceError(`cannot do upload since data source type is ${t} rather than upload`, 400);
+    if (this.#frozen) throw new DataSourceError(`cannot upload: the data source file is ${this.#frozen.state}`, 409);
+  }
+
+  #uploadParams(size: number, body: Readable) {
+    const c = this.#o.config;
+    return {
+      filePath: this.filePath,
+      uuid: c.uuid,
+      diskUUID: '',
+      expectedChecksum: c.checksum,
+      dataEngine: (c.parameters['data-engine'] || 'v1') as 'v1' | 'v2',
+      size,
+      body,
+    };
+  }
+
+  /** `POST /v1/file?action=upload&size=N`: a whole upload (Longhorn's). Resolves when the file is finished. */
+  async upload(size: number, body: Readable): Promise<void> {
+    this.#requireUpload();
+    if (this.#resumable || this.#wholeUpload) throw new DataSourceError('an upload is already in progress', 409);
+    this.#wholeUpload = true;
+    try {
+      await this.#o.sync.upload(this.#uploadParams(size, body));
+    } finally {
+      this.#wholeUpload = false;
+    }
+  }
+
+  /** Resumable upload: how many bytes have been accepted so far. */
+  uploadOffset(): { size: number; offset: number } {
+    this.#requireUpload();
+    const r = this.#resumable;
+    return r ? { size: r.size, offset: r.offset } : { size: 0, offset: 0 };
+  }
+
+  /**
+   * Resumable upload: appends `body` at `offset` (which must equal the current offset). A dropped request keeps
+   * what was accepted; the client asks for the offset and continues. Resolves with the new offset; the call that
+   * completes the declared size resolves when the file is finished.
+   */
+  async uploadPart(size: number, offset: number, body: Readable): Promise<{ size: number; offset: number }> {
+    this.#requireUpload();
+    if (this.#wholeUpload) throw new DataSourceError('a whole-file upload is already in progress', 409);
+    let r = this.#resumable;
+    if (!r) {
+      if (offset !== 0) throw new DataSourceError(`no upload in progress: the first part must start at offset 0, not ${offset}`, 409);
+      const pt = new PassThrough({ highWaterMark: 1 << 20 });
+      const done = this.#o.sync.upload(this.#uploadParams(size, pt));
+      done.catch(() => undefined);
+      r = this.#resumable = { size, offset: 0, body: pt, busy: false, done };
+    }
+    if (size !== r.size) throw new DataSourceError(`the upload size ${size} differs from the size ${r.size} given first`, 409);
+    if (offset !== r.offset) throw new DataSourceError(`upload offset mismatch: the next byte expected is ${r.offset}, not ${offset}`, 409);
+    if (r.busy) throw new DataSourceError('another request is uploading to this file', 409);
+    r.busy = true;
+    try {
+      for await (const chunk of body as AsyncIterable<Buffer>) {
+        if (r.offset + chunk.length > r.size) {
+          throw new DataSourceError(`the upload has more bytes than the declared size ${r.size}`, 400);
+        }
+        r.offset += chunk.length;
+        if (!r.body.write(chunk)) await Promise.race([once(r.body, 'drain'), r.done]);
+      }
+    } catch (e) {
+      if (e instanceof DataSourceError) {
+        r.body.destroy(e);
+        throw e;
+      }
+      // A dropped connection: keep what was accepted; the client resumes at r.offset.
+      return { size: r.size, offset: r.offset };
+    } finally {
+      r.busy = false;
+    }
+    if (r.offset === r.size) {
+      r.body.end();
+      await r.done;
+    }
+    return { size: r.size, offset: r.offset };
+  }
+
+  /** Stops the watchdog; cancels an unfinished file (its partial file is removed). */
+  async close(): Promise<void> {
+    this.#stopWatchdog();
+    this.#resumable?.body.destroy(new Error('the data source is shutting down'));
+    if (!this.#transferred) {
+      const state = this.#current().state;
+      if (state !== FileState.ReadyForTransfer && state !== FileState.Ready) await this.#o.sync.delete(this.filePath).catch(() => undefined);
+    }
+  }
+}

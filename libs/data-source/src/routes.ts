@@ -1,0 +1,88 @@
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import multipart from '@fastify/multipart';
+import { Readable } from 'node:stream';
+import { DataSource, DataSourceError } from './data-source.js';
+
+export interface DataSourceRoutesOptions {
+  dataSource: DataSource;
+}
+
+function statusOf(err: unknown): number {
+  const code = (err as { statusCode?: unknown }).statusCode;
+  return typeof code === 'number' && code >= 400 && code < 600 ? code : 500;
+}
+
+function sendError(reply: FastifyReply, err: unknown): FastifyReply {
+  const msg = err instanceof Error ? err.message : String(err);
+  return reply.code(statusOf(err)).type('text/plain; charset=utf-8').send(`${msg}\n`);
+}
+
+function intParam(q: Record<string, string | undefined>, key: string): number {
+  const v = q[key];
+  if (v === undefined || !/^\d+$/.test(v)) throw new DataSourceError(`invalid or missing query parameter ${key}: ${v ?? '(none)'}`, 400);
+  return Number(v);
+}
+
+async function uploadBody(req: FastifyRequest): Promise<Readable> {
+  if (req.isMultipart()) {
+    // Longhorn: parts before the first part named `chunk` are skipped; only that part's bytes are used.
+    for await (const part of req.parts()) {
+      if (part.type === 'file' && part.fieldname === 'chunk') return part.file;
+      if (part.type === 'file') part.file.resume();
+    }
+    throw new DataSourceError('no multipart part named chunk in the upload', 400);
+  }
+  if (req.body instanceof Readable) return req.body;
+  throw new DataSourceError('no upload body', 400);
+}
+
+/**
+ * Longhorn's data-source API: `GET /v1/file`, `POST /v1/file?action=upload|transfer`, plus the resumable upload
+ * (`GET /v1/file?action=uploadOffset`, `POST /v1/file?action=uploadPart&size=&offset=`) and `DELETE /v1/file`.
+ */
+export const dataSourceRoutes: FastifyPluginAsync<DataSourceRoutesOptions> = async (app: FastifyInstance, opts) => {
+  const ds = opts.dataSource;
+  await app.register(multipart, { limits: { fileSize: Number.MAX_SAFE_INTEGER, files: 1, parts: 100 } });
+  app.addContentTypeParser('application/octet-stream', (_req, payload, done) => done(null, payload));
+
+  app.get('/v1/file', async (req, reply) => {
+    try {
+      const q = req.query as Record<string, string | undefined>;
+      if (q['action'] === 'uploadOffset') return reply.send(ds.uploadOffset());
+      return reply.type('application/json').send(ds.info());
+    } catch (e) {
+      return sendError(reply, e);
+    }
+  });
+
+  app.post('/v1/file', async (req, reply) => {
+    const q = req.query as Record<string, string | undefined>;
+    try {
+      switch (q['action']) {
+        case 'upload': {
+          const size = intParam(q, 'size');
+          await ds.upload(size, await uploadBody(req));
+          return reply.code(200).send();
+        }
+        case 'uploadPart': {
+          const size = intParam(q, 'size');
+          const offset = intParam(q, 'offset');
+          if (!(req.body instanceof Readable)) throw new DataSourceError('uploadPart needs an application/octet-stream body', 400);
+          return reply.send(await ds.uploadPart(size, offset, req.body));
+        }
+        case 'transfer':
+          await ds.transfer();
+          return reply.code(200).send();
+        default:
+          throw new DataSourceError(`unknown action ${q['action'] ?? ''}`, 400);
+      }
+    } catch (e) {
+      return sendError(reply, e);
+    }
+  });
+
+  app.delete('/v1/file', async (_req, reply) => {
+    await ds.close();
+    return reply.code(200).send();
+  });
+};
