@@ -1,1 +1,1 @@
-export {};
+export { runCli, USAGE, CREDENTIAL_ENV_KEYS, type CliIo } from './cli.js';
