@@ -25,10 +25,13 @@ export const DATASTORE_STATUS_VERBS: readonly ApiVerb[] = ['update'];
  * up here before making them (`ApiAccess.require`) and fail if a call is missing, and the chart's RBAC rules are
  * generated from this table (`rbacRules`). A new call therefore cannot ship without its permission.
  */
+/** Longhorn kinds the controllers read through the datastore besides the generated CRDs (Longhorn's own CRD). */
+const LONGHORN_EXTRA_PLURALS = ['replicas'] as const;
+
 export const API_RESOURCE_USES: readonly ApiResourceUse[] = [
-  ...KINDS.flatMap((k): ApiResourceUse[] => [
-    { group: LONGHORN_GROUP, version: LONGHORN_VERSION, resource: k.plural, verbs: DATASTORE_VERBS, usedBy: 'KubeDatastore' },
-    { group: LONGHORN_GROUP, version: LONGHORN_VERSION, resource: `${k.plural}/status`, verbs: DATASTORE_STATUS_VERBS, usedBy: 'KubeDatastore' },
+  ...[...KINDS.map((k) => k.plural), ...LONGHORN_EXTRA_PLURALS].flatMap((plural): ApiResourceUse[] => [
+    { group: LONGHORN_GROUP, version: LONGHORN_VERSION, resource: plural, verbs: DATASTORE_VERBS, usedBy: 'KubeDatastore' },
+    { group: LONGHORN_GROUP, version: LONGHORN_VERSION, resource: `${plural}/status`, verbs: DATASTORE_STATUS_VERBS, usedBy: 'KubeDatastore' },
   ]),
   { group: '', version: 'v1', resource: 'pods', verbs: ['get', 'list', 'watch', 'create', 'delete'], usedBy: 'KubePodRuntime' },
   { group: '', version: 'v1', resource: 'pods/log', verbs: ['get'], usedBy: 'KubePodRuntime' },

@@ -1,0 +1,146 @@
+import type { V1Container, V1Pod, V1Toleration, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
+import {
+  LONGHORN_API_VERSION,
+  backingImageDataSourcePodLabels,
+  backingImageDataSourcePodName,
+  backingImageManagerLabels,
+  backingImageManagerPodName,
+} from '@bis/crd-types';
+
+/** Ports of both data-plane servers (Longhorn's): gRPC or data-source HTTP on 8000, sync HTTP on 8001. */
+export const DATA_PLANE_PORT = 8000;
+export const SYNC_PORT = 8001;
+export const BIM_CONTAINER = 'backing-image-manager';
+export const BIDS_CONTAINER = 'backing-image-data-source';
+export const LAST_APPLIED_TOLERATIONS_ANNOTATION = 'longhorn.io/last-applied-tolerations';
+export const STORAGE_NETWORK_ANNOTATION = 'k8s.v1.cni.cncf.io/networks';
+
+/** Pod settings that come from Longhorn settings and the chart (§1.8 taint-toleration … system-managed-pods-image-pull-policy). */
+export interface PodSettings {
+  namespace: string;
+  serviceAccountName: string;
+  tolerations?: V1Toleration[];
+  nodeSelector?: Record<string, string>;
+  priorityClassName?: string;
+  /** Secret name of the `registry-secret` setting. */
+  registrySecret?: string;
+  /** Longhorn setting values `if-not-present` / `always` / `never`. */
+  imagePullPolicy?: 'if-not-present' | 'always' | 'never';
+  /** `storage-network` setting (`<namespace>/<NetworkAttachmentDefinition>`); empty = pod network. */
+  storageNetwork?: string;
+}
+
+/** The fields of a BackingImageManager the pod is made from. */
+export interface ManagerPodInput {
+  name: string;
+  uid: string;
+  image: string;
+  nodeID: string;
+  diskUUID: string;
+  diskPath: string;
+}
+
+/** The fields of a BackingImageDataSource the pod is made from, with the command-line inputs. */
+export interface DataSourcePodInput {
+  name: string;
+  uid: string;
+  image: string;
+  nodeID: string;
+  diskUUID: string;
+  diskPath: string;
+  uuid: string;
+  sourceType: string;
+  parameters: Record<string, string>;
+  checksum: string;
+  credentials: Record<string, string>;
+  dataEngine?: 'v1' | 'v2';
+}
+
+const pullPolicy = (p: PodSettings['imagePullPolicy']): V1Container['imagePullPolicy'] =>
+  p === 'always' ? 'Always' : p === 'never' ? 'Never' : 'IfNotPresent';
+
+function dedupTolerations(t: V1Toleration[] = []): V1Toleration[] {
+  const seen = new Set<string>();
+  return t.filter((x) => {
+    const k = JSON.stringify([x.key ?? '', x.operator ?? '', x.value ?? '', x.effect ?? '']);
+    if (seen.has(k)) return false;
+    seen.add(k);
+    return true;
+  });
+}
+
+function commonPod(name: string, labels: Record<string, string>, owner: { kind: string; name: string; uid: string }, nodeID: string, s: PodSettings, container: V1Container, volumes: V1Volume[]): V1Pod {
+  const tolerations = dedupTolerations(s.tolerations);
+  const annotations: Record<string, string> = { [LAST_APPLIED_TOLERATIONS_ANNOTATION]: JSON.stringify(tolerations) };
+  if (s.storageNetwork) annotations[STORAGE_NETWORK_ANNOTATION] = JSON.stringify([{ name: s.storageNetwork, interface: 'lhnet1' }]);
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      name,
+      namespace: s.namespace,
+      labels,
+      annotations,
+      ownerReferences: [{ apiVersion: LONGHORN_API_VERSION, kind: owner.kind, name: owner.name, uid: owner.uid, controller: true, blockOwnerDeletion: true }],
+    },
+    spec: {
+      serviceAccountName: s.serviceAccountName,
+      ...(tolerations.length ? { tolerations } : {}),
+      ...(s.nodeSelector && Object.keys(s.nodeSelector).length ? { nodeSelector: s.nodeSelector } : {}),
+      ...(s.priorityClassName ? { priorityClassName: s.priorityClassName } : {}),
+      ...(s.registrySecret ? { imagePullSecrets: [{ name: s.registrySecret }] } : {}),
+      nodeName: nodeID,
+      restartPolicy: 'Never',
+      containers: [container],
+      volumes,
+    },
+  };
+}
+
+function container(name: string, image: string, command: string[], s: PodSettings, mounts: V1VolumeMount[]): V1Container {
+  return {
+    name,
+    image,
+    imagePullPolicy: pullPolicy(s.imagePullPolicy),
+    command,
+    securityContext: { privileged: true },
+    env: [{ name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }],
+    ports: [
+      { name: 'api', containerPort: DATA_PLANE_PORT },
+      { name: 'sync', containerPort: SYNC_PORT },
+    ],
+    readinessProbe: { tcpSocket: { port: DATA_PLANE_PORT }, initialDelaySeconds: 3, periodSeconds: 5, timeoutSeconds: 4, failureThreshold: 3 },
+    volumeMounts: mounts,
+  };
+}
+
+const diskVolume = (diskPath: string): V1Volume => ({ name: 'disk-path', hostPath: { path: diskPath } });
+
+/** Longhorn's backing-image-manager pod: one per (image, disk), pinned to the node, the disk at `/data/`. */
+export function managerPodManifest(bim: ManagerPodInput, s: PodSettings): V1Pod {
+  const c = container(BIM_CONTAINER, bim.image, ['backing-image-manager', '--debug', 'daemon', '--listen', `:${DATA_PLANE_PORT}`, '--sync-listen', `:${SYNC_PORT}`], s, [
+    { name: 'disk-path', mountPath: '/data/' },
+  ]);
+  return commonPod(backingImageManagerPodName(bim.name), backingImageManagerLabels(bim.nodeID, bim.diskUUID), { kind: 'BackingImageManager', name: bim.name, uid: bim.uid }, bim.nodeID, s, c, [
+    diskVolume(bim.diskPath),
+  ]);
+}
+
+/** Longhorn's data-source pod `backing-image-ds-<name>` producing the first file of a backing image. */
+export function dataSourcePodManifest(ds: DataSourcePodInput, s: PodSettings): V1Pod {
+  const cmd = ['backing-image-manager', '--debug', 'data-source', '--listen', `:${DATA_PLANE_PORT}`, '--sync-listen', `:${SYNC_PORT}`, '--name', ds.name, '--uuid', ds.uuid, '--source-type', ds.sourceType];
+  for (const [k, v] of Object.entries(ds.parameters)) cmd.push('--parameters', `${k}=${v}`);
+  if (ds.dataEngine === 'v2') cmd.push('--parameters', 'data-engine=v2');
+  if (ds.checksum) cmd.push('--checksum', ds.checksum);
+  for (const [k, v] of Object.entries(ds.credentials)) cmd.push('--credential', `${k}=${v}`);
+  const c = container(BIDS_CONTAINER, ds.image, cmd, s, [
+    { name: 'disk-path', mountPath: '/data/' },
+    { name: 'host-dev', mountPath: '/dev' },
+    { name: 'host-proc', mountPath: '/host/proc' },
+  ]);
+  return commonPod(backingImageDataSourcePodName(ds.name), backingImageDataSourcePodLabels(ds.name, ds.nodeID, ds.diskUUID), { kind: 'BackingImageDataSource', name: ds.name, uid: ds.uid }, ds.nodeID, s, c, [
+    diskVolume(ds.diskPath),
+    { name: 'host-dev', hostPath: { path: '/dev' } },
+    { name: 'host-proc', hostPath: { path: '/proc' } },
+  ]);
+}
