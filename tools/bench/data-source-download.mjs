@@ -1,0 +1,62 @@
+#!/usr/bin/env node
+// Download benchmark for the data-source download path (@bis/file-sources built into dist/).
+// Usage: node tools/bench/data-source-download.mjs [sizeMiB=2048]
+// Serves a random file from a local Node HTTP server (1 MiB reads) and measures, in one run:
+//   curl -o alone, sha512sum alone, curl -o then sha512sum (Longhorn's order), and the data-source download
+//   (got -> hash -> sparse write, checksum verified) in a child process whose max RSS is reported.
+import { createServer } from 'node:http';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { execFileSync, spawn } from 'node:child_process';
+import { tmpdir } from 'node:os';
+import { join, dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { randomBytes } from 'node:crypto';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const sizeMiB = Number(process.argv[2] ?? 2048);
+const dir = await mkdtemp(join(tmpdir(), 'ds-bench-'));
+const src = join(dir, 'src.img');
+try {
+  const ws = createWriteStream(src);
+  for (let i = 0; i < sizeMiB; i++) if (!ws.write(randomBytes(1 << 20))) await new Promise((r) => ws.once('drain', r));
+  await new Promise((r) => ws.end(r));
+  const srv = createServer((req, res) => {
+    res.writeHead(200, { 'content-length': sizeMiB << 20, 'accept-ranges': 'bytes' });
+    createReadStream(src, { highWaterMark: 1 << 20 }).pipe(res);
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  const url = `http://127.0.0.1:${srv.address().port}/img`;
+  const sha = execFileSync('sha512sum', [src]).toString().split(' ')[0];
+  const time = (fn) => { const t = process.hrtime.bigint(); fn(); return Number(process.hrtime.bigint() - t) / 1e9; };
+  const out = join(dir, 'out.img');
+  // Server runs in this process: run the clients as children so the event loop keeps serving.
+  const runAsync = (cmd, args) => new Promise((res, rej) => {
+    const t = process.hrtime.bigint();
+    const c = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+    let stdout = '';
+    c.stdout.on('data', (d) => (stdout += d));
+    c.on('close', (code) => (code === 0 ? res({ s: Number(process.hrtime.bigint() - t) / 1e9, stdout }) : rej(new Error(`${cmd} exited ${code}`))));
+  });
+  const results = {};
+  await rm(out, { force: true });
+  results.curl = (await runAsync('curl', ['-sS', '-o', out, url])).s;
+  results.sha512sum = time(() => execFileSync('sha512sum', [src]));
+  await rm(out, { force: true });
+  results.curlThenSha = (await runAsync('sh', ['-c', `curl -sS -o ${out} ${url} && sha512sum ${out}`])).s;
+  await rm(out, { force: true });
+  const child = join(root, 'tools/bench/data-source-download-child.mjs');
+  const r = await runAsync('node', [child, url, out, sha]);
+  const ds = JSON.parse(r.stdout.trim().split('\n').pop());
+  results.dataSource = ds.seconds;
+  srv.close();
+  const best = Math.max(results.curl, results.sha512sum);
+  const mb = (s) => ((sizeMiB * 1048576) / s / 1e6).toFixed(0);
+  console.log(`size ${sizeMiB} MiB`);
+  for (const [k, v] of Object.entries(results)) console.log(`${k.padEnd(12)} ${v.toFixed(2)} s  ${mb(v)} MB/s`);
+  console.log(`data-source / max(curl, sha512sum) = ${(results.dataSource / best).toFixed(2)}  (goal <= 1.10)`);
+  console.log(`data-source / (curl then sha512sum) = ${(results.dataSource / results.curlThenSha).toFixed(2)}`);
+  console.log(`data-source max RSS ${(ds.maxRssKiB / 1024).toFixed(0)} MiB (goal < 150 MB)`);
+} finally {
+  await rm(dir, { recursive: true, force: true });
+}
