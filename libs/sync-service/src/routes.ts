@@ -126,7 +126,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
       return sendError(reply, err);
     }
   };
-  app.get('/v1/files/:id/download', download);
+  app.get('/v1/files/:id/download', { exposeHeadRoute: false }, download);
   app.head('/v1/files/:id/download', download);
 
   app.post('/v1/files/:id', async (req, reply) => {

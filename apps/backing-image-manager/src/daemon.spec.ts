@@ -1,0 +1,278 @@
+import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
+import { promises as fsp } from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { status } from '@grpc/grpc-js';
+import { backingFilePath, backingImageDir, dataSourceFilePath, readSyncingFileConfig, writeSyncingFileConfig } from '@bis/sync-service';
+import { buildDaemon, makeDisk, runDaemonExpectingFailure, startDaemonProcess, type DaemonProcess } from './test-support/daemon-process.js';
+import { allocatedBytes, sha512File, waitFor, writeSparseImage } from './test-support/images.js';
+import { startFakeDataSource } from './test-support/fake-data-source.js';
+
+const MiB = 1 << 20;
+
+async function grpcCode(p: Promise<unknown>): Promise<{ code: number; details: string }> {
+  try {
+    await p;
+  } catch (err) {
+    const e = err as { code: number; details: string };
+    return { code: e.code, details: e.details };
+  }
+  throw new Error('expected the call to fail');
+}
+
+async function stateOf(d: DaemonProcess, name: string, uuid: string): Promise<{ state: string; checksum: string; errorMsg: string; sendingReference: number }> {
+  const r = await d.client.get(name, uuid);
+  return { state: r.status!.state, checksum: r.status!.checksum, errorMsg: r.status!.errorMsg, sendingReference: r.status!.sendingReference };
+}
+
+function waitState(d: DaemonProcess, name: string, uuid: string, want: string, timeoutMs = 20_000) {
+  return waitFor(`${name} ${want} on ${d.disk}`, async () => {
+    const s = await stateOf(d, name, uuid);
+    return s.state === want ? s : undefined;
+  }, timeoutMs);
+}
+
+/** Fetches a prepared tmp file into a daemon through a stand-in data source. */
+async function fetchPrepared(d: DaemonProcess, name: string, uuid: string, pattern: string, checksum = ''): Promise<string> {
+  await fsp.mkdir(path.join(d.disk, 'tmp'), { recursive: true });
+  const src = dataSourceFilePath(d.disk, name, uuid);
+  const sha = await writeSparseImage(src, pattern);
+  const ds = await startFakeDataSource({ filePath: src, uuid, state: 'ready-for-transfer', size: pattern.length * MiB });
+  try {
+    await d.client.fetch({ spec: { name, uuid, size: pattern.length * MiB, checksum, virtualSize: 0, realSize: 0 }, dataSourceAddress: ds.address });
+    expect(ds.transfers).toBe(1);
+  } finally {
+    await ds.close();
+  }
+  return sha;
+}
+
+describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
+  let root: string;
+  const daemons: DaemonProcess[] = [];
+  const start = async (disk: string, args: string[] = []) => {
+    const d = await startDaemonProcess(disk, args);
+    daemons.push(d);
+    return d;
+  };
+
+  beforeAll(async () => {
+    buildDaemon();
+    root = await fsp.mkdtemp(path.join(os.tmpdir(), 'bim-daemon-'));
+  }, 120_000);
+
+  afterAll(async () => {
+    await Promise.all(daemons.map((d) => d.stop()));
+    await fsp.rm(root, { recursive: true, force: true });
+  });
+
+  it('refuses to start on a missing disk config or another disk UUID', async () => {
+    const disk = await makeDisk(root, 'refuse', 'uuid-real');
+    const mismatch = await runDaemonExpectingFailure(['--listen', '127.0.0.1:0', '--sync-listen', '127.0.0.1:0', '--disk-path', disk, '--disk-uuid', 'uuid-other']);
+    expect(mismatch.code).toBe(1);
+    expect(mismatch.stderr).toContain("invalid input disk UUID uuid-other which doesn't match disk UUID uuid-real");
+    const empty = path.join(root, 'no-cfg');
+    await fsp.mkdir(empty);
+    const missing = await runDaemonExpectingFailure(['--listen', '127.0.0.1:0', '--sync-listen', '127.0.0.1:0', '--disk-path', empty]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('cannot read the disk config file');
+    await fsp.writeFile(path.join(empty, 'longhorn-disk.cfg'), 'not json');
+    const bad = await runDaemonExpectingFailure(['--listen', '127.0.0.1:0', '--sync-listen', '127.0.0.1:0', '--disk-path', empty]);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain('invalid disk config file');
+  });
+
+  it('answers every validation error with the reference status codes and texts', async () => {
+    const a = await start(await makeDisk(root, 'val'));
+    const v = await a.client.versionGet();
+    expect(v.backingImageManagerApiVersion).toBe(3);
+    expect(v.backingImageManagerApiMinVersion).toBe(3);
+    expect(await grpcCode(a.client.get('', 'u'))).toEqual({ code: status.INVALID_ARGUMENT, details: 'missing required argument' });
+    expect((await grpcCode(a.client.get('x', 'u'))).details).toBe('cannot find backing image x(u)');
+    expect((await grpcCode(a.client.get('x', 'u'))).code).toBe(status.NOT_FOUND);
+    expect((await grpcCode(a.client.fetch({ dataSourceAddress: '' }))).code).toBe(status.INVALID_ARGUMENT);
+    expect((await grpcCode(a.client.sync({ fromAddress: a.grpcAddress }))).code).toBe(status.INVALID_ARGUMENT);
+    const spec = { name: 'v', uuid: 'u1', size: 0, checksum: '', virtualSize: 0, realSize: 0 };
+    expect((await grpcCode(a.client.sync({ spec, fromAddress: a.grpcAddress }))).code).toBe(status.INVALID_ARGUMENT);
+    expect((await grpcCode(a.client.sync({ spec: { ...spec, size: 1024 }, fromAddress: '' }))).code).toBe(status.INVALID_ARGUMENT);
+    expect((await grpcCode(a.client.send('v', 'u1', ''))).code).toBe(status.INVALID_ARGUMENT);
+    expect((await grpcCode(a.client.delete('', ''))).code).toBe(status.INVALID_ARGUMENT);
+    expect((await grpcCode(a.client.prepareDownload('', 'u'))).code).toBe(status.INVALID_ARGUMENT);
+    expect((await grpcCode(a.client.backupStatus(''))).details).toContain('empty backing image name');
+    const odd = await grpcCode(a.client.fetch({ spec: { ...spec, size: 1000 }, dataSourceAddress: '' }));
+    expect(odd.code).toBe(status.UNKNOWN);
+    expect(odd.details).toContain('should be a multiple of 512 bytes');
+    const send = await grpcCode(a.client.send('v', 'u1', '127.0.0.1:1'));
+    expect(send.details).toContain('can not find sync file');
+    const badSum = await grpcCode(a.client.fetch({ spec: { ...spec, size: 1024, checksum: 'sha256:xyz' }, dataSourceAddress: '' }));
+    expect(badSum.details).toContain('invalid checksum');
+    // the HTTP sync service: unknown file, bad action
+    await expect(a.sync.get('/nope')).rejects.toThrow('can not find sync file /nope');
+    await expect(a.sync.receiveFromPeer({ filePath: '/x/y', uuid: 'z', size: 1024, port: 1, fileType: 'vmdk' })).rejects.toThrow('invalid file type');
+  });
+
+  it('fetches a prepared tmp file, re-adopts it after a restart without re-hashing, and notices changes on disk', async () => {
+    const disk = await makeDisk(root, 'fetch');
+    let a = await start(disk);
+    const sha = await fetchPrepared(a, 'img1', 'u1', 'dhdhdd');
+    const ready = await waitState(a, 'img1', 'u1', 'ready');
+    expect(ready.checksum).toBe(sha);
+    const file = backingFilePath(disk, 'img1', 'u1');
+    await expect(fsp.stat(dataSourceFilePath(disk, 'img1', 'u1'))).rejects.toThrow();
+    const cfg = (await readSyncingFileConfig(file + '.cfg'))!;
+    expect(cfg).toMatchObject({ name: file, uuid: 'u1', size: 6 * MiB, currentChecksum: sha });
+    expect(cfg.modificationTime).toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? \+0000 UTC$/);
+    const dup = await grpcCode(a.client.fetch({ spec: { name: 'img1', uuid: 'u1', size: 6 * MiB, checksum: '', virtualSize: 0, realSize: 0 }, dataSourceAddress: '' }));
+    expect(dup.details).toContain('already exists');
+    expect((await a.client.prepareDownload('img1', 'u1')).srcFilePath).toBe(file);
+
+    // restart: the record is gone until Fetch with an empty address re-adopts the file
+    expect(await a.stop()).toBe(0);
+    a = await start(disk);
+    expect((await grpcCode(a.client.get('img1', 'u1'))).code).toBe(status.NOT_FOUND);
+    // prove the checksum is taken from backing.cfg when size and mtime match: plant a marker checksum
+    const marker = 'ab'.repeat(64);
+    await writeSyncingFileConfig(file + '.cfg', { ...cfg, currentChecksum: marker });
+    const spec = { name: 'img1', uuid: 'u1', size: 6 * MiB, checksum: '', virtualSize: 0, realSize: 0 };
+    await a.client.fetch({ spec, dataSourceAddress: '' });
+    expect((await waitState(a, 'img1', 'u1', 'ready')).checksum).toBe(marker);
+    // the expected checksum is still enforced on that path (Longhorn skipped it)
+    await a.client.delete('img1', 'u1').catch(() => undefined);
+    await expect(fsp.stat(file)).rejects.toThrow();
+
+    // re-adoption with a stale cfg recomputes; an expected checksum that does not match fails
+    await fsp.mkdir(path.dirname(file), { recursive: true });
+    const sha2 = await writeSparseImage(file, 'ddhh');
+    await writeSyncingFileConfig(file + '.cfg', { ...cfg, size: 4 * MiB, currentChecksum: marker, modificationTime: '2001-01-01 00:00:00 +0000 UTC' });
+    await a.client.fetch({ spec: { ...spec, size: 4 * MiB, checksum: sha2 }, dataSourceAddress: '' });
+    expect((await waitState(a, 'img1', 'u1', 'ready')).checksum).toBe(sha2);
+
+    // a ready file modified on disk is noticed (unknown -> re-verified -> failed) within 5 s
+    const t0 = Date.now();
+    const fh = await fsp.open(file, 'r+');
+    await fh.write(Buffer.from('corrupted'), 0, 9, 4096);
+    await fh.close();
+    const failed = await waitState(a, 'img1', 'u1', 'failed', 5000);
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(failed.errorMsg).toContain('failed to process sync file: ready file');
+    expect(failed.errorMsg).toContain('checksum changed');
+
+    // a touched but unchanged file is re-verified back to ready
+    await a.client.delete('img1', 'u1');
+    await fsp.mkdir(path.dirname(file), { recursive: true });
+    const sha3 = await writeSparseImage(file, 'dd');
+    await a.client.fetch({ spec: { ...spec, size: 2 * MiB }, dataSourceAddress: '' });
+    await waitState(a, 'img1', 'u1', 'ready');
+    const later = new Date(Date.now() + 5000);
+    await fsp.utimes(file, later, later);
+    const back = await waitFor('re-verification', async () => {
+      const s = await stateOf(a, 'img1', 'u1');
+      const c = await readSyncingFileConfig(file + '.cfg');
+      return s.state === 'ready' && c?.modificationTime !== undefined && c.modificationTime.startsWith(later.toISOString().slice(0, 10)) ? s : undefined;
+    }, 5000);
+    expect(back.checksum).toBe(sha3);
+  });
+
+  it('fails a fetch whose data does not match the expected checksum, with the reference message', async () => {
+    const a = await start(await makeDisk(root, 'wrongsum'));
+    const wrong = 'cd'.repeat(64);
+    const sha = await fetchPrepared(a, 'img2', 'u2', 'dh', wrong);
+    const f = await waitState(a, 'img2', 'u2', 'failed');
+    expect(f.errorMsg).toBe(`failed to process sync file: the expected checksum ${wrong} doesn't match the file actual checksum ${sha}`);
+    await expect(fsp.stat(backingFilePath(a.disk, 'img2', 'u2') + '.tmp')).rejects.toThrow();
+  });
+
+  it('syncs a sparse image A -> B over ssync (sparse on B, same SHA-512), with Watch notifications', async () => {
+    const a = await start(await makeDisk(root, 'A'));
+    const b = await start(await makeDisk(root, 'B'));
+    const sha = await fetchPrepared(a, 'sp', 'us', 'dhhhdhhd' + 'h'.repeat(8));
+    await waitState(a, 'sp', 'us', 'ready');
+    const watch = b.client.watch();
+    let notes = 0;
+    watch.on('data', () => notes++);
+    watch.on('error', () => undefined);
+    await new Promise((r) => setTimeout(r, 200));
+    const t0 = Date.now();
+    const r = await b.client.sync({ spec: { name: 'sp', uuid: 'us', size: 16 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress });
+    expect(['pending', 'starting', 'in-progress', 'ready']).toContain(r.status!.state);
+    const done = await waitState(b, 'sp', 'us', 'ready');
+    expect(done.checksum).toBe(sha);
+    const fileB = backingFilePath(b.disk, 'sp', 'us');
+    expect(await sha512File(fileB)).toBe(sha);
+    expect(await allocatedBytes(fileB)).toBeLessThanOrEqual(3 * MiB + 64 * 1024);
+    await waitFor('a watch notification', async () => (notes > 0 ? true : undefined), 5000);
+    const elapsed = Date.now() - t0;
+    expect(notes).toBeLessThanOrEqual(Math.ceil(elapsed / 1000) + 2);
+    watch.cancel();
+    // sendingReference back to 0 on A once the send is over
+    await waitFor('sender idle', async () => ((await stateOf(a, 'sp', 'us')).sendingReference === 0 ? true : undefined));
+    const list = await b.client.list();
+    expect(Object.keys(list.backingImages)).toEqual(['sp']);
+  });
+
+  it('serves three concurrent receivers from one sender, refuses a fourth, and reports sendingReference', async () => {
+    const a = await start(await makeDisk(root, 'fanA'));
+    const sha = await fetchPrepared(a, 'fan', 'uf', 'dddd');
+    await waitState(a, 'fan', 'uf', 'ready');
+    // slow stand-in receivers hold the three sends open until released
+    const release: Array<() => void> = [];
+    const servers: http.Server[] = [];
+    const addrs: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const s = http.createServer((req, res) => {
+        req.resume();
+        if (req.url!.startsWith('/v1-ssync/open')) return res.end('false');
+        release.push(() => res.end());
+      });
+      await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+      servers.push(s);
+      addrs.push(`127.0.0.1:${(s.address() as AddressInfo).port}`);
+    }
+    try {
+      for (let i = 0; i < 3; i++) await a.client.send('fan', 'uf', addrs[i]!);
+      expect((await stateOf(a, 'fan', 'uf')).sendingReference).toBe(3);
+      const fourth = await grpcCode(a.client.send('fan', 'uf', addrs[3]!));
+      expect(fourth.details).toContain('reaches to the simultaneous sending limit 3');
+    } finally {
+      for (const s of servers) {
+        s.closeAllConnections();
+        s.close();
+      }
+      release.forEach((f) => f());
+    }
+    await waitFor('sends over', async () => ((await stateOf(a, 'fan', 'uf')).sendingReference === 0 ? true : undefined), 30_000);
+    // and three real receivers at once
+    const receivers = await Promise.all(['fan1', 'fan2', 'fan3'].map(async (n) => start(await makeDisk(root, n))));
+    await Promise.all(receivers.map((b) => b.client.sync({ spec: { name: 'fan', uuid: 'uf', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress })));
+    for (const b of receivers) expect((await waitState(b, 'fan', 'uf', 'ready')).checksum).toBe(sha);
+  });
+
+  it('cleans up a Delete during a transfer and a SIGTERM during a transfer', async () => {
+    const a = await start(await makeDisk(root, 'delA'));
+    const sha = await fetchPrepared(a, 'del', 'ud', 'd'.repeat(48));
+    await waitState(a, 'del', 'ud', 'ready');
+    const b = await start(await makeDisk(root, 'delB'));
+    const spec = { name: 'del', uuid: 'ud', size: 48 * MiB, checksum: sha, virtualSize: 0, realSize: 0 };
+    await b.client.sync({ spec, fromAddress: a.grpcAddress });
+    await waitFor('transfer running', async () => (['in-progress', 'ready'].includes((await stateOf(b, 'del', 'ud')).state) ? true : undefined));
+    await b.client.delete('del', 'ud');
+    expect((await grpcCode(b.client.get('del', 'ud'))).code).toBe(status.NOT_FOUND);
+    await expect(fsp.stat(backingImageDir(b.disk, 'del', 'ud'))).rejects.toThrow();
+    // the receive port was released and the image can be synced again
+    await waitFor('sender idle', async () => ((await stateOf(a, 'del', 'ud')).sendingReference === 0 ? true : undefined), 30_000);
+    await b.client.sync({ spec, fromAddress: a.grpcAddress });
+    expect((await waitState(b, 'del', 'ud', 'ready')).checksum).toBe(sha);
+
+    // SIGTERM while receiving: temporary files go, the finished file on A stays
+    const c = await startDaemonProcess(await makeDisk(root, 'termC'));
+    await c.client.sync({ spec, fromAddress: a.grpcAddress });
+    await waitFor('transfer running', async () => ((await stateOf(c, 'del', 'ud')).state !== 'pending' ? true : undefined));
+    expect(await c.stop()).toBe(0);
+    const dir = backingImageDir(c.disk, 'del', 'ud');
+    const left = await fsp.readdir(dir).catch(() => [] as string[]);
+    expect(left.filter((n) => n.endsWith('.tmp'))).toEqual([]);
+    expect(await sha512File(backingFilePath(a.disk, 'del', 'ud'))).toBe(sha);
+  });
+});
