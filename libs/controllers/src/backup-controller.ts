@@ -1,0 +1,252 @@
+import { isAlreadyExists, type Stored } from '@bis/datastore';
+import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
+import { changed, clone, errMessage, getOrUndefined, listManagers, nodeDownChecker } from './common.js';
+import { EventSource } from './events.js';
+import { BackingImageKind, BackupBackingImageKind, BackupTargetKind, type BackupBackingImage, type BackupTarget } from './kinds.js';
+import { Annotation, backupBackingImageName, FINALIZER, Label, rfc3339 } from './names.js';
+import { SettingName } from './settings.js';
+import type { BackupBackingImageStatus } from '@bis/crd-types';
+
+type BackupStateValue = NonNullable<BackupBackingImageStatus['state']>;
+
+/** Maps the manager's BackupStatus state to the BBI state (§3.4 step 5.4). */
+export function backupStateFromManager(state: string): BackupStateValue {
+  switch (state) {
+    case 'in_progress':
+      return 'InProgress';
+    case 'complete':
+      return 'Completed';
+    case 'error':
+      return 'Error';
+    default:
+      return 'Unknown';
+  }
+}
+
+interface BackupMonitor {
+  timer: NodeJS.Timeout;
+  address: string;
+  state: BackupStateValue;
+  progress: number;
+  url: string;
+  error: string;
+  busy: boolean;
+}
+
+const targetAvailable = (t: BackupTarget | undefined) => !!t && !t.metadata.deletionTimestamp && !!t.spec?.backupTargetURL && !!t.status?.available;
+
+/** Longhorn's BackupBackingImage controller (§3.4) plus the backup-target sync of BBIs. */
+export class BackupBackingImageController extends Controller {
+  readonly name = 'backup-backing-image';
+  /** BBI keys are requeued without limit. */
+  protected readonly maxRetries = Number.POSITIVE_INFINITY;
+  private readonly monitors = new Map<string, BackupMonitor>();
+
+  constructor(ctx: ControllerContext) {
+    super(ctx);
+    ctx.informers.on(BackupBackingImageKind, (_t, o) => this.enqueue(o.metadata.name));
+  }
+
+  protected override async onStop(): Promise<void> {
+    for (const n of [...this.monitors.keys()]) this.stopMonitor(n);
+  }
+
+  async reconcile(name: string): Promise<void> {
+    const { store, namespace, nodeID } = this.ctx;
+    const bbi = await getOrUndefined(store.get(BackupBackingImageKind, name, namespace));
+    if (!bbi) {
+      this.stopMonitor(name);
+      return;
+    }
+    const isDown = await nodeDownChecker(this.ctx);
+    if (!isResponsibleFor(nodeID, '', bbi.status?.ownerID ?? '', isDown)) return;
+    if (bbi.status?.ownerID !== nodeID) {
+      await store.updateStatus(BackupBackingImageKind, { ...bbi, status: { ...bbi.status, ownerID: nodeID } });
+      return;
+    }
+    const target = await getOrUndefined(store.get(BackupTargetKind, bbi.spec?.backupTargetName || 'default', namespace));
+    if (!target) return;
+    if (bbi.metadata.deletionTimestamp) return this.handleDeletion(bbi, target);
+
+    const status = clone(bbi.status ?? {});
+    try {
+      await this.sync(bbi, status, target);
+    } finally {
+      const latest = await getOrUndefined(store.get(BackupBackingImageKind, name, namespace));
+      if (latest && changed(latest.status, status)) await store.updateStatus(BackupBackingImageKind, { ...latest, status });
+    }
+  }
+
+  private async handleDeletion(bbi: Stored<BackupBackingImage>, target: BackupTarget): Promise<void> {
+    const name = bbi.metadata.name;
+    const remote = bbi.metadata.labels?.[Label.DeleteCustomResourceOnly] !== 'true' && targetAvailable(target);
+    if (remote) {
+      const biName = bbi.spec?.backingImage || bbi.status?.backingImage || '';
+      const url = this.ctx.dataPlane.backupTarget.backingImageURL(target.spec!.backupTargetURL!, biName);
+      await this.ctx.dataPlane.backupTarget.deleteBackingImage(url, {});
+    }
+    this.stopMonitor(name);
+    if (bbi.status?.state === 'Error' || bbi.status?.state === 'Unknown') {
+      this.ctx.events.record(EventSource.BackupBackingImage, bbi, 'Warning', bbi.status.state, `Deleted backup backing image ${name} in state ${bbi.status.state}: ${bbi.status.error ?? ''}`);
+    }
+    const finalizers = (bbi.metadata.finalizers ?? []).filter((f) => f !== FINALIZER);
+    await this.ctx.store.update(BackupBackingImageKind, { ...bbi, metadata: { ...bbi.metadata, finalizers } });
+  }
+
+  private async sync(bbi: Stored<BackupBackingImage>, status: BackupBackingImageStatus, target: BackupTarget): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const name = bbi.metadata.name;
+    const biName = bbi.spec?.backingImage ?? '';
+    const state = status.state ?? '';
+    if (!status.lastSyncedAt && bbi.spec?.userCreated && !['Completed', 'Error', 'Unknown'].includes(state)) {
+      const bi = await getOrUndefined(store.get(BackingImageKind, biName, namespace));
+      if (!bi) {
+        status.error = `cannot find the corresponding backing image: backing image ${biName} not found`;
+        status.state = 'Error';
+        status.lastSyncedAt = rfc3339(this.ctx.now());
+        return;
+      }
+      status.backingImage = biName;
+      status.size = bi.status?.size ?? 0;
+      status.checksum = bi.status?.checksum ?? '';
+      let mon = this.monitors.get(name);
+      if (!mon) {
+        try {
+          const bim = (await listManagers(this.ctx)).find(
+            (m) => !m.metadata.deletionTimestamp && !!bi.spec?.diskFileSpecMap?.[m.spec?.diskUUID ?? ''] && m.status?.backingImageFileMap?.[biName]?.uuid === bi.status?.uuid && m.status?.backingImageFileMap?.[biName]?.state === 'ready' && m.status?.currentState === 'running',
+          );
+          const address = bim?.metadata.annotations?.[Annotation.Address];
+          if (!bim || !address) throw new Error(`failed to find a ready backing image manager holding backing image ${biName}`);
+          const compression = await this.ctx.settings.get(SettingName.BackupCompressionMethod);
+          const concurrentLimit = await this.ctx.settings.int(SettingName.BackupConcurrentLimit);
+          if (state === '') {
+            await this.ctx.dataPlane.managerClient(address).backupCreate({
+              name: biName,
+              uuid: bi.status?.uuid ?? '',
+              checksum: bi.status?.checksum ?? '',
+              backupTarget: target.spec?.backupTargetURL ?? '',
+              labels: Object.entries(bbi.spec?.labels ?? {}).map(([k, v]) => `${k}=${v}`),
+              credential: {},
+              compressionMethod: compression,
+              concurrentLimit,
+              parameters: { secret: bi.spec?.secret ?? '', 'secret-namespace': bi.spec?.secretNamespace ?? '' },
+            });
+          }
+          status.managerAddress = address;
+          status.compressionMethod = compression as BackupBackingImageStatus['compressionMethod'];
+          mon = this.startMonitor(name, address, biName);
+        } catch (err) {
+          status.error = errMessage(err);
+          status.state = 'Error';
+          status.lastSyncedAt = rfc3339(this.ctx.now());
+          return;
+        }
+      }
+      status.progress = mon.progress;
+      status.url = mon.url;
+      status.error = mon.error;
+      if (status.state !== mon.state) {
+        const bi2 = { kind: 'BackingImage', metadata: { name: biName, namespace } };
+        this.ctx.events.record(EventSource.BackupBackingImage, bi2, mon.error ? 'Warning' : 'Normal', mon.state, mon.error || `Backup of backing image ${biName} is ${mon.state}`);
+      }
+      status.state = mon.state;
+      if (['', 'Pending', 'InProgress'].includes(mon.state)) return;
+      this.stopMonitor(name);
+      if (mon.state !== 'Completed') {
+        status.lastSyncedAt = rfc3339(this.ctx.now());
+        return;
+      }
+    }
+    if (status.lastSyncedAt && !(bbi.spec?.syncRequestedAt && Date.parse(bbi.spec.syncRequestedAt) > Date.parse(status.lastSyncedAt))) return;
+    try {
+      const url = status.url || this.ctx.dataPlane.backupTarget.backingImageURL(target.spec?.backupTargetURL ?? '', biName);
+      const info = await this.ctx.dataPlane.backupTarget.inspectBackingImage(url, {});
+      Object.assign(status, {
+        state: 'Completed',
+        backingImage: info.name,
+        url: info.url,
+        backupCreatedAt: info.createdAt,
+        checksum: info.checksum,
+        size: info.size,
+        labels: info.labels,
+        secret: info.secret,
+        secretNamespace: info.secretNamespace,
+        compressionMethod: info.compressionMethod as BackupBackingImageStatus['compressionMethod'],
+        progress: 100,
+        lastSyncedAt: rfc3339(this.ctx.now()),
+      } satisfies Partial<BackupBackingImageStatus>);
+    } catch (err) {
+      this.ctx.log.warn(`failed to sync backup backing image ${name} from the backup target: ${errMessage(err)}`);
+    }
+  }
+
+  private startMonitor(name: string, address: string, biName: string): BackupMonitor {
+    const m: BackupMonitor = { address, state: 'InProgress', progress: 0, url: '', error: '', busy: false, timer: setInterval(() => void poll(), this.ctx.timing.backupPollMs) };
+    m.timer.unref();
+    const poll = async () => {
+      if (m.busy) return;
+      m.busy = true;
+      try {
+        const s = await this.ctx.dataPlane.managerClient(address).backupStatus(biName);
+        const state = backupStateFromManager(s.state);
+        const changedNow = state !== m.state || s.progress !== m.progress;
+        Object.assign(m, { state, progress: s.progress, url: s.backupUrl, error: s.error });
+        if (changedNow) this.enqueue(name);
+      } catch (err) {
+        if (m.state !== 'Error') this.enqueue(name);
+        Object.assign(m, { state: 'Error', error: errMessage(err) });
+      } finally {
+        m.busy = false;
+      }
+    };
+    this.monitors.set(name, m);
+    void poll();
+    return m;
+  }
+
+  private stopMonitor(name: string): void {
+    const m = this.monitors.get(name);
+    if (m) clearInterval(m.timer);
+    this.monitors.delete(name);
+  }
+}
+
+/**
+ * Backup-target sync of BBIs (Longhorn's backup-target controller `syncBackupBackingImage`): creates BBIs for
+ * backups found in the target and removes (custom resource only) BBIs whose backup disappeared.
+ */
+export async function syncBackupTargetBackingImages(ctx: ControllerContext, target: Stored<BackupTarget>): Promise<void> {
+  const { store, namespace } = ctx;
+  const tname = target.metadata.name;
+  const remote = new Set(await ctx.dataPlane.backupTarget.listBackingImages(target.spec?.backupTargetURL ?? '', {}));
+  const bbis = (await store.list(BackupBackingImageKind, { namespace, labelSelector: { matchLabels: { [Label.BackupTarget]: tname } } })).items;
+  const known = new Set(bbis.map((b) => b.spec?.backingImage ?? ''));
+  for (const biName of remote) {
+    if (known.has(biName)) continue;
+    try {
+      await store.create(BackupBackingImageKind, {
+        apiVersion: target.apiVersion,
+        kind: 'BackupBackingImage',
+        metadata: {
+          name: backupBackingImageName(biName),
+          namespace,
+          finalizers: [FINALIZER],
+          labels: { [Label.BackupTarget]: tname, [Label.BackupBackingImage]: biName },
+          ownerReferences: [{ apiVersion: target.apiVersion, kind: 'BackupTarget', name: tname, uid: target.metadata.uid, controller: true, blockOwnerDeletion: true }],
+        },
+        spec: { backingImage: biName, backupTargetName: tname, userCreated: false, labels: {} },
+        status: {},
+      });
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+    }
+  }
+  for (const b of bbis) {
+    const biName = b.spec?.backingImage ?? '';
+    if (remote.has(biName) || b.metadata.deletionTimestamp) continue;
+    // A backup still being created is not in the target yet.
+    if (b.spec?.userCreated && b.status?.state !== 'Completed') continue;
+    await store.update(BackupBackingImageKind, { ...b, metadata: { ...b.metadata, labels: { ...b.metadata.labels, [Label.DeleteCustomResourceOnly]: 'true' } } });
+    await store.delete(BackupBackingImageKind, b.metadata.name, namespace);
+  }
+}

@@ -1,0 +1,268 @@
+import type { BackingImageDataSourceStatus } from '@bis/crd-types';
+import { isConflict, type Stored } from '@bis/datastore';
+import { Backoff } from './backoff.js';
+import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
+import { changed, clone, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
+import type { DataSourceLaunch } from './data-plane.js';
+import { EventSource } from './events.js';
+import { BackingImageDataSourceKind, BackingImageKind, NodeKind, type BackingImageDataSource } from './kinds.js';
+import { Annotation, FINALIZER } from './names.js';
+
+/** After this many consecutive failed polls the monitor stops (the reconcile restarts it while the workload is ready). */
+export const MAX_MONITOR_RETRY_COUNT = 10;
+
+const DELETED_MESSAGE = 'backing image is deleted, requesting manager to clean up the tmp file of backing image data source';
+const NOT_READY_MESSAGE = 'failed to prepare the first backing image file: the dedicated data source process is not ready or gone';
+
+interface Monitor {
+  timer: NodeJS.Timeout;
+  address: string;
+  failures: number;
+  busy: boolean;
+}
+
+/** Longhorn's BackingImageDataSource controller (§3.2). */
+export class BackingImageDataSourceController extends Controller {
+  readonly name = 'backing-image-data-source';
+  protected readonly maxRetries = 3;
+  private readonly monitors = new Map<string, Monitor>();
+  readonly retryBackoff: Backoff;
+
+  constructor(ctx: ControllerContext) {
+    super(ctx);
+    this.retryBackoff = new Backoff(ctx.timing.dataSourceRetryInitialMs, ctx.timing.dataSourceRetryMaxMs);
+    ctx.informers.on(BackingImageDataSourceKind, (_t, o) => this.enqueue(o.metadata.name));
+    ctx.informers.on(BackingImageKind, (_t, o) => this.enqueue(o.metadata.name));
+    // FIX: Longhorn's node handler selects on a label BIDS never carry; here node changes enqueue the BIDS on that node.
+    ctx.informers.on(NodeKind, (_t, n) => {
+      for (const b of ctx.informers.cached(BackingImageDataSourceKind)) if (b.spec?.nodeID === n.metadata.name) this.enqueue(b.metadata.name);
+    });
+    ctx.dataPlane.onWorkloadChange((kind, name) => {
+      if (kind === 'data-source') this.enqueue(name);
+    });
+  }
+
+  protected override async onStop(): Promise<void> {
+    for (const name of [...this.monitors.keys()]) this.stopMonitor(name);
+  }
+
+  async reconcile(name: string): Promise<void> {
+    const { store, namespace, nodeID } = this.ctx;
+    const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
+    if (!bids) {
+      this.stopMonitor(name);
+      return;
+    }
+    const isDown = await nodeDownChecker(this.ctx);
+    if (!isResponsibleFor(nodeID, bids.spec?.nodeID ?? '', bids.status?.ownerID ?? '', isDown)) {
+      this.stopMonitor(name);
+      return;
+    }
+    if (bids.status?.ownerID !== nodeID) {
+      await store.updateStatus(BackingImageDataSourceKind, { ...bids, status: { ...bids.status, ownerID: nodeID } });
+      return;
+    }
+
+    if (bids.metadata.deletionTimestamp) return this.handleDeletion(bids);
+
+    const status = clone(bids.status ?? {});
+    try {
+      await this.sync(bids, status);
+    } finally {
+      const latest = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
+      if (latest && changed(latest.status, status) && latest.metadata.resourceVersion === bids.metadata.resourceVersion) {
+        await store.updateStatus(BackingImageDataSourceKind, { ...bids, status });
+      } else if (latest && changed(bids.status, status)) {
+        // The monitor or another writer changed the object meanwhile: merge our decision onto the latest status.
+        await store.updateStatus(BackingImageDataSourceKind, { ...latest, status: { ...latest.status, ...diff(bids.status ?? {}, status) } });
+      }
+    }
+  }
+
+  private async handleDeletion(bids: Stored<BackingImageDataSource>): Promise<void> {
+    const { store } = this.ctx;
+    await this.cleanup(bids.metadata.name);
+    const removeFinalizer = async () => {
+      const finalizers = (bids.metadata.finalizers ?? []).filter((f) => f !== FINALIZER);
+      await store.update(BackingImageDataSourceKind, { ...bids, metadata: { ...bids.metadata, finalizers } });
+    };
+    if (bids.spec?.fileTransferred || bids.status?.currentState === 'failed-and-cleanup') return removeFinalizer();
+    // The manager on the BIDS disk removes the temporary file and then marks the BIDS failed-and-cleanup.
+    // FIX: when no manager is responsible for that disk (it was never created), nobody would; the data source's
+    // leftovers are then removed with its workload and the BIDS is released here.
+    const hasManager = (await listManagers(this.ctx)).some(
+      (m) => !m.metadata.deletionTimestamp && m.spec?.diskUUID === bids.spec?.diskUUID && m.status?.currentState === 'running',
+    );
+    if (!hasManager) return removeFinalizer();
+    if (bids.status?.currentState !== 'failed' || bids.status?.message !== DELETED_MESSAGE) {
+      await store.updateStatus(BackingImageDataSourceKind, { ...bids, status: { ...bids.status, currentState: 'failed', message: DELETED_MESSAGE, ip: '', storageIP: '' } });
+    }
+    this.queue.addAfter(bids.metadata.name, this.ctx.timing.waitRequeueMs);
+  }
+
+  private async cleanup(name: string): Promise<void> {
+    this.stopMonitor(name);
+    await this.ctx.dataPlane.deleteDataSource(name);
+  }
+
+  private async sync(bids: Stored<BackingImageDataSource>, status: BackingImageDataSourceStatus): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const name = bids.metadata.name;
+    const spec = bids.spec ?? {};
+    // syncBackingImage: the BIDS disk is part of the BI's spec while the first file is not transferred.
+    const bi = await getOrUndefined(store.get(BackingImageKind, name, namespace));
+    if (bi && !spec.fileTransferred && spec.diskUUID && !bi.spec?.diskFileSpecMap?.[spec.diskUUID]) {
+      await store.update(BackingImageKind, {
+        ...bi,
+        spec: { ...bi.spec, diskFileSpecMap: { ...(bi.spec?.diskFileSpecMap ?? {}), [spec.diskUUID]: { dataEngine: 'v1', evictionRequested: false } } },
+      });
+    }
+    if (spec.fileTransferred) {
+      status.currentState = 'ready';
+      status.ip = '';
+      status.storageIP = '';
+      await this.cleanup(name);
+      return;
+    }
+    const topo = await topology(this.ctx);
+    const f = spec.diskUUID ? topo.readyDisk(spec.diskUUID) : undefined;
+    if (!f || f.node.name !== spec.nodeID || f.disk.path !== spec.diskPath) {
+      status.currentState = 'unknown';
+      return;
+    }
+
+    const w = await this.ctx.dataPlane.dataSourceStatus(bids);
+    const isNew = (status.currentState ?? '') === '';
+    const mismatch = w.phase !== 'missing' && (w.nodeID !== spec.nodeID || w.diskUUID !== spec.diskUUID);
+    if (w.phase === 'ready' && !mismatch) {
+      status.ip = w.ip;
+      status.storageIP = w.ip;
+      if (bids.metadata.annotations?.[Annotation.Address] !== w.address) {
+        await store.update(BackingImageDataSourceKind, { ...bids, metadata: { ...bids.metadata, annotations: { ...bids.metadata.annotations, [Annotation.Address]: w.address } } });
+      }
+      this.startMonitor(name, w.address);
+    } else {
+      status.ip = '';
+      status.storageIP = '';
+      const state = status.currentState ?? '';
+      if (state !== 'failed' && state !== 'failed-and-cleanup') {
+        if (mismatch) {
+          status.currentState = 'failed';
+          status.message = `the data source workload of ${name} runs on node ${w.nodeID} disk ${w.diskUUID} instead of node ${spec.nodeID} disk ${spec.diskUUID}; it will be deleted`;
+        } else if (w.phase === 'failed') {
+          status.currentState = 'failed';
+          status.message = `the pod dedicated to prepare the first backing image file failed: ${w.message || 'pod log is not found'}`;
+        } else if (['starting', 'in-progress', 'ready-for-transfer', 'ready', 'unknown'].includes(state)) {
+          status.currentState = 'failed';
+          status.message = NOT_READY_MESSAGE;
+        }
+      }
+      this.stopMonitor(name);
+    }
+    if (status.currentState === 'failed' || status.currentState === 'failed-and-cleanup') {
+      await this.cleanup(name);
+      if (w.phase !== 'missing') {
+        this.queue.addAfter(name, 500);
+        return;
+      }
+    }
+    if (w.phase === 'missing') {
+      const retriable = spec.sourceType === 'download' || spec.sourceType === 'export-from-volume';
+      const retry = !isNew && retriable && !this.retryBackoff.isInBackOffSinceUpdate(name);
+      if (!isNew && retriable && !retry) this.queue.addAfter(name, this.retryBackoff.remaining(name) + 10);
+      if (isNew || retry) {
+        status.currentState = '';
+        status.message = '';
+        status.progress = 0;
+        status.checksum = '';
+        status.runningParameters = { ...(spec.parameters ?? {}) };
+        const launch: DataSourceLaunch = {
+          name,
+          uuid: spec.uuid ?? '',
+          sourceType: spec.sourceType ?? 'download',
+          diskPath: spec.diskPath ?? '',
+          parameters: await this.runningParameters(bids),
+          checksum: spec.checksum ?? '',
+          credentials: {},
+        };
+        status.runningParameters = launch.parameters;
+        try {
+          await this.ctx.dataPlane.startDataSource(bids, launch);
+        } catch (err) {
+          status.currentState = 'failed';
+          status.message = `failed to start the data source: ${errMessage(err)}`;
+        }
+        this.retryBackoff.next(name);
+        this.ctx.events.record(EventSource.BackingImageDataSource, bids, 'Normal', 'Create', `Starting the data source of ${name} on node ${spec.nodeID} disk ${spec.diskUUID}`);
+      }
+    } else if (w.phase !== 'ready') {
+      this.queue.addAfter(name, 500);
+    }
+  }
+
+  private async runningParameters(bids: BackingImageDataSource): Promise<Record<string, string>> {
+    const params = { ...(bids.spec?.parameters ?? {}) };
+    if (bids.spec?.sourceType === 'clone') {
+      const src = await getOrUndefined(this.ctx.store.get(BackingImageKind, params['backing-image'] ?? '', this.ctx.namespace));
+      if (src?.status?.uuid) params['backing-image-uuid'] = src.status.uuid;
+    }
+    return params;
+  }
+
+  // ------------------------------------------------------------ monitor (GET /v1/file every 3 s)
+
+  private startMonitor(name: string, address: string): void {
+    const existing = this.monitors.get(name);
+    if (existing && existing.address === address) return;
+    if (existing) this.stopMonitor(name);
+    const m: Monitor = { address, failures: 0, busy: false, timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs) };
+    m.timer.unref();
+    this.monitors.set(name, m);
+    void this.poll(name, m);
+  }
+
+  private stopMonitor(name: string): void {
+    const m = this.monitors.get(name);
+    if (m) clearInterval(m.timer);
+    this.monitors.delete(name);
+  }
+
+  private async poll(name: string, m: Monitor): Promise<void> {
+    if (m.busy || this.monitors.get(name) !== m) return;
+    m.busy = true;
+    const { store, namespace, nodeID } = this.ctx;
+    try {
+      const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
+      if (!bids || bids.status?.ownerID !== nodeID) return this.stopMonitor(name);
+      if (!bids.status?.ip) return;
+      const info = await this.ctx.dataPlane.dataSourceClient(m.address).get();
+      m.failures = 0;
+      if (bids.status?.currentState === 'failed' || bids.status?.currentState === 'failed-and-cleanup') return;
+      const status = { ...bids.status, currentState: info.state as BackingImageDataSourceStatus['currentState'], size: info.size, progress: info.progress, checksum: info.currentChecksum, message: info.message };
+      if (info.state === 'ready' || info.state === 'ready-for-transfer') this.retryBackoff.reset(name);
+      if (changed(bids.status, status)) {
+        try {
+          await store.updateStatus(BackingImageDataSourceKind, { ...bids, status });
+        } catch (err) {
+          if (!isConflict(err)) throw err;
+        }
+      }
+    } catch (err) {
+      m.failures++;
+      this.ctx.log.debug(`data source monitor ${name}: ${errMessage(err)}`);
+      if (m.failures >= MAX_MONITOR_RETRY_COUNT) {
+        this.ctx.log.warn(`data source monitor ${name} stops after ${m.failures} failed polls`);
+        this.stopMonitor(name);
+        this.enqueue(name);
+      }
+    } finally {
+      m.busy = false;
+    }
+  }
+}
+
+function diff<T extends object>(before: T, after: T): Partial<T> {
+  const out: Partial<T> = {};
+  for (const k of Object.keys(after) as (keyof T)[]) if (changed(before[k], after[k])) out[k] = after[k];
+  return out;
+}

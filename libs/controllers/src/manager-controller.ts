@@ -1,0 +1,458 @@
+import { isGrpcStatus, MANAGER_API_MIN_VERSION, MANAGER_API_VERSION } from '@bis/bimrpc';
+import type { BackingImageFileInfo, BackingImageManagerStatus } from '@bis/crd-types';
+import { isConflict, type Stored } from '@bis/datastore';
+import { MANAGER_TRANSITIONS, type ManagerEvent, type ManagerState } from '@bis/state-machine';
+import { Backoff } from './backoff.js';
+import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
+import { changed, clone, defaultManagerImage, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
+import type { WorkloadStatus } from './data-plane.js';
+import { EventReason, EventSource } from './events.js';
+import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImageManager } from './kinds.js';
+import { fileMapFromList } from './manager-api.js';
+import { Annotation, FINALIZER } from './names.js';
+import { NodeSyncLimiter, pickSender } from './rules.js';
+import { SettingName } from './settings.js';
+
+export const MAX_MONITOR_RECEIVE_ERRORS = 10;
+
+/** gRPC status codes used here (grpc-js `status`). */
+const grpcStatus = { NOT_FOUND: 5, ALREADY_EXISTS: 6 } as const;
+
+interface Monitor {
+  address: string;
+  cancelWatch?: () => void;
+  timer: NodeJS.Timeout;
+  dirty: boolean;
+  ticks: number;
+  receiveErrors: number;
+  busy: boolean;
+  stopped: boolean;
+}
+
+const isDefaultRunning = (bim: BackingImageManager, image: string) => bim.spec?.image === image && bim.status?.currentState === 'running';
+
+function workloadEvent(w: WorkloadStatus, bim: BackingImageManager): ManagerEvent {
+  if (w.phase !== 'missing' && w.nodeID !== bim.spec?.nodeID) return 'workload-failed';
+  switch (w.phase) {
+    case 'missing':
+      return 'workload-missing';
+    case 'pending':
+      return 'workload-pending';
+    case 'ready':
+      return 'workload-ready';
+    case 'not-ready':
+      return 'workload-not-ready';
+    default:
+      return 'workload-failed';
+  }
+}
+
+/** Longhorn's BackingImageManager controller (§3.3). */
+export class BackingImageManagerController extends Controller {
+  readonly name = 'backing-image-manager';
+  protected readonly maxRetries = 3;
+  private readonly monitors = new Map<string, Monitor>();
+  /** Per-manager file backoff (1 → 5 min), keyed by BI name inside. */
+  private readonly fileBackoffs = new Map<string, Backoff>();
+  /** Workload restart backoff (1 s → 120 s), keyed by manager name. */
+  readonly restartBackoff: Backoff;
+  readonly syncLimiter = new NodeSyncLimiter();
+  private readonly gcTimer: NodeJS.Timeout;
+
+  constructor(ctx: ControllerContext) {
+    super(ctx);
+    this.restartBackoff = new Backoff(ctx.timing.managerRestartInitialMs, ctx.timing.managerRestartMaxMs);
+    this.gcTimer = setInterval(() => this.restartBackoff.gc(), 12 * 3600_000);
+    this.gcTimer.unref();
+    ctx.informers.on(BackingImageManagerKind, (_t, o) => this.enqueue(o.metadata.name));
+    ctx.informers.on(BackingImageKind, (_t, bi) => {
+      for (const m of ctx.informers.cached(BackingImageManagerKind)) if (m.spec?.backingImages?.[bi.metadata.name] !== undefined) this.enqueue(m.metadata.name);
+    });
+    ctx.informers.on(BackingImageDataSourceKind, (_t, b) => {
+      for (const m of ctx.informers.cached(BackingImageManagerKind)) if (m.spec?.diskUUID === b.spec?.diskUUID) this.enqueue(m.metadata.name);
+    });
+    ctx.informers.on(NodeKind, (_t, n) => {
+      for (const m of ctx.informers.cached(BackingImageManagerKind)) if (m.spec?.nodeID === n.metadata.name) this.enqueue(m.metadata.name);
+    });
+    ctx.dataPlane.onWorkloadChange((kind, name) => {
+      if (kind === 'manager') this.enqueue(name);
+    });
+  }
+
+  protected override async onStop(): Promise<void> {
+    clearInterval(this.gcTimer);
+    for (const name of [...this.monitors.keys()]) this.stopMonitor(name);
+  }
+
+  private fileBackoff(bim: string): Backoff {
+    let b = this.fileBackoffs.get(bim);
+    if (!b) this.fileBackoffs.set(bim, (b = new Backoff(this.ctx.timing.fileBackoffInitialMs, this.ctx.timing.fileBackoffMaxMs)));
+    return b;
+  }
+
+  private event(bim: BackingImageManager, type: 'Normal' | 'Warning', reason: string, message: string): void {
+    this.ctx.events.record(EventSource.BackingImageManager, bim, type, reason, message);
+  }
+
+  async reconcile(name: string): Promise<void> {
+    const { store, namespace, nodeID } = this.ctx;
+    const bim = await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
+    if (!bim) {
+      this.stopMonitor(name);
+      return;
+    }
+    const isDown = await nodeDownChecker(this.ctx);
+    if (!isResponsibleFor(nodeID, bim.spec?.nodeID ?? '', bim.status?.ownerID ?? '', isDown)) {
+      this.stopMonitor(name);
+      return;
+    }
+    if (bim.status?.ownerID !== nodeID) {
+      await store.updateStatus(BackingImageManagerKind, { ...bim, status: { ...bim.status, ownerID: nodeID } });
+      return;
+    }
+    const image = await defaultManagerImage(this.ctx);
+    if (bim.metadata.deletionTimestamp) return this.handleDeletion(bim, image);
+
+    const status = clone(bim.status ?? {});
+    status.backingImageFileMap ??= {};
+    try {
+      await this.sync(bim, status, image);
+    } finally {
+      const latest = await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
+      if (latest && !latest.metadata.deletionTimestamp) {
+        // The monitor owns backingImageFileMap between reconciles; keep its newer map unless this reconcile changed it.
+        const merged = { ...latest.status, ...status };
+        if (!changed(bim.status?.backingImageFileMap ?? {}, status.backingImageFileMap) && latest.metadata.resourceVersion !== bim.metadata.resourceVersion) {
+          merged.backingImageFileMap = latest.status?.backingImageFileMap ?? {};
+        }
+        if (changed(latest.status, merged)) {
+          try {
+            await store.updateStatus(BackingImageManagerKind, { ...latest, status: merged });
+          } catch (err) {
+            if (!isConflict(err)) throw err;
+            this.enqueue(name);
+          }
+        }
+      }
+    }
+  }
+
+  private async handleDeletion(bim: Stored<BackingImageManager>, image: string): Promise<void> {
+    const name = bim.metadata.name;
+    const address = bim.metadata.annotations?.[Annotation.Address];
+    if (bim.spec?.image === image && bim.status?.currentState === 'running' && address) {
+      const api = this.ctx.dataPlane.managerClient(address);
+      for (const [bi, f] of Object.entries(bim.status?.backingImageFileMap ?? {})) {
+        try {
+          await api.delete(bi, f.uuid ?? '');
+        } catch (err) {
+          this.ctx.log.warn(`failed to delete backing image ${bi} from manager ${name}: ${errMessage(err)}`);
+        }
+      }
+    }
+    this.syncLimiter.dropDisk(bim.spec?.diskUUID ?? '');
+    this.stopMonitor(name);
+    this.fileBackoffs.delete(name);
+    this.restartBackoff.reset(name);
+    await this.ctx.dataPlane.deleteManager(name);
+    const finalizers = (bim.metadata.finalizers ?? []).filter((f) => f !== FINALIZER);
+    await this.ctx.store.update(BackingImageManagerKind, { ...bim, metadata: { ...bim.metadata, finalizers } });
+  }
+
+  private markFilesUnknown(bim: BackingImageManager, status: BackingImageManagerStatus, message: string, addPlaceholders: boolean, biUUIDs: Record<string, string>): void {
+    const map = status.backingImageFileMap!;
+    for (const f of Object.values(map)) {
+      if (f.state === 'failed') continue;
+      f.state = 'unknown';
+      if (message) f.message = message;
+    }
+    if (addPlaceholders) {
+      for (const bi of Object.keys(bim.spec?.backingImages ?? {})) {
+        map[bi] ??= { name: bi, uuid: biUUIDs[bi] ?? '', state: 'unknown', message: '', size: 0, virtualSize: 0, realSize: 0, currentChecksum: '', sendingReference: 0, senderManagerAddress: '', progress: 0 };
+      }
+    }
+  }
+
+  private async sync(bim: Stored<BackingImageManager>, status: BackingImageManagerStatus, image: string): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const name = bim.metadata.name;
+    const topo = await topology(this.ctx);
+    const disk = bim.spec?.diskUUID ?? '';
+    const f = topo.readyDisk(disk);
+    if (!f || f.node.name !== bim.spec?.nodeID || f.disk.path !== bim.spec?.diskPath) {
+      if (status.currentState !== 'unknown') {
+        this.event(bim, 'Warning', EventReason.Unknown, `Backing image manager ${name} becomes state unknown: disk ${disk} is not ready or moved`);
+        status.currentState = 'unknown';
+        this.stopMonitor(name);
+        this.restartBackoff.reset(name);
+        const uuids: Record<string, string> = {};
+        for (const bi of Object.keys(bim.spec?.backingImages ?? {})) {
+          const o = await getOrUndefined(store.get(BackingImageKind, bi, namespace));
+          uuids[bi] = o?.status?.uuid ?? '';
+        }
+        this.markFilesUnknown(bim, status, '', true, uuids);
+      }
+      if (!f && !topo.node(bim.spec?.nodeID ?? '')?.disks.some((d) => d.diskUUID === disk)) await this.evictMissingDisk(bim);
+      return;
+    }
+
+    const w = await this.ctx.dataPlane.managerStatus(bim);
+    const prev = (status.currentState ?? '') as ManagerState;
+    const next = MANAGER_TRANSITIONS[prev][workloadEvent(w, bim)] ?? prev;
+    status.currentState = next;
+    if (next === 'running') {
+      if (prev !== 'running') this.event(bim, 'Normal', EventReason.Running, 'Backing image manager becomes state running');
+      status.ip = w.ip;
+      status.storageIP = w.ip;
+      const ann = bim.metadata.annotations ?? {};
+      if (ann[Annotation.Address] !== w.address || ann[Annotation.SyncAddress] !== w.syncAddress) {
+        const u = await store.update(BackingImageManagerKind, { ...bim, metadata: { ...bim.metadata, annotations: { ...ann, [Annotation.Address]: w.address, [Annotation.SyncAddress]: w.syncAddress } } });
+        bim.metadata = u.metadata;
+      }
+      if (!status.apiVersion) {
+        const v = await this.ctx.dataPlane.managerClient(w.address).versionGet();
+        status.apiVersion = v.backingImageManagerApiVersion;
+        status.apiMinVersion = v.backingImageManagerApiMinVersion;
+      }
+    } else {
+      if (prev === 'running') this.event(bim, 'Warning', EventReason.Unknown, `Backing image manager becomes state ${next}${w.message ? `: ${w.message}` : ''}`);
+      status.ip = '';
+      status.storageIP = '';
+      status.apiVersion = 0;
+      status.apiMinVersion = 0;
+    }
+    if (bim.spec?.image !== image) return;
+    if (next === 'running') this.startMonitor(name, w.address);
+    else this.stopMonitor(name);
+
+    if (next === 'error' || next === 'stopped') {
+      this.markFilesUnknown(bim, status, 'Backing image manager pod is not running', false, {});
+      if (w.phase !== 'missing' && w.phase !== 'deleting') {
+        await this.ctx.dataPlane.deleteManager(name);
+        this.queue.addAfter(name, 200);
+      } else if (w.phase === 'missing' && bim.spec?.nodeID === this.ctx.nodeID) {
+        if (this.restartBackoff.isInBackOffSinceUpdate(name)) {
+          this.queue.addAfter(name, this.restartBackoff.remaining(name) + 10);
+        } else {
+          this.restartBackoff.next(name);
+          await this.ctx.dataPlane.startManager(bim);
+          status.currentState = 'starting';
+          this.event(bim, 'Normal', EventReason.Create, `Starting backing image manager ${name} on node ${bim.spec?.nodeID} disk ${bim.spec?.diskUUID}`);
+        }
+      }
+      return;
+    }
+    if (next === 'starting') {
+      this.queue.addAfter(name, 300);
+      return;
+    }
+    if (next !== 'running') return;
+    const compatible = !status.apiVersion || (MANAGER_API_MIN_VERSION <= (status.apiVersion ?? 0) && MANAGER_API_VERSION >= (status.apiMinVersion ?? 0));
+    if (!compatible) {
+      this.ctx.log.warn(`backing image manager ${name} speaks API [${status.apiMinVersion}, ${status.apiVersion}], incompatible with [${MANAGER_API_MIN_VERSION}, ${MANAGER_API_VERSION}]`);
+      return;
+    }
+    const api = this.ctx.dataPlane.managerClient(w.address);
+    await this.deleteInvalidFiles(bim, status, api);
+    await this.prepareFiles(bim, status, api, image);
+  }
+
+  private async evictMissingDisk(bim: BackingImageManager): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const disk = bim.spec?.diskUUID ?? '';
+    for (const biName of Object.keys(bim.spec?.backingImages ?? {})) {
+      const bi = await getOrUndefined(store.get(BackingImageKind, biName, namespace));
+      const e = bi?.spec?.diskFileSpecMap?.[disk];
+      if (!bi || !e || e.evictionRequested) continue;
+      await store.update(BackingImageKind, { ...bi, spec: { ...bi.spec, diskFileSpecMap: { ...bi.spec!.diskFileSpecMap, [disk]: { ...e, evictionRequested: true } } } });
+    }
+  }
+
+  private async deleteFile(bim: BackingImageManager, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>, biName: string, uuid: string): Promise<void> {
+    try {
+      await api.delete(biName, uuid);
+    } catch (err) {
+      if (!isGrpcStatus(err, grpcStatus.NOT_FOUND)) throw err;
+    }
+    delete status.backingImageFileMap![biName];
+    this.fileBackoff(bim.metadata.name).reset(biName);
+    this.event(bim, 'Normal', EventReason.Delete, `Deleted backing image ${biName} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID}`);
+  }
+
+  private async deleteInvalidFiles(bim: Stored<BackingImageManager>, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const disk = bim.spec?.diskUUID ?? '';
+    for (const [biName, file] of Object.entries({ ...status.backingImageFileMap })) {
+      const bi = await getOrUndefined(store.get(BackingImageKind, biName, namespace));
+      if (!bi) {
+        await this.deleteFile(bim, status, api, biName, file.uuid ?? '');
+        continue;
+      }
+      const uuid = bi.status?.uuid ?? '';
+      if (!uuid) continue;
+      if (bim.spec?.backingImages?.[biName] !== uuid || file.uuid !== uuid) {
+        await this.deleteFile(bim, status, api, biName, file.uuid ?? '');
+        continue;
+      }
+      const own = bi.status?.diskFileStatusMap?.[disk];
+      const failedHere = own ? own.state === 'failed' : file.state === 'failed';
+      if (!failedHere) continue;
+      const otherHealthy = Object.entries(bi.status?.diskFileStatusMap ?? {}).some(([d, s]) => d !== disk && s.state !== 'failed');
+      if (otherHealthy) await this.deleteFile(bim, status, api, biName, file.uuid ?? '');
+    }
+  }
+
+  private async prepareFiles(bim: Stored<BackingImageManager>, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>, image: string): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const name = bim.metadata.name;
+    const disk = bim.spec?.diskUUID ?? '';
+    for (const biName of Object.keys(bim.spec?.backingImages ?? {})) {
+      const bi = await getOrUndefined(store.get(BackingImageKind, biName, namespace));
+      const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, biName, namespace));
+      if (!bi || !bids) continue;
+      const file = status.backingImageFileMap![biName];
+      const requireFile = !file || file.state === 'failed' || bids.status?.currentState === 'failed';
+      if (!requireFile) continue;
+      const uuid = bi.status?.uuid ?? '';
+      if (!bids.spec?.fileTransferred) {
+        if (bids.spec?.diskUUID !== disk) continue;
+        if (bids.status?.currentState === 'failed') {
+          try {
+            await api.delete(biName, uuid);
+          } catch (err) {
+            if (!isGrpcStatus(err, grpcStatus.NOT_FOUND)) throw err;
+          }
+          await store.updateStatus(BackingImageDataSourceKind, { ...bids, status: { ...bids.status, currentState: 'failed-and-cleanup' } });
+          continue;
+        }
+        const dsAddress = bids.metadata.annotations?.[Annotation.Address];
+        if (bids.status?.currentState !== 'ready-for-transfer' || !bids.status?.storageIP || !dsAddress) continue;
+        try {
+          await api.fetch({
+            spec: { name: biName, uuid, checksum: bids.status?.checksum ?? '', size: bids.status?.size ?? 0, virtualSize: 0, realSize: 0 },
+            dataSourceAddress: dsAddress,
+          });
+        } catch (err) {
+          if (!isGrpcStatus(err, grpcStatus.ALREADY_EXISTS)) throw err;
+        }
+        this.event(bim, 'Normal', EventReason.Fetching, `Fetched the first file for backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID}`);
+        continue;
+      }
+      const backoff = this.fileBackoff(name);
+      if (backoff.isInBackOffSinceUpdate(biName)) {
+        this.queue.addAfter(name, backoff.remaining(biName) + 10);
+        continue;
+      }
+      const limit = await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit);
+      const all = await listManagers(this.ctx);
+      const nodeFiles = all
+        .filter((m) => m.spec?.nodeID === bim.spec?.nodeID)
+        .flatMap((m) => Object.entries(m.status?.backingImageFileMap ?? {}).map(([bn, f]) => ({ diskUUID: m.spec?.diskUUID ?? '', biName: bn, state: f.state ?? '' })));
+      if (!this.syncLimiter.canSync(bim.spec?.nodeID ?? '', disk, biName, limit, nodeFiles)) {
+        this.ctx.log.warn(`backing image manager ${name}: per-node replenish limit ${limit} reached, ${biName} waits`);
+        this.queue.addAfter(name, 1000);
+        continue;
+      }
+      const candidates = all
+        .filter((m) => !m.metadata.deletionTimestamp && m.metadata.name !== name)
+        .map((m) => ({ m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: m.status?.backingImageFileMap?.[biName] as BackingImageFileInfo | undefined }));
+      const { sender, anyReady } = pickSender(candidates);
+      const size = bi.status?.size || bids.status?.size || 0;
+      if (!anyReady) {
+        backoff.next(biName);
+        try {
+          await api.fetch({ spec: { name: biName, uuid, checksum: bi.status?.checksum ?? '', size, virtualSize: 0, realSize: 0 }, dataSourceAddress: '' });
+        } catch (err) {
+          if (!isGrpcStatus(err, grpcStatus.ALREADY_EXISTS)) throw err;
+        }
+        this.event(bim, 'Normal', EventReason.Fetching, `Reuse the existing file for backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID}`);
+        continue;
+      }
+      if (!sender) continue;
+      const from = sender.m.metadata.annotations?.[Annotation.Address];
+      if (!from) continue;
+      backoff.next(biName);
+      try {
+        await api.sync({ spec: { name: biName, uuid, checksum: bi.status?.checksum ?? '', size, virtualSize: 0, realSize: 0 }, fromAddress: from });
+      } catch (err) {
+        if (!isGrpcStatus(err, grpcStatus.ALREADY_EXISTS)) throw err;
+      }
+      this.event(bim, 'Normal', EventReason.Syncing, `Syncing backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID} from ${sender.name}(${from})`);
+      break;
+    }
+  }
+
+  // ------------------------------------------------------------ monitor: Watch() + 1 s ticker with forced List
+
+  private startMonitor(name: string, address: string): void {
+    const existing = this.monitors.get(name);
+    if (existing && existing.address === address && !existing.stopped) return;
+    if (existing) this.stopMonitor(name);
+    const m: Monitor = { address, dirty: true, ticks: 0, receiveErrors: 0, busy: false, stopped: false, timer: setInterval(() => void this.tick(name, m), this.ctx.timing.managerPollMs) };
+    m.timer.unref();
+    this.monitors.set(name, m);
+    this.openWatch(name, m);
+    void this.tick(name, m);
+  }
+
+  private openWatch(name: string, m: Monitor): void {
+    if (m.stopped) return;
+    const api = this.ctx.dataPlane.managerClient(m.address);
+    m.cancelWatch = api.watch(
+      () => {
+        m.dirty = true;
+        m.receiveErrors = 0;
+      },
+      (err) => {
+        if (m.stopped) return;
+        m.receiveErrors++;
+        if (m.receiveErrors >= MAX_MONITOR_RECEIVE_ERRORS) {
+          this.ctx.log.warn(`backing image manager monitor ${name} stops after ${m.receiveErrors} watch errors${err ? `: ${err.message}` : ''}`);
+          this.stopMonitor(name);
+          this.enqueue(name);
+          return;
+        }
+        const t = setTimeout(() => this.openWatch(name, m), 1000);
+        t.unref();
+      },
+    );
+  }
+
+  private stopMonitor(name: string): void {
+    const m = this.monitors.get(name);
+    if (!m) return;
+    m.stopped = true;
+    clearInterval(m.timer);
+    m.cancelWatch?.();
+    this.monitors.delete(name);
+  }
+
+  private async tick(name: string, m: Monitor): Promise<void> {
+    if (m.busy || m.stopped) return;
+    m.ticks++;
+    if (!m.dirty && m.ticks < this.ctx.timing.managerForcedListTicks) return;
+    m.busy = true;
+    m.dirty = false;
+    m.ticks = 0;
+    const { store, namespace, nodeID } = this.ctx;
+    try {
+      const bim = await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
+      if (!bim || bim.status?.ownerID !== nodeID) return this.stopMonitor(name);
+      const map = fileMapFromList(await this.ctx.dataPlane.managerClient(m.address).list());
+      for (const [bi, f] of Object.entries(map)) if (f.state === 'ready') this.fileBackoff(name).reset(bi);
+      if (changed(bim.status?.backingImageFileMap ?? {}, map)) {
+        try {
+          await store.updateStatus(BackingImageManagerKind, { ...bim, status: { ...bim.status, backingImageFileMap: map } });
+        } catch (err) {
+          if (!isConflict(err)) throw err;
+          m.dirty = true;
+        }
+      }
+    } catch (err) {
+      m.dirty = true;
+      this.ctx.log.debug(`backing image manager monitor ${name}: ${errMessage(err)}`);
+    } finally {
+      m.busy = false;
+    }
+  }
+}
