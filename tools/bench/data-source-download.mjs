@@ -22,7 +22,7 @@ try {
   for (let i = 0; i < sizeMiB; i++) if (!ws.write(randomBytes(1 << 20))) await new Promise((r) => ws.once('drain', r));
   await new Promise((r) => ws.end(r));
   const srv = createServer((req, res) => {
-    res.writeHead(200, { 'content-length': sizeMiB << 20, 'accept-ranges': 'bytes' });
+    res.writeHead(200, { 'content-length': sizeMiB * 1048576, 'accept-ranges': 'bytes' });
     createReadStream(src, { highWaterMark: 1 << 20 }).pipe(res);
   });
   await new Promise((r) => srv.listen(0, '127.0.0.1', r));

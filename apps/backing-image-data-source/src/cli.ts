@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import Fastify from 'fastify';
 import { createFileSources } from '@bis/file-sources';
+import { restoreBackup } from '@bis/backupstore';
 import { SyncService, startSyncServer } from '@bis/sync-service';
 import {
   DataSource,
@@ -121,6 +122,18 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
     },
     stallTimeoutMs,
     parallel: { connections },
+    // Credentials go to the backup engine per call, never through process environment.
+    restoreBackup: async (a) => {
+      const r = await restoreBackup({
+        backupUrl: a.backupUrl,
+        output: a.output,
+        concurrency: a.concurrency,
+        credential: a.credential,
+        signal: a.signal,
+        onProgress: (p) => a.onProgress(p.processedBytes, p.totalBytes),
+      });
+      return { size: r.size, sha512: r.sha512 };
+    },
   });
   const sync = new SyncService({ diskPath, sources, beginTimeoutMs, log });
   const syncServer = await startSyncServer(sync, syncListen);
