@@ -1,0 +1,124 @@
+import { describe, expect, it } from '@jest/globals';
+import { promises as fsp } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse, parseAllDocuments } from 'yaml';
+import { renderCrdManifests } from '@bis/crd-types';
+import { rbacRules } from '../api-access.js';
+import { ChartTemplates, TemplateError } from './go-template.js';
+import { renderChart } from './render-chart.js';
+import { RBAC_TEMPLATE_FILE, renderRoleTemplate } from './rbac-template.js';
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
+const chartDir = path.join(repoRoot, 'charts/backing-image-system');
+const release = { name: 'bis', namespace: 'longhorn-system' };
+
+type Doc = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string> }; [k: string]: unknown };
+
+async function docs(values: Record<string, unknown>): Promise<Doc[]> {
+  const out: Doc[] = [];
+  for (const [file, text] of await renderChart(chartDir, values, release)) {
+    for (const d of parseAllDocuments(text)) {
+      if (d.errors.length) throw new Error(`${file}: ${d.errors.map((e) => e.message).join('; ')}\n${text}`);
+      const v = d.toJS() as Doc | null;
+      if (v === null) continue;
+      expect(typeof v.apiVersion).toBe('string');
+      expect(typeof v.kind).toBe('string');
+      expect(v.metadata.name).toMatch(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/);
+      out.push(v);
+    }
+  }
+  return out;
+}
+const find = (all: Doc[], kind: string, name?: string): Doc => {
+  const d = all.find((x) => x.kind === kind && (name === undefined || x.metadata.name === name));
+  if (!d) throw new Error(`no ${kind} ${name ?? ''}`);
+  return d;
+};
+
+describe('Go template subset renderer', () => {
+  const render = (src: string, root: unknown, extra = ''): string => {
+    const t = new ChartTemplates();
+    if (extra) t.add('_helpers.tpl', extra);
+    t.add('t.yaml', src);
+    return t.render('t.yaml', root);
+  };
+  it('trims, branches, ranges maps in key order and pipes through functions', () => {
+    const root = { Values: { a: { b: 'x' }, m: { zeta: 1, alpha: null, mid: 'v' }, off: false } };
+    expect(render('k: {{ .Values.a.b | quote }}\n{{- if .Values.off }}\nno{{ else if .Values.a }}\nyes{{ else }}never{{ end }}', root)).toBe('k: "x"\nyes');
+    expect(render('{{- range $k, $v := .Values.m }}\n{{- if not (kindIs "invalid" $v) }}\n{{ kebabcase $k }}={{ $v }}{{ end }}{{ end }}', root)).toBe('\nmid=v\nzeta=1');
+    expect(render('x:{{ toYaml .Values.a | nindent 2 }}', root)).toBe('x:\n  b: x');
+    expect(render('{{ include "h" . }}', root, '{{- define "h" -}}v={{ .Values.a.b }}{{- end -}}')).toBe('v=x');
+    expect(render('{{ default "d" .Values.none }} {{ printf "%s-%s" "a" "b" }} {{ kebabcase "backingImageCleanupWaitInterval" }}', root)).toBe('d a-b backing-image-cleanup-wait-interval');
+  });
+  it('rejects constructs it does not implement instead of rendering them wrongly', () => {
+    expect(() => render('{{ with .Values }}x{{ end }}', {})).toThrow(TemplateError);
+    expect(() => render('{{ .Values.x | sha256sum }}', { Values: {} })).toThrow('function "sha256sum" is not supported');
+    expect(() => render('{{ if .x }}', {})).toThrow('missing {{ end }}');
+  });
+});
+
+describe('chart charts/backing-image-system', () => {
+  it('renders valid YAML with the default values', async () => {
+    const all = await docs({});
+    expect(all.map((d) => `${d.kind}/${d.metadata.name}`).sort()).toEqual([
+      'ConfigMap/backing-image-system-default-setting',
+      'DaemonSet/backing-image-system-manager',
+      'PriorityClass/backing-image-system-critical',
+      'Role/backing-image-system',
+      'RoleBinding/backing-image-system',
+      'Service/backing-image-system-backend',
+      'ServiceAccount/backing-image-system-service-account',
+    ]);
+    const cm = find(all, 'ConfigMap') as Doc & { data: Record<string, string> };
+    expect(parse(cm.data['default-setting.yaml'])).toEqual({ 'priority-class': 'backing-image-system-critical' });
+    const ds = find(all, 'DaemonSet') as Doc & { spec: { template: { spec: { containers: { command: string[]; image: string }[]; priorityClassName: string } } } };
+    const c = ds.spec.template.spec.containers[0];
+    expect(c.image).toBe('backing-image-system/controller-manager:0.1.0');
+    expect(c.command[c.command.indexOf('--backing-image-manager-image') + 1]).toBe('backing-image-system/backing-image-manager:0.1.0');
+    expect(c.command[c.command.indexOf('--service-account') + 1]).toBe('backing-image-system-service-account');
+    expect(ds.spec.template.spec.priorityClassName).toBe('backing-image-system-critical');
+  });
+
+  it('renders valid YAML with every option set (ci/full-values.yaml)', async () => {
+    const values = parse(await fsp.readFile(path.join(chartDir, 'ci/full-values.yaml'), 'utf8')) as Record<string, unknown>;
+    const all = await docs(values);
+    expect(all.filter((d) => d.kind === 'NetworkPolicy').map((d) => d.metadata.name).sort()).toEqual(['backing-image-data-source', 'backing-image-manager']);
+    const sm = find(all, 'ServiceMonitor') as Doc & { spec: { endpoints: { interval: string }[] } };
+    expect(sm.metadata.labels?.release).toBe('prometheus');
+    expect(sm.spec.endpoints[0].interval).toBe('30s');
+    const ds = find(all, 'DaemonSet') as Doc & {
+      spec: { template: { spec: { containers: { command: string[]; image: string; resources: unknown }[]; tolerations: unknown[]; nodeSelector: unknown; imagePullSecrets: unknown } } };
+    };
+    const pod = ds.spec.template.spec;
+    expect(pod.containers[0].image).toBe('registry.example.com/bis/controller-manager:1.2.3');
+    expect(pod.containers[0].command).toContain('registry.example.com/bis/backing-image-manager:1.2.3');
+    expect(pod.tolerations).toHaveLength(2);
+    expect(pod.nodeSelector).toEqual({ storage: 'true', role: 'storage' });
+    expect(pod.containers[0].resources).toEqual({ requests: { cpu: '100m', memory: '256Mi' }, limits: { memory: '1Gi' } });
+    const svc = find(all, 'Service') as Doc & { spec: { type: string; ports: { nodePort?: number }[] } };
+    expect(svc.spec.type).toBe('NodePort');
+    expect(svc.spec.ports[0].nodePort).toBe(30950);
+    const cm = find(all, 'ConfigMap') as Doc & { data: Record<string, string> };
+    const settings = parse(cm.data['default-setting.yaml']) as Record<string, string>;
+    expect(settings['backing-image-cleanup-wait-interval']).toBe('30');
+    expect(settings['default-min-number-of-backing-image-copies']).toBe('2');
+    expect(settings['concurrent-backing-image-replenish-per-node-limit']).toBe('3');
+    expect(settings['storage-network']).toBe('kube-system/storage-net');
+    expect(Object.keys(settings)).toHaveLength(12);
+  });
+
+  it('ships exactly the CRDs generated from @bis/crd-types', async () => {
+    const generated = renderCrdManifests();
+    const files = (await fsp.readdir(path.join(chartDir, 'crds'))).sort();
+    expect(files).toEqual([...generated.keys()].sort());
+    for (const [file, text] of generated) expect(await fsp.readFile(path.join(chartDir, 'crds', file), 'utf8')).toBe(text);
+  });
+
+  it('grants exactly the API calls the code declares (RBAC generated from API_RESOURCE_USES)', async () => {
+    expect(await fsp.readFile(path.join(chartDir, RBAC_TEMPLATE_FILE), 'utf8')).toBe(renderRoleTemplate());
+    const role = find(await docs({}), 'Role') as Doc & { rules: unknown };
+    expect(role.rules).toEqual(rbacRules());
+    expect(role.metadata.namespace).toBe('longhorn-system');
+  });
+});
