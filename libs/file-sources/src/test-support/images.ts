@@ -42,10 +42,13 @@ export function qcow2Header(virtualSize: number, o: { backing?: boolean; externa
 }
 
 export class RecordingProgress implements ProgressSink {
+  /** The first size announced (Content-Length, -1 when unknown); `sizes` has every announcement. */
   size: number | undefined;
+  sizes: number[] = [];
   updates: number[] = [];
   setSize(size: number): void {
-    this.size = size;
+    if (this.size === undefined) this.size = size;
+    this.sizes.push(size);
   }
   updateProgress(processed: number): void {
     this.updates.push(processed);
