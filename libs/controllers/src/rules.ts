@@ -252,32 +252,43 @@ export function pickSender<T extends SenderCandidate>(candidates: readonly T[]):
 
 const IN_PROGRESS = new Set(['in-progress', 'pending', 'starting']);
 
+/** How long a granted sync is counted before its file shows up in a manager's status. */
+export const SYNC_GRANT_GRACE_MS = 30_000;
+
 /**
  * The per-node replenish limit (`canSyncCopy`). FIX: Longhorn builds the current key as `biName-diskUUID` but the
  * collected keys as `diskUUID-biName`, so its "already counted" shortcut rarely matches; here both use
- * `diskUUID/biName`.
+ * `diskUUID/biName`. FIX: Longhorn prunes a granted key as soon as its file is not listed yet, so reconciles in
+ * quick succession can exceed the limit; here a granted key counts until its file is reported and leaves the
+ * in-progress states, or for {@link SYNC_GRANT_GRACE_MS} when it never shows up.
  */
 export class NodeSyncLimiter {
-  private readonly inProgress = new Map<string, Set<string>>();
+  private readonly granted = new Map<string, Map<string, number>>();
+
+  constructor(private readonly now: () => number = Date.now) {}
 
   /**
    * @param files every (disk, bi, state) of the managers on the node
    */
   canSync(nodeID: string, diskUUID: string, biName: string, limit: number, files: readonly { diskUUID: string; biName: string; state: string }[]): boolean {
     if (limit < 1) return true;
-    const current = new Set(files.filter((f) => IN_PROGRESS.has(f.state)).map((f) => `${f.diskUUID}/${f.biName}`));
-    const set = this.inProgress.get(nodeID) ?? new Set<string>();
-    for (const k of [...set]) if (!current.has(k)) set.delete(k);
-    for (const k of current) set.add(k);
-    this.inProgress.set(nodeID, set);
+    const t = this.now();
+    const listed = new Map(files.map((f) => [`${f.diskUUID}/${f.biName}`, f.state]));
+    const set = this.granted.get(nodeID) ?? new Map<string, number>();
+    for (const [k, at] of [...set]) {
+      const state = listed.get(k);
+      if (state === undefined ? t - at > SYNC_GRANT_GRACE_MS : !IN_PROGRESS.has(state)) set.delete(k);
+    }
+    for (const [k, state] of listed) if (IN_PROGRESS.has(state) && !set.has(k)) set.set(k, t);
+    this.granted.set(nodeID, set);
     const key = `${diskUUID}/${biName}`;
     if (set.has(key)) return true;
     if (set.size >= limit) return false;
-    set.add(key);
+    set.set(key, t);
     return true;
   }
 
   dropDisk(diskUUID: string): void {
-    for (const set of this.inProgress.values()) for (const k of [...set]) if (k.startsWith(`${diskUUID}/`)) set.delete(k);
+    for (const set of this.granted.values()) for (const k of [...set.keys()]) if (k.startsWith(`${diskUUID}/`)) set.delete(k);
   }
 }

@@ -1,0 +1,181 @@
+import { describe, expect, it } from '@jest/globals';
+import type { BackingImageDiskFileStatus } from '@bis/crd-types';
+import {
+  allFilesUnavailable,
+  cleanupHaVerdict,
+  evictionDecision,
+  healthyCopyCounts,
+  needsReplenish,
+  NodeSyncLimiter,
+  pickDiskForCopy,
+  pickSender,
+  tagsMatch,
+  unusedCopiesToRemove,
+  updatedLastRefMap,
+} from './rules.js';
+import { Topology } from './topology.js';
+import { testNode } from './test-support/fixtures.js';
+
+const st = (state: string, t = '2026-01-01T00:00:00Z'): BackingImageDiskFileStatus => ({ state: state as BackingImageDiskFileStatus['state'], progress: 0, message: '', dataEngine: 'v1', lastStateTransitionTime: t });
+const spec = (...disks: string[]) => Object.fromEntries(disks.map((d) => [d, { dataEngine: 'v1' as const, evictionRequested: false }]));
+const identity = <T>(a: T[]) => a;
+const policy = { nodeSelector: [], diskSelector: [], allowEmptyNodeSelector: true, allowEmptyDiskSelector: true };
+
+describe('disk selection by selectors', () => {
+  it('tagsMatch requires every selector tag and honours the empty-selector setting', () => {
+    expect(tagsMatch(['ssd', 'fast'], ['ssd'], false)).toBe(true);
+    expect(tagsMatch(['ssd'], ['ssd', 'fast'], true)).toBe(false);
+    expect(tagsMatch([], [], false)).toBe(true);
+    expect(tagsMatch(['ssd'], [], false)).toBe(false);
+    expect(tagsMatch(['ssd'], [], true)).toBe(true);
+  });
+
+  it('picks the first eligible disk not yet in the spec map and skips unschedulable or untagged disks', () => {
+    const topo = new Topology([
+      testNode('n1', [
+        { uuid: 'd1', tags: ['ssd'] },
+        { uuid: 'd2', tags: ['hdd'] },
+        { uuid: 'd3', tags: ['ssd'], allowScheduling: false },
+      ]),
+      testNode('n2', [{ uuid: 'd4', tags: ['ssd'] }], { tags: ['zone-b'] }),
+    ]);
+    const sel = { ...policy, diskSelector: ['ssd'] };
+    expect(pickDiskForCopy(topo, {}, sel, identity)?.disk.diskUUID).toBe('d1');
+    expect(pickDiskForCopy(topo, spec('d1'), sel, identity)?.disk.diskUUID).toBe('d4');
+    expect(pickDiskForCopy(topo, spec('d1', 'd4'), sel, identity)).toBeUndefined();
+    expect(pickDiskForCopy(topo, spec('d1'), { ...sel, nodeSelector: ['zone-a'] }, identity)).toBeUndefined();
+    // Tagged node with an empty node selector is refused when allow-empty-node-selector-volume is false.
+    expect(pickDiskForCopy(topo, spec('d1'), { ...sel, allowEmptyNodeSelector: false }, identity)).toBeUndefined();
+  });
+
+  it('refuses disks on nodes that are not schedulable', () => {
+    const topo = new Topology([testNode('n1', [{ uuid: 'd1' }], { schedulable: false })]);
+    expect(pickDiskForCopy(topo, {}, policy, identity)).toBeUndefined();
+  });
+});
+
+describe('HA cleanup rules (backingImageCleanup)', () => {
+  it('allows removing a ready copy when enough ready copies stay active', () => {
+    const s = { a: st('ready'), b: st('ready'), c: st('ready') };
+    expect(cleanupHaVerdict(spec('a', 'b', 'c'), s, new Set(['c']), 2)).toEqual({ ok: true });
+  });
+
+  it('refuses removing a ready copy that HA needs, with Longhorn message', () => {
+    const s = { a: st('ready'), b: st('ready') };
+    expect(cleanupHaVerdict(spec('a', 'b'), s, new Set(['b']), 2)).toEqual({
+      ok: false,
+      message: 'failed to do cleanup since there will be no enough ready files for HA after the deletion',
+    });
+  });
+
+  it('reproduces the cleanup-count quirk for handling and failed copies', () => {
+    // readyActive 1, handlingCleanup 1: m=2 <= 1+1 → allowed (Longhorn adds the *cleanup* count).
+    expect(cleanupHaVerdict(spec('a', 'b'), { a: st('ready'), b: st('in-progress') }, new Set(['b']), 2)).toEqual({ ok: true });
+    // m=3: handling cleanup present → refused with the second message.
+    expect(cleanupHaVerdict(spec('a', 'b'), { a: st('ready'), b: st('in-progress') }, new Set(['b']), 3)).toEqual({
+      ok: false,
+      message: 'failed to do cleanup since there will be no enough ready/in-progress/pending files for HA after the deletion',
+    });
+    expect(cleanupHaVerdict(spec('a', 'b'), { a: st('ready'), b: st('failed') }, new Set(['b']), 3)).toEqual({
+      ok: false,
+      message: 'cannot do cleanup since there are no enough files for HA',
+    });
+    // Nothing removed and not enough copies: allowed (nothing gets worse).
+    expect(cleanupHaVerdict(spec('a'), { a: st('in-progress') }, new Set(), 3)).toEqual({ ok: true });
+  });
+});
+
+describe('unused copy cleanup after the wait interval', () => {
+  const now = Date.parse('2026-01-01T02:00:00Z');
+  const old = '2026-01-01T00:00:00Z';
+  const recent = '2026-01-01T01:59:30Z';
+
+  it('trims copies older than the wait down to minNumberOfCopies, failed first, ready last', () => {
+    const specMap = spec('a', 'b', 'c', 'd');
+    const status = { a: st('ready'), b: st('ready'), c: st('failed'), d: st('in-progress') };
+    const lastRef = { a: old, b: old, c: old, d: old };
+    const out = unusedCopiesToRemove(specMap, status, lastRef, ['a', 'b', 'c', 'd'], 1, now, 60_000);
+    expect(out).toEqual(['c', 'd', 'a']);
+  });
+
+  it('keeps copies still referenced recently and copies on other nodes', () => {
+    const specMap = spec('a', 'b', 'c');
+    const status = { a: st('ready'), b: st('ready'), c: st('ready') };
+    expect(unusedCopiesToRemove(specMap, status, { a: old, b: recent, c: old }, ['a', 'b'], 1, now, 60_000)).toEqual(['a']);
+  });
+
+  it('never goes below one copy even when minNumberOfCopies is 0', () => {
+    expect(unusedCopiesToRemove(spec('a'), { a: st('ready') }, { a: old }, ['a'], 0, now, 60_000)).toEqual([]);
+  });
+
+  it('last-reference map drops disks in use and keeps earlier timestamps', () => {
+    expect(updatedLastRefMap(spec('a', 'b', 'c'), { a: old }, new Set(['b']), '2026-01-02T00:00:00Z')).toEqual({ a: old, c: '2026-01-02T00:00:00Z' });
+  });
+});
+
+describe('replenish and eviction', () => {
+  it('counts non-failed and non-evicting copies', () => {
+    const specMap = { ...spec('a', 'b', 'c'), c: { dataEngine: 'v1' as const, evictionRequested: true } };
+    expect(healthyCopyCounts(specMap, { a: st('ready'), b: st('failed'), c: st('ready') })).toEqual({ nonFailed: 2, nonEvicting: 1 });
+  });
+
+  it('asks for one more copy only when a healthy source exists and the limit is not 0', () => {
+    expect(needsReplenish(spec('a'), { a: st('ready') }, 2, 5)).toBe(true);
+    expect(needsReplenish(spec('a'), { a: st('ready') }, 2, 0)).toBe(false);
+    expect(needsReplenish(spec('a'), { a: st('failed') }, 2, 5)).toBe(false);
+    expect(needsReplenish(spec('a', 'b'), { a: st('ready') }, 2, 5)).toBe(false);
+  });
+
+  it('never drops the last healthy copy and keeps copies used by replicas', () => {
+    const evicting = { a: { dataEngine: 'v1' as const, evictionRequested: true } };
+    expect(evictionDecision(evicting, { a: st('ready') }, new Set())).toEqual({ remove: [], keptLastHealthy: 'a' });
+    const two = { ...evicting, b: { dataEngine: 'v1' as const, evictionRequested: false } };
+    expect(evictionDecision(two, { a: st('ready'), b: st('in-progress') }, new Set())).toEqual({ remove: [], keptLastHealthy: 'a' });
+    expect(evictionDecision(two, { a: st('ready'), b: st('ready') }, new Set())).toEqual({ remove: ['a'] });
+    expect(evictionDecision(two, { a: st('ready'), b: st('ready') }, new Set(['a']))).toEqual({ remove: [] });
+  });
+});
+
+describe('recovery when every copy failed', () => {
+  const now = Date.parse('2026-01-01T01:00:00Z');
+  it('is true only when every copy failed longer than the wait', () => {
+    expect(allFilesUnavailable(spec('a', 'b'), { a: st('failed'), b: st('failed') }, now, 300_000)).toBe(true);
+    expect(allFilesUnavailable(spec('a', 'b'), { a: st('failed'), b: st('failed', '2026-01-01T00:59:00Z') }, now, 300_000)).toBe(false);
+    expect(allFilesUnavailable(spec('a', 'b'), { a: st('failed'), b: st('unknown') }, now, 300_000)).toBe(false);
+    expect(allFilesUnavailable(spec('a', 'b'), { a: st('failed') }, now, 300_000)).toBe(false);
+  });
+  it('FIX: an empty spec and status map is not "all unavailable"', () => {
+    expect(allFilesUnavailable({}, {}, now, 0)).toBe(false);
+  });
+});
+
+describe('senders and the per-node sync limit', () => {
+  it('picks the first running default manager with a ready file and fewer than 3 sends', () => {
+    const c = [
+      { name: 'm1', running: true, defaultImage: true, file: { state: 'ready' as const, sendingReference: 3 } },
+      { name: 'm2', running: false, defaultImage: true, file: { state: 'ready' as const, sendingReference: 0 } },
+      { name: 'm3', running: true, defaultImage: true, file: { state: 'ready' as const, sendingReference: 2 } },
+    ];
+    expect(pickSender(c).sender?.name).toBe('m3');
+    expect(pickSender(c.slice(0, 2))).toEqual({ anyReady: true });
+    expect(pickSender([{ name: 'x', running: true, defaultImage: true, file: { state: 'in-progress' as const, sendingReference: 0 } }])).toEqual({ anyReady: false });
+  });
+
+  it('limits concurrent syncs per node and frees slots when syncs finish', () => {
+    let t = 0;
+    const l = new NodeSyncLimiter(() => t);
+    const files = [{ diskUUID: 'd1', biName: 'a', state: 'in-progress' }];
+    expect(l.canSync('n', 'd2', 'b', 2, files)).toBe(true);
+    expect(l.canSync('n', 'd3', 'c', 2, files)).toBe(false);
+    // The key already counted is allowed again (FIX of Longhorn's key-order quirk).
+    expect(l.canSync('n', 'd1', 'a', 2, files)).toBe(true);
+    // d1/a finished (ready) and d2/b shows in-progress: one slot frees.
+    const later = [{ diskUUID: 'd1', biName: 'a', state: 'ready' }, { diskUUID: 'd2', biName: 'b', state: 'in-progress' }];
+    expect(l.canSync('n', 'd3', 'c', 2, later)).toBe(true);
+    expect(l.canSync('n', 'd5', 'e', 2, later)).toBe(false);
+    expect(l.canSync('n', 'd4', 'x', 0, files)).toBe(true);
+    // A grant whose file never shows up stops counting after the grace period.
+    t = 31_000;
+    expect(l.canSync('n', 'd6', 'f', 2, [{ diskUUID: 'd2', biName: 'b', state: 'in-progress' }])).toBe(true);
+  });
+});
