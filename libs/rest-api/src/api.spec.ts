@@ -1,0 +1,189 @@
+import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { ApiRegistry, parseGoDuration, restApiPlugin, type ApiResource } from './api.js';
+import { ApiError } from './errors.js';
+import { checkInput } from './schema.js';
+
+interface Thing {
+  name: string;
+  size: number;
+  tags: string[];
+}
+
+/** A small in-memory resource that exercises every framework feature. */
+function thingRegistry(things: Map<string, Thing>): ApiRegistry {
+  return new ApiRegistry()
+    .addType({ id: 'resizeInput', resourceFields: { size: { type: 'int', min: 0 } } })
+    .addResource<Thing>({
+      schema: {
+        id: 'thing',
+        pluralName: 'things',
+        collectionMethods: ['GET', 'POST'],
+        resourceMethods: ['GET', 'DELETE'],
+        resourceActions: { resize: { input: 'resizeInput', output: 'thing' }, poke: {} },
+        resourceFields: {
+          name: { type: 'string', required: true, unique: true, create: true },
+          size: { type: 'int', create: true },
+          tags: { type: 'array[string]', create: true },
+          mode: { type: 'enum', options: ['a', 'b'], create: true },
+        },
+      },
+      handlers: {
+        id: (t) => t.name,
+        toFields: (t) => ({ name: t.name, size: t.size, tags: t.tags }),
+        list: async () => [...things.values()],
+        get: async (_ctx, id) => things.get(id),
+        create: async (_ctx, input) => {
+          const t = { name: String(input.name ?? ''), size: Number(input.size ?? 0), tags: (input.tags as string[]) ?? [] };
+          if (things.has(t.name)) throw new ApiError(500, `thing ${t.name} already exists`);
+          things.set(t.name, t);
+          return t;
+        },
+        delete: async (_ctx, id) => {
+          if (!things.delete(id)) throw new ApiError(404, `thing ${id} not found`);
+        },
+        actions: {
+          resize: async (_ctx, id, input) => {
+            const t = things.get(id);
+            if (!t) throw new ApiError(404, `thing ${id} not found`);
+            t.size = input.size as number;
+            return t;
+          },
+          poke: async () => undefined,
+        },
+      },
+    });
+}
+
+describe('rest-api framework (fastify.inject)', () => {
+  let app: FastifyInstance;
+  let things: Map<string, Thing>;
+  beforeEach(async () => {
+    things = new Map([['b', { name: 'b', size: 2, tags: [] }], ['a', { name: 'a', size: 1, tags: ['x'] }]]);
+    app = Fastify();
+    await app.register(restApiPlugin, { registry: thingRegistry(things) });
+    await app.ready();
+  });
+  afterEach(async () => {
+    await app.close();
+  });
+
+  it('serves schemas with collection links, methods, actions and fields', async () => {
+    const r = await app.inject({ method: 'GET', url: '/v1/schemas', headers: { host: 'api.local:9500' } });
+    expect(r.statusCode).toBe(200);
+    expect(r.headers['x-api-schemas']).toBe('http://api.local:9500/v1/schemas');
+    const body = r.json();
+    expect(body.type).toBe('collection');
+    expect(body.resourceType).toBe('schema');
+    const thing = body.data.find((s: { id: string }) => s.id === 'thing');
+    expect(thing).toMatchObject({
+      type: 'schema',
+      pluralName: 'things',
+      links: { self: 'http://api.local:9500/v1/schemas/thing', collection: 'http://api.local:9500/v1/things' },
+      collectionMethods: ['GET', 'POST'],
+      resourceMethods: ['GET', 'DELETE'],
+      resourceActions: { resize: { input: 'resizeInput', output: 'thing' }, poke: {} },
+    });
+    expect(thing.resourceFields.name).toEqual({ type: 'string', required: true, unique: true, create: true });
+    const input = body.data.find((s: { id: string }) => s.id === 'resizeInput');
+    expect(input.links.collection).toBeUndefined();
+    const one = await app.inject({ method: 'GET', url: '/v1/schemas/thing' });
+    expect(one.json().id).toBe('thing');
+    const missing = await app.inject({ method: 'GET', url: '/v1/schemas/nope' });
+    expect(missing.statusCode).toBe(404);
+    expect(missing.json()).toMatchObject({ type: 'error', status: 404, code: 'Not Found', message: 'schema nope not found', detail: '' });
+  });
+
+  it('GET /v1 links the schemas (what the Python client follows)', async () => {
+    const r = await app.inject({ method: 'GET', url: '/v1', headers: { host: 'h:1' } });
+    expect(r.headers['x-api-schemas']).toBe('http://h:1/v1/schemas');
+    expect(r.json()).toMatchObject({ id: 'v1', type: 'apiVersion', links: { schemas: 'http://h:1/v1/schemas', things: 'http://h:1/v1/things' } });
+  });
+
+  it('lists a sorted collection with envelopes, createTypes and action links', async () => {
+    const r = await app.inject({ method: 'GET', url: '/v1/things', headers: { host: 'h:1' } });
+    const body = r.json();
+    expect(body).toMatchObject({ type: 'collection', resourceType: 'thing', links: { self: 'http://h:1/v1/things' }, createTypes: { thing: 'http://h:1/v1/things' } });
+    expect(body.data.map((d: ApiResource) => d.id)).toEqual(['a', 'b']);
+    expect(body.data[0]).toEqual({
+      id: 'a',
+      type: 'thing',
+      name: 'a',
+      size: 1,
+      tags: ['x'],
+      links: { self: 'http://h:1/v1/things/a' },
+      actions: { resize: 'http://h:1/v1/things/a?action=resize', poke: 'http://h:1/v1/things/a?action=poke' },
+    });
+  });
+
+  it('builds links from X-API-request-url or X-Forwarded-* headers', async () => {
+    const a = await app.inject({ method: 'GET', url: '/v1/things/a', headers: { 'x-api-request-url': 'https://lb.example:8443/v1/things/a' } });
+    expect(a.json().links.self).toBe('https://lb.example:8443/v1/things/a');
+    const b = await app.inject({ method: 'GET', url: '/v1/things/a', headers: { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'proxy', 'x-forwarded-port': '9443' } });
+    expect(b.json().links.self).toBe('https://proxy:9443/v1/things/a');
+    expect(b.headers['x-api-schemas']).toBe('https://proxy:9443/v1/schemas');
+  });
+
+  it('creates, runs actions (output or empty 200), deletes with an empty 200', async () => {
+    const c = await app.inject({ method: 'POST', url: '/v1/things', payload: { name: 'c', size: 3, tags: ['t'] } });
+    expect(c.statusCode).toBe(200);
+    expect(c.json()).toMatchObject({ id: 'c', type: 'thing', size: 3 });
+    const resized = await app.inject({ method: 'POST', url: '/v1/things/c?action=resize', payload: { size: 10 } });
+    expect(resized.json()).toMatchObject({ id: 'c', size: 10 });
+    const poke = await app.inject({ method: 'POST', url: '/v1/things/c?action=poke' });
+    expect(poke.statusCode).toBe(200);
+    expect(poke.body).toBe('');
+    const del = await app.inject({ method: 'DELETE', url: '/v1/things/c' });
+    expect(del.statusCode).toBe(200);
+    expect(del.body).toBe('');
+    const gone = await app.inject({ method: 'GET', url: '/v1/things/c' });
+    expect(gone.statusCode).toBe(404);
+    expect(gone.json()).toMatchObject({ type: 'error', status: 404, code: 'Not Found', message: 'thing c not found' });
+  });
+
+  it('answers input errors as 500 cattle errors with clear messages', async () => {
+    const badType = await app.inject({ method: 'POST', url: '/v1/things', payload: { name: 'd', size: 'big', tags: [1], mode: 'z' } });
+    expect(badType.statusCode).toBe(500);
+    expect(badType.json()).toMatchObject({ type: 'error', status: 500, code: 'Internal Server Error' });
+    expect(badType.json().message).toBe(
+      'invalid input for thing: field "size" must be an integer, got "big"; field "tags[0]" must be a string, got 1; field "mode" must be one of "a", "b", got "z"',
+    );
+    const badAction = await app.inject({ method: 'POST', url: '/v1/things/a?action=resize', payload: { size: -1 } });
+    expect(badAction.statusCode).toBe(500);
+    expect(badAction.json().message).toBe('invalid input for action resize: field "size" must be >= 0, got -1');
+    const badJson = await app.inject({ method: 'POST', url: '/v1/things', headers: { 'content-type': 'application/json' }, payload: '{"name":' });
+    expect(badJson.statusCode).toBe(500);
+    expect(badJson.json().message).toMatch(/^invalid JSON body: /);
+    const dup = await app.inject({ method: 'POST', url: '/v1/things', payload: { name: 'a' } });
+    expect(dup.statusCode).toBe(500);
+    expect(dup.json().message).toBe('thing a already exists');
+  });
+
+  it('unknown actions and methods get a plain 405 with an empty body; unknown paths a 404 error', async () => {
+    const unknownAction = await app.inject({ method: 'POST', url: '/v1/things/a?action=explode' });
+    expect(unknownAction.statusCode).toBe(405);
+    expect(unknownAction.body).toBe('');
+    expect(unknownAction.headers['content-type']).toMatch(/^text\/plain/);
+    const put = await app.inject({ method: 'PUT', url: '/v1/things/a', payload: {} });
+    expect(put.statusCode).toBe(405);
+    const route = await app.inject({ method: 'GET', url: '/v1/nothing' });
+    expect(route.statusCode).toBe(404);
+    expect(route.json().type).toBe('error');
+  });
+});
+
+describe('helpers', () => {
+  it('parses Go durations', () => {
+    expect(parseGoDuration('1s')).toBe(1000);
+    expect(parseGoDuration('500ms')).toBe(500);
+    expect(parseGoDuration('1m30s')).toBe(90_000);
+    expect(parseGoDuration('abc')).toBeUndefined();
+    expect(parseGoDuration('5')).toBeUndefined();
+  });
+  it('checkInput checks maps and rejects non-object bodies', () => {
+    const schema = { id: 'x', resourceFields: { parameters: { type: 'map[string]' } } };
+    expect(checkInput(schema, { parameters: { url: 'http://x' } })).toEqual([]);
+    expect(checkInput(schema, { parameters: { n: 1 } })).toEqual(['field "parameters.n" must be a string, got 1']);
+    expect(checkInput(schema, [1])).toEqual(['request body must be a JSON object']);
+  });
+});
