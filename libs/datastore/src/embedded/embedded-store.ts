@@ -320,7 +320,8 @@ export class EmbeddedDatastore implements Datastore {
       m.creationTimestamp = k8sTime(this.now());
       if (kind.statusSubresource) delete obj.status;
       const stored = await this.commit(k, 'ADDED', obj as AnyStored);
-      this.scheduleGc();
+      // A dependent created after its owner was deleted must be collected.
+      if (m.ownerReferences?.length) this.scheduleGc();
       return stored as Stored<T>;
     });
   }
@@ -425,7 +426,7 @@ export class EmbeddedDatastore implements Datastore {
       return r;
     }
     const r = await this.commit(k, 'MODIFIED', next, cur.metadata.labels ?? {});
-    this.scheduleGc();
+    if (next.metadata.deletionTimestamp || canonical(next.metadata.ownerReferences) !== canonical(cur.metadata.ownerReferences)) this.scheduleGc();
     return r;
   }
 
