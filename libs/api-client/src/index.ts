@@ -1,0 +1,5 @@
+export * from './types.js';
+export * from './errors.js';
+export * from './format.js';
+export * from './checksum.js';
+export * from './client.js';

@@ -1,0 +1,50 @@
+import net from 'node:net';
+
+/**
+ * A TCP proxy on loopback that forwards to `target` and cuts the connection (both ways, without a response) once
+ * a connection has sent more than `cutAfterBytes` upstream, for the first `cuts` such connections: a dropped
+ * upload in the middle of a request body.
+ */
+export async function startFlakyProxy(target: string, opts: { cutAfterBytes: number; cuts: number }): Promise<{ url: string; cutsDone(): number; close(): Promise<void> }> {
+  const t = new URL(target);
+  let done = 0;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(t.port), t.hostname);
+    sockets.add(client).add(upstream);
+    let sent = 0;
+    client.on('data', (chunk: Buffer) => {
+      if (done < opts.cuts && sent + chunk.length > opts.cutAfterBytes) {
+        upstream.write(chunk.subarray(0, Math.max(0, opts.cutAfterBytes - sent)), () => {
+          done++;
+          client.destroy();
+          upstream.destroy();
+        });
+        sent = opts.cutAfterBytes;
+        return;
+      }
+      sent += chunk.length;
+      upstream.write(chunk);
+    });
+    upstream.pipe(client);
+    const end = (): void => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as net.AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    cutsDone: () => done,
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  };
+}

@@ -1,0 +1,2 @@
+export * from './api-double.js';
+export * from './flaky-proxy.js';

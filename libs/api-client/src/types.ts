@@ -1,0 +1,154 @@
+/**
+ * Resource shapes of the backing-image REST API (Longhorn's cattle-style `/v1`, §2.3 of the control-plane
+ * reference). Every resource carries the cattle envelope: `id`, `type`, `links.self` and `actions`.
+ */
+
+export interface ResourceEnvelope {
+  id: string;
+  type: string;
+  links: Record<string, string>;
+  actions: Record<string, string>;
+}
+
+export interface Collection<T> {
+  type: 'collection';
+  resourceType: string;
+  links: Record<string, string>;
+  data: T[];
+}
+
+/** `BackingImageState` (disk-file, data-source and manager file-map states); `""` for a new file. */
+export type BackingImageState =
+  | ''
+  | 'pending'
+  | 'starting'
+  | 'ready-for-transfer'
+  | 'ready'
+  | 'in-progress'
+  | 'failed'
+  | 'failed-and-cleanup'
+  | 'unknown';
+
+export const SOURCE_TYPES = ['download', 'upload', 'clone', 'restore', 'export-from-volume'] as const;
+export type SourceType = (typeof SOURCE_TYPES)[number];
+
+export type DataEngine = 'v1' | 'v2';
+
+export interface DiskFileStatus {
+  dataEngine?: string;
+  state: BackingImageState | string;
+  progress: number;
+  message: string;
+  lastStateTransitionTime: string;
+}
+
+export interface BackingImage extends ResourceEnvelope {
+  type: 'backingImage';
+  name: string;
+  uuid: string;
+  sourceType: SourceType | string;
+  parameters: Record<string, string> | null;
+  diskSelector: string[] | null;
+  nodeSelector: string[] | null;
+  minNumberOfCopies: number;
+  expectedChecksum: string;
+  dataEngine: string;
+  /** Disk UUID → file status. Always an object. */
+  diskFileStatusMap: Record<string, DiskFileStatus>;
+  size: number;
+  virtualSize: number;
+  currentChecksum: string;
+  secret: string;
+  secretNamespace: string;
+  /** `""` when not being deleted. */
+  deletionTimestamp: string;
+}
+
+/** `BackupState` of a backup backing image. */
+export type BackupState = '' | 'Pending' | 'InProgress' | 'Completed' | 'Error' | 'Unknown';
+
+export interface BackupBackingImage extends ResourceEnvelope {
+  type: 'backupBackingImage';
+  name: string;
+  state: BackupState | string;
+  progress: number;
+  error: string;
+  url: string;
+  /** When the backup was taken (status.backupCreatedAt). */
+  created: string;
+  size: number;
+  labels: Record<string, string> | null;
+  messages: Record<string, string> | null;
+  compressionMethod: string;
+  secret: string;
+  secretNamespace: string;
+  backingImageName: string;
+  backupTargetName: string;
+}
+
+export interface BackupTarget extends ResourceEnvelope {
+  name: string;
+  backupTargetURL: string;
+  credentialSecret?: string;
+  pollInterval?: string;
+  available: boolean;
+  message?: string;
+}
+
+export interface NodeDisk {
+  path: string;
+  diskUUID: string;
+  diskType?: string;
+  allowScheduling: boolean;
+  evictionRequested: boolean;
+  storageAvailable?: number;
+  storageMaximum?: number;
+  storageReserved?: number;
+  storageScheduled?: number;
+  tags: string[] | null;
+  conditions?: unknown;
+}
+
+export interface Node extends ResourceEnvelope {
+  name: string;
+  address?: string;
+  allowScheduling: boolean;
+  evictionRequested: boolean;
+  tags: string[] | null;
+  disks: Record<string, NodeDisk>;
+  conditions?: unknown;
+}
+
+export interface Setting extends ResourceEnvelope {
+  name: string;
+  value: string;
+  definition?: Record<string, unknown>;
+}
+
+export interface CreateBackingImageRequest {
+  name: string;
+  sourceType: SourceType;
+  parameters: Record<string, string>;
+  expectedChecksum?: string;
+  minNumberOfCopies?: number;
+  nodeSelector?: string[];
+  diskSelector?: string[];
+  secret?: string;
+  secretNamespace?: string;
+  dataEngine?: DataEngine;
+}
+
+export interface RestoreBackupRequest {
+  secret?: string;
+  secretNamespace?: string;
+  dataEngine?: DataEngine;
+}
+
+/** The cattle error body. */
+export interface ApiErrorBody {
+  type: 'error';
+  status: number;
+  code: string;
+  message: string;
+  detail?: string;
+}
