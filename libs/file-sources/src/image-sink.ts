@@ -1,5 +1,6 @@
 import { open, rm, type FileHandle } from 'node:fs/promises';
-import { StreamHasher, type ExpectedChecksum } from './checksum.js';
+import { assertChecksumMatches, type ExpectedChecksum } from './checksum.js';
+import { HashWorker } from './hash-worker.js';
 import { hasQcow2Magic, assertSafeQcow2, QCOW2_HEADER_PROBE_BYTES } from './qcow2.js';
 import type { ImageFormat, SourceResult } from './contract.js';
 
@@ -7,8 +8,13 @@ import type { ImageFormat, SourceResult } from './contract.js';
 export const SPARSE_BLOCK_SIZE = 4096;
 /** Images are zero-padded to a multiple of this (Longhorn's direct-I/O requirement, longhorn#10536). */
 export const SECTOR_SIZE = 512;
-const FLUSH_BYTES = 1 << 20;
-const ZEROS = Buffer.alloc(SPARSE_BLOCK_SIZE);
+/** Bytes are gathered into slabs of this size; a full slab is hashed (worker thread) and written (thread pool). */
+export const SLAB_BYTES = 4 << 20;
+/** Slabs in flight at most: memory is bounded by SLAB_COUNT × SLAB_BYTES (24 MiB). */
+export const SLAB_COUNT = 6;
+/** Zero detection looks at this much at once before looking at single 4 KiB blocks. */
+const ZERO_PROBE_BYTES = 64 << 10;
+const ZEROS = Buffer.alloc(ZERO_PROBE_BYTES);
 
 export interface ImageSinkOptions {
   expected?: ExpectedChecksum;
@@ -16,18 +22,84 @@ export interface ImageSinkOptions {
   writeZeros?: boolean;
 }
 
+interface Slab {
+  shared: SharedArrayBuffer;
+  buf: Buffer;
+}
+
+function isZero(buf: Buffer, start: number, end: number): boolean {
+  return buf[start] === 0 && buf[end - 1] === 0 && buf.compare(ZEROS, 0, end - start, start, end) === 0;
+}
+
+/**
+ * The runs of `buf` (which starts at absolute offset `at`) that must be written: all-zero 4 KiB blocks (aligned
+ * to absolute offsets) are left out. Whole 64 KiB windows are checked first, so zero regions cost one compare
+ * per 64 KiB and data regions cost one byte test per 4 KiB block.
+ */
+export function dataRuns(buf: Buffer, at: number): Array<[start: number, end: number]> {
+  const runs: Array<[number, number]> = [];
+  let runStart = -1;
+  let off = 0;
+  const block = (len: number): void => {
+    const end = off + len;
+    if (isZero(buf, off, end)) {
+      if (runStart >= 0) runs.push([runStart, off]);
+      runStart = -1;
+    } else if (runStart < 0) {
+      runStart = off;
+    }
+    off = end;
+  };
+  while (off < buf.length) {
+    const abs = at + off;
+    const toBlock = SPARSE_BLOCK_SIZE - (abs % SPARSE_BLOCK_SIZE);
+    if (toBlock !== SPARSE_BLOCK_SIZE) {
+      block(Math.min(toBlock, buf.length - off)); // unaligned head
+      continue;
+    }
+    const window = Math.min(ZERO_PROBE_BYTES, buf.length - off);
+    if (window === ZERO_PROBE_BYTES && isZero(buf, off, off + window)) {
+      if (runStart >= 0) runs.push([runStart, off]);
+      runStart = -1;
+      off += window;
+      continue;
+    }
+    const windowEnd = off + window;
+    while (off < windowEnd) block(Math.min(SPARSE_BLOCK_SIZE, windowEnd - off));
+  }
+  if (runStart >= 0) runs.push([runStart, buf.length]);
+  return runs;
+}
+
+async function writeFully(fh: FileHandle, buf: Buffer, start: number, end: number, position: number): Promise<void> {
+  while (start < end) {
+    const { bytesWritten } = await fh.write(buf, start, end - start, position);
+    if (bytesWritten <= 0) throw new Error(`write at offset ${position} wrote nothing`);
+    start += bytesWritten;
+    position += bytesWritten;
+  }
+}
+
 /**
  * Receives the final bytes of an image in order and, in one pass: hashes them (SHA-512 plus the expected
- * algorithm), inspects the qcow2 header, writes them at their offset while leaving all-zero 4 KiB blocks as holes,
- * and at the end zero-pads the file to a multiple of 512 bytes (hashing the padding too) and truncates it to size.
+ * algorithm) on a worker thread, inspects the qcow2 header, writes them at their offset with large positioned
+ * writes while leaving all-zero 4 KiB blocks as holes, and at the end zero-pads the file to a multiple of 512
+ * bytes (hashing the padding too) and truncates it to size.
+ *
+ * Bytes are copied into 4 MiB shared slabs; a full slab is handed to the hash worker and to the file system at the
+ * same time, and `write` only waits when all slabs are busy, so receiving, hashing and writing overlap.
  */
 export class ImageSink {
   #fh: FileHandle | undefined;
-  #hasher: StreamHasher;
+  readonly #hasher: HashWorker;
   #position = 0;
-  #pending: Buffer[] = [];
-  #pendingStart = 0;
-  #pendingLength = 0;
+  #slab: Slab | undefined;
+  #slabFill = 0;
+  #slabStart = 0;
+  readonly #free: Slab[] = [];
+  #allocated = 0;
+  readonly #inflight = new Set<Promise<void>>();
+  #failure: unknown;
   #head: Buffer[] = [];
   #headLength = 0;
   #headChecked = false;
@@ -40,7 +112,8 @@ export class ImageSink {
     private readonly options: ImageSinkOptions,
   ) {
     this.#fh = fh;
-    this.#hasher = new StreamHasher(options.expected);
+    const extra = options.expected && options.expected.algorithm !== 'sha512' ? [options.expected.algorithm] : [];
+    this.#hasher = new HashWorker(['sha512', ...extra]);
   }
 
   /** Creates (or truncates) `dest` and returns a sink writing into it. */
@@ -62,19 +135,27 @@ export class ImageSink {
         throw new Error(`cannot resume ${dest} at offset ${offset}: only ${size} bytes were received so far`);
       }
       await fh.truncate(offset);
-      const buf = Buffer.allocUnsafe(1 << 20);
-      let pos = 0;
-      while (pos < offset) {
-        const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, offset - pos), pos);
-        if (bytesRead === 0) break;
-        const part = buf.subarray(0, bytesRead);
-        if (!sink.#headChecked) sink.#collectHead(part);
-        sink.#hasher.update(part);
-        pos += bytesRead;
+      while (sink.#position < offset) {
+        const slab = await sink.#takeSlab();
+        const { bytesRead } = await fh.read(slab.buf, 0, Math.min(SLAB_BYTES, offset - sink.#position), sink.#position);
+        if (bytesRead === 0) {
+          sink.#free.push(slab);
+          break;
+        }
+        if (!sink.#headChecked) sink.#collectHead(slab.buf.subarray(0, bytesRead));
+        sink.#slab = slab;
+        sink.#slabStart = sink.#position;
+        sink.#slabFill = bytesRead;
+        sink.#position += bytesRead;
+        sink.#dispatch(false);
       }
-      sink.#position = pos;
+      await sink.#drain();
       return sink;
     } catch (e) {
+      // The partial file stays as it was received (a later resume may still use it).
+      while (sink.#inflight.size > 0) await Promise.all(sink.#inflight);
+      await sink.#hasher.close();
+      sink.#fh = undefined;
       await fh.close();
       throw e;
     }
@@ -88,80 +169,97 @@ export class ImageSink {
   /** Forgets everything written: truncates the file to 0 and starts the hashes again (a restart from byte 0). */
   async reset(): Promise<void> {
     const fh = this.#requireOpen();
-    this.#pending = [];
-    this.#pendingLength = 0;
+    if (this.#slab) this.#free.push(this.#slab);
+    this.#slab = undefined;
+    this.#slabFill = 0;
+    await this.#drain();
     this.#position = 0;
     this.#head = [];
     this.#headLength = 0;
     this.#headChecked = false;
     this.#format = 'raw';
     this.#virtualSize = undefined;
-    this.#hasher = new StreamHasher(this.options.expected);
+    await this.#hasher.reset();
     await fh.truncate(0);
   }
 
-  /** Accepts the next bytes. Resolves when they are hashed and queued (written once 1 MiB is queued). */
+  /**
+   * Accepts the next bytes (copied: the caller may reuse `chunk`). Resolves at once while a slab is free;
+   * otherwise when the oldest slab in flight has been hashed and written (backpressure).
+   */
   async write(chunk: Buffer): Promise<void> {
     if (chunk.length === 0) return;
     this.#requireOpen();
+    this.#throwIfFailed();
     if (!this.#headChecked) this.#collectHead(chunk);
-    this.#hasher.update(chunk);
-    const start = this.#position;
-    this.#position += chunk.length;
-    if (this.options.writeZeros) {
-      this.#queue(chunk, start);
-    } else {
-      // Split at absolute 4 KiB boundaries; queue runs of non-zero blocks, skip zero blocks.
-      let off = 0;
-      let runStart = -1;
-      while (off < chunk.length) {
-        const abs = start + off;
-        const end = Math.min(chunk.length, off + (SPARSE_BLOCK_SIZE - (abs % SPARSE_BLOCK_SIZE)));
-        const len = end - off;
-        const zero = chunk[off] === 0 && chunk.compare(ZEROS, 0, len, off, end) === 0;
-        if (zero) {
-          if (runStart >= 0) this.#queue(chunk.subarray(runStart, off), start + runStart);
-          runStart = -1;
-        } else if (runStart < 0) {
-          runStart = off;
-        }
-        off = end;
+    let off = 0;
+    while (off < chunk.length) {
+      if (!this.#slab) {
+        const slab = await this.#takeSlab();
+        this.#throwIfFailed();
+        this.#slab = slab;
+        this.#slabFill = 0;
+        this.#slabStart = this.#position;
       }
-      if (runStart >= 0) this.#queue(chunk.subarray(runStart), start + runStart);
+      const n = Math.min(chunk.length - off, SLAB_BYTES - this.#slabFill);
+      chunk.copy(this.#slab.buf, this.#slabFill, off, off + n);
+      this.#slabFill += n;
+      this.#position += n;
+      off += n;
+      if (this.#slabFill === SLAB_BYTES) this.#dispatch(true);
     }
-    if (this.#pendingLength >= FLUSH_BYTES) await this.#flush();
   }
 
-  #queue(buf: Buffer, at: number): void {
-    if (this.#pendingLength > 0 && this.#pendingStart + this.#pendingLength !== at) {
-      // Not contiguous with the queued run: it is written by the next flush, in order.
-      this.#pendingBreaks.push({ start: this.#pendingStart, buffers: this.#pending });
-      this.#pending = [];
-      this.#pendingLength = 0;
+  async #takeSlab(): Promise<Slab> {
+    for (;;) {
+      const free = this.#free.pop();
+      if (free) return free;
+      if (this.#allocated < SLAB_COUNT) {
+        this.#allocated++;
+        const shared = new SharedArrayBuffer(SLAB_BYTES);
+        return { shared, buf: Buffer.from(shared) };
+      }
+      await Promise.race(this.#inflight);
     }
-    if (this.#pendingLength === 0) this.#pendingStart = at;
-    this.#pending.push(buf);
-    this.#pendingLength += buf.length;
   }
 
-  #pendingBreaks: Array<{ start: number; buffers: Buffer[] }> = [];
-
-  async #flush(): Promise<void> {
-    const fh = this.#requireOpen();
-    const runs = this.#pendingBreaks;
-    this.#pendingBreaks = [];
-    if (this.#pendingLength > 0) runs.push({ start: this.#pendingStart, buffers: this.#pending });
-    this.#pending = [];
-    this.#pendingLength = 0;
-    for (const run of runs) {
-      let pos = run.start;
-      let bufs = run.buffers;
-      while (bufs.length > 0) {
-        const { bytesWritten } = await fh.writev(bufs, pos);
-        pos += bytesWritten;
-        bufs = advance(bufs, bytesWritten);
-      }
+  /** Hands the current slab to the hash worker and (when `write`) to the file system; it is free again after both. */
+  #dispatch(write: boolean): void {
+    const slab = this.#slab!;
+    const length = this.#slabFill;
+    const start = this.#slabStart;
+    this.#slab = undefined;
+    this.#slabFill = 0;
+    const fh = this.#fh!;
+    const hashed = this.#hasher.update(slab.shared, 0, length);
+    let written: Promise<unknown> = Promise.resolve();
+    if (write) {
+      const data = slab.buf.subarray(0, length);
+      const runs = this.options.writeZeros ? [[0, length] as [number, number]] : dataRuns(data, start);
+      written = Promise.all(runs.map(([s, e]) => writeFully(fh, data, s, e, start + s)));
     }
+    const done: Promise<void> = Promise.all([hashed, written]).then(
+      () => undefined,
+      (e: unknown) => {
+        this.#failure ??= e;
+      },
+    );
+    const tracked = done.finally(() => {
+      this.#inflight.delete(tracked);
+      this.#free.push(slab);
+    });
+    this.#inflight.add(tracked);
+  }
+
+  /** Writes the partial slab and waits until everything in flight is hashed and written. */
+  async #drain(): Promise<void> {
+    if (this.#slab && this.#slabFill > 0) this.#dispatch(true);
+    while (this.#inflight.size > 0) await Promise.all(this.#inflight);
+    this.#throwIfFailed();
+  }
+
+  #throwIfFailed(): void {
+    if (this.#failure !== undefined) throw this.#failure;
   }
 
   #collectHead(chunk: Buffer): void {
@@ -190,19 +288,19 @@ export class ImageSink {
   async finish(): Promise<SourceResult> {
     const fh = this.#requireOpen();
     if (!this.#headChecked && this.#headLength > 0) this.#checkHead();
-    await this.#flush();
     const pad = (SECTOR_SIZE - (this.#position % SECTOR_SIZE)) % SECTOR_SIZE;
-    if (pad > 0) {
-      this.#hasher.update(Buffer.alloc(pad));
-      this.#position += pad;
-    }
+    if (pad > 0) await this.write(Buffer.alloc(pad)); // zeros: hashed, left as a hole, covered by the truncate
+    await this.#drain();
     await fh.truncate(this.#position);
     await fh.close();
     this.#fh = undefined;
-    const { sha512 } = this.#hasher.digest();
+    const [sha512, extra] = await this.#hasher.digest();
+    await this.#hasher.close();
+    const expected = this.options.expected;
+    if (expected) assertChecksumMatches(expected, expected.algorithm === 'sha512' ? sha512! : extra!);
     return {
       size: this.#position,
-      sha512,
+      sha512: sha512!,
       virtualSize: this.#format === 'qcow2' ? this.#virtualSize! : this.#position,
       format: this.#format,
     };
@@ -212,6 +310,9 @@ export class ImageSink {
   async discard(): Promise<void> {
     const fh = this.#fh;
     this.#fh = undefined;
+    this.#slab = undefined;
+    while (this.#inflight.size > 0) await Promise.all(this.#inflight);
+    await this.#hasher.close();
     await fh?.close().catch(() => undefined);
     await rm(this.dest, { force: true });
   }
@@ -220,12 +321,4 @@ export class ImageSink {
     if (!this.#fh) throw new Error(`image sink for ${this.dest} is closed`);
     return this.#fh;
   }
-}
-
-function advance(bufs: Buffer[], n: number): Buffer[] {
-  let i = 0;
-  while (i < bufs.length && n >= bufs[i]!.length) n -= bufs[i++]!.length;
-  const rest = bufs.slice(i);
-  if (n > 0 && rest.length > 0) rest[0] = rest[0]!.subarray(n);
-  return rest;
 }

@@ -1,0 +1,126 @@
+import { Worker } from 'node:worker_threads';
+import type { ChecksumAlgorithm } from './checksum.js';
+
+/**
+ * The worker's program (CommonJS, evaluated from a string so that it runs the same from `dist/` and under jest).
+ * Messages are handled in order: `update` hashes a slice of a SharedArrayBuffer (shared, never copied),
+ * `digest` returns the hex digests and starts new hashes, `reset` starts new hashes.
+ */
+const WORKER_SOURCE = `
+'use strict';
+const { parentPort, workerData } = require('node:worker_threads');
+const { createHash } = require('node:crypto');
+const algorithms = workerData.algorithms;
+let hashes = algorithms.map((a) => createHash(a));
+parentPort.on('message', (m) => {
+  try {
+    if (m.op === 'update') {
+      const view = new Uint8Array(m.buffer, m.offset, m.length);
+      for (const h of hashes) h.update(view);
+      parentPort.postMessage({ id: m.id });
+    } else if (m.op === 'digest') {
+      const digests = hashes.map((h) => h.digest('hex'));
+      hashes = algorithms.map((a) => createHash(a));
+      parentPort.postMessage({ id: m.id, digests });
+    } else if (m.op === 'reset') {
+      hashes = algorithms.map((a) => createHash(a));
+      parentPort.postMessage({ id: m.id });
+    } else {
+      parentPort.postMessage({ id: m.id, error: 'unknown hash worker operation ' + String(m.op) });
+    }
+  } catch (e) {
+    parentPort.postMessage({ id: m.id, error: e && e.message ? e.message : String(e) });
+  }
+});
+`;
+
+interface Reply {
+  id: number;
+  digests?: string[];
+  error?: string;
+}
+
+interface Waiter {
+  resolve(r: Reply): void;
+  reject(e: Error): void;
+}
+
+export class HashWorkerError extends Error {
+  override readonly name = 'HashWorkerError';
+}
+
+/**
+ * Hashes a stream of bytes with one or more algorithms on a worker thread, so that hashing (SHA-512 runs at
+ * ~600 MB/s per core) overlaps with receiving and writing on the main thread. Bytes are passed as slices of
+ * SharedArrayBuffers: the caller must not modify a slice until the promise of its `update` resolves.
+ * Updates are hashed in the order they were submitted.
+ */
+export class HashWorker {
+  readonly algorithms: readonly ChecksumAlgorithm[];
+  readonly #worker: Worker;
+  readonly #waiting = new Map<number, Waiter>();
+  #nextId = 0;
+  #failure: Error | undefined;
+  #closed = false;
+
+  constructor(algorithms: readonly ChecksumAlgorithm[]) {
+    this.algorithms = algorithms;
+    this.#worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { algorithms: [...algorithms] } });
+    this.#worker.unref();
+    this.#worker.on('message', (r: Reply) => {
+      const w = this.#waiting.get(r.id);
+      if (!w) return;
+      this.#waiting.delete(r.id);
+      if (this.#waiting.size === 0) this.#worker.unref();
+      if (r.error !== undefined) w.reject(new HashWorkerError(`hashing failed: ${r.error}`));
+      else w.resolve(r);
+    });
+    this.#worker.on('error', (e: Error) => this.#fail(new HashWorkerError(`the hash worker failed: ${e.message}`)));
+    this.#worker.on('exit', (code) => {
+      if (!this.#closed) this.#fail(new HashWorkerError(`the hash worker exited unexpectedly with code ${code}`));
+    });
+  }
+
+  #fail(e: Error): void {
+    this.#failure ??= e;
+    for (const w of this.#waiting.values()) w.reject(e);
+    this.#waiting.clear();
+  }
+
+  #send(message: Record<string, unknown>): Promise<Reply> {
+    if (this.#closed) return Promise.reject(new HashWorkerError('the hash worker is closed'));
+    if (this.#failure) return Promise.reject(this.#failure);
+    const id = this.#nextId++;
+    return new Promise<Reply>((resolve, reject) => {
+      // Keep the process alive while an answer is due (an idle worker never holds the process open).
+      if (this.#waiting.size === 0) this.#worker.ref();
+      this.#waiting.set(id, { resolve, reject });
+      this.#worker.postMessage({ ...message, id });
+    });
+  }
+
+  /** Hashes `length` bytes of `buffer` from `offset`. Resolves once they are hashed (the slice may be reused). */
+  async update(buffer: SharedArrayBuffer, offset: number, length: number): Promise<void> {
+    if (length === 0) return;
+    await this.#send({ op: 'update', buffer, offset, length });
+  }
+
+  /** Finishes the hashes (hex, in the order of `algorithms`) and starts new ones. */
+  async digest(): Promise<string[]> {
+    const r = await this.#send({ op: 'digest' });
+    return r.digests ?? [];
+  }
+
+  /** Forgets everything hashed so far. */
+  async reset(): Promise<void> {
+    await this.#send({ op: 'reset' });
+  }
+
+  /** Stops the worker thread. Pending operations fail. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#fail(new HashWorkerError('the hash worker is closed'));
+    await this.#worker.terminate();
+  }
+}
