@@ -61,7 +61,7 @@ export class FileSystemDriver implements BackupStoreDriver {
     }
   }
 
-  async exists(p: string): Promise<boolean> {
+  async exists(p: string, _signal?: AbortSignal): Promise<boolean> {
     try {
       const st = await fs.stat(this.resolve(p));
       return !st.isDirectory();
@@ -71,7 +71,7 @@ export class FileSystemDriver implements BackupStoreDriver {
     }
   }
 
-  async list(dir: string): Promise<string[]> {
+  async list(dir: string, _signal?: AbortSignal): Promise<string[]> {
     try {
       return (await fs.readdir(this.resolve(dir))).sort();
     } catch (err) {
@@ -80,7 +80,7 @@ export class FileSystemDriver implements BackupStoreDriver {
     }
   }
 
-  async modificationTime(p: string): Promise<Date> {
+  async modificationTime(p: string, _signal?: AbortSignal): Promise<Date> {
     try {
       return (await fs.stat(this.resolve(p))).mtime;
     } catch (err) {
@@ -90,7 +90,7 @@ export class FileSystemDriver implements BackupStoreDriver {
   }
 
   /** `RemoveAll`, then removes empty parents upward (at most 10 levels), stopping at `…/backupstore`. */
-  async remove(p: string): Promise<void> {
+  async remove(p: string, _signal?: AbortSignal): Promise<void> {
     const full = this.resolve(p);
     try {
       await fs.rm(full, { recursive: true, force: true });

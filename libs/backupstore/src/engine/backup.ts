@@ -1,7 +1,7 @@
-import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import { getDataExtents, isAllZero, iterateBlocks, mapBlocks } from '@bis/block-mapping';
 import { compressBlock } from '../compression.js';
+import { ImageHasher } from '../image-hash.js';
 import {
   encodeBackingImageConfig,
   goTimestamp,
@@ -336,15 +336,11 @@ async function uploadBlocks(
 ): Promise<{ blocks: BlockEntry[]; sha512: string }> {
   const { signal } = opts;
   const mappings = mapBlocks(await getDataExtents(opts.filePath, { signal }), size, BACKUP_BLOCK_SIZE);
-  const image = createHash('sha512');
-  const zeros = Buffer.alloc(BACKUP_BLOCK_SIZE);
+  const image = new ImageHasher();
   let hashed = 0;
-  const hashHoleUntil = (end: number) => {
-    while (hashed < end) {
-      const n = Math.min(BACKUP_BLOCK_SIZE, end - hashed);
-      image.update(zeros.subarray(0, n));
-      hashed += n;
-    }
+  const hashHoleUntil = async (end: number) => {
+    if (end > hashed) await image.zeros(end - hashed);
+    hashed = Math.max(hashed, end);
   };
   const blocks: BlockEntry[] = [];
   const inFlight = new Set<Promise<void>>();
@@ -365,10 +361,11 @@ async function uploadBlocks(
     blocks.push({ offset, blockChecksum: checksum });
   };
 
+  try {
   for await (const block of iterateBlocks(opts.filePath, { mappings, signal })) {
     if (failure) break;
-    hashHoleUntil(block.offset);
-    image.update(block.data);
+    await hashHoleUntil(block.offset);
+    await image.update(block.data);
     hashed += block.size;
     if (isAllZero(block.data)) {
       status.zeroBlocks++;
@@ -392,7 +389,11 @@ async function uploadBlocks(
   await Promise.all(inFlight);
   if (failure) throw failure.err;
   if (signal?.aborted) throw abortError(signal);
-  hashHoleUntil(size);
+  await hashHoleUntil(size);
   progress();
-  return { blocks, sha512: image.digest('hex') };
+  return { blocks, sha512: await image.digest() };
+  } finally {
+    await Promise.allSettled(inFlight);
+    await image.close();
+  }
 }

@@ -1,8 +1,9 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { isAllZero } from '@bis/block-mapping';
 import { decompressAndVerifyBlock } from '../compression.js';
+import { ImageHasher } from '../image-hash.js';
 import { effectiveCompressionMethod, type BackingImageBackupConfig } from '../config.js';
 import type { BackupStoreDriver } from '../drivers/driver.js';
 import { RESTORE_LOCK, withLock } from '../lock.js';
@@ -110,15 +111,11 @@ export async function restoreBackup(opts: RestoreBackupOptions): Promise<Restore
         let renamed = false;
         try {
           await fh.truncate(config.size);
-          const image = createHash('sha512');
-          const zeros = Buffer.alloc(BACKUP_BLOCK_SIZE);
+          const image = new ImageHasher();
           let hashed = 0;
-          const hashHoleUntil = (end: number) => {
-            while (hashed < end) {
-              const n = Math.min(BACKUP_BLOCK_SIZE, end - hashed);
-              image.update(zeros.subarray(0, n));
-              hashed += n;
-            }
+          const hashHoleUntil = async (end: number) => {
+            if (end > hashed) await image.zeros(end - hashed);
+            hashed = Math.max(hashed, end);
           };
           const progress = (force = false) =>
             report(
@@ -157,17 +154,18 @@ export async function restoreBackup(opts: RestoreBackupOptions): Promise<Restore
               const b = config.blocks[i]!;
               const data = await queue.shift()!;
               launch();
-              hashHoleUntil(b.offset);
-              image.update(data);
+              await hashHoleUntil(b.offset);
+              await image.update(data);
               hashed += data.length;
               progress();
             }
+            await hashHoleUntil(config.size);
           } finally {
             // Let every launched fetch settle before the file handle closes.
             await Promise.allSettled(queue);
+            if (hashed < config.size) await image.close();
           }
-          hashHoleUntil(config.size);
-          const sha512 = image.digest('hex');
+          const sha512 = await image.digest().finally(() => image.close());
           if (config.checksum !== '' && sha512 !== config.checksum) {
             throw new BackupStoreError(
               'ChecksumMismatch',

@@ -151,14 +151,14 @@ describe('dedup, concurrency and idempotence', () => {
   it('reports status while running and can be cancelled, leaving no marker behind', async () => {
     const { root, target } = await freshStore('cancel');
     const img = path.join(work, 'cancel.img');
-    await writeImage(img, Array.from({ length: 12 }, (_, i) => ({ kind: 'data', seed: 100 + i }) as Piece));
+    await writeImage(img, Array.from({ length: 32 }, () => ({ kind: 'random' }) as Piece));
     const ac = new AbortController();
     const op = startBackup({
       target, name: 'cancel-me', filePath: img, compression: 'gzip', concurrency: 1, signal: ac.signal, lockTiming: FAST_LOCKS,
-      onProgress: (p) => {
-        if (p.uploadedBlocks >= 2) ac.abort(new Error('user cancelled'));
-      },
     });
+    expect(op.status().state).toBe('in_progress');
+    while (op.status().uploadedBlocks < 2 && op.status().state === 'in_progress') await new Promise((r) => setTimeout(r, 2));
+    ac.abort(new Error('user cancelled'));
     expect(op.status().state).toBe('in_progress');
     await expect(op.done).rejects.toThrow(/operation cancelled: user cancelled/);
     expect(op.status()).toMatchObject({ state: 'error', error: expect.stringContaining('cancelled') });
