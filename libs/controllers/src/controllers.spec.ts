@@ -1,0 +1,236 @@
+import { afterEach, describe, expect, it } from '@jest/globals';
+import { LONGHORN_API_VERSION } from '@bis/crd-types';
+import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupBackingImageKind, BackupTargetKind, NodeKind, ReplicaKind, SettingKind, type BackingImage } from './kinds.js';
+import { replicaLabels } from './names.js';
+import { NS, startHarness, waitFor, type Harness } from './test-support/harness.js';
+
+const URL = 'http://127.0.0.1:8080/parrot.raw';
+const DATA = 'parrot-image-bytes-'.repeat(64);
+
+let h: Harness | undefined;
+afterEach(async () => {
+  await h?.close();
+  h = undefined;
+});
+
+const getBI = (name: string) => h!.store.get(BackingImageKind, name, NS);
+const readyDisks = (bi: BackingImage) => Object.entries(bi.status?.diskFileStatusMap ?? {}).filter(([, s]) => s.state === 'ready').map(([d]) => d);
+const waitReady = (name: string, n: number, timeoutMs = 10_000) =>
+  waitFor(`${n} ready copies of ${name}`, async () => {
+    const bi = await getBI(name);
+    return readyDisks(bi).length === n && Object.keys(bi.spec?.diskFileSpecMap ?? {}).length === n ? bi : undefined;
+  }, timeoutMs);
+
+async function setSetting(name: string, value: string) {
+  await h!.store.create(SettingKind, { apiVersion: LONGHORN_API_VERSION, kind: 'Setting', metadata: { name, namespace: NS }, value });
+}
+
+describe('backing image controllers over the embedded store', () => {
+  it('downloads once, reaches ready on minNumberOfCopies different disks, and releases the data source', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    const created = await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 2 });
+    expect(created.status?.uuid ?? '').toBe('');
+    const bi = await waitReady('parrot', 2);
+    expect(new Set(readyDisks(bi)).size).toBe(2);
+    expect(bi.status?.checksum).toBe(sum);
+    expect(bi.status?.size).toBe(DATA.length);
+    expect(bi.status?.uuid).toMatch(/^[0-9a-f]{8}$/);
+    expect(h.sim.downloads.get(URL)).toBe(1);
+    const bids = await h.store.get(BackingImageDataSourceKind, 'parrot', NS);
+    expect(bids.spec?.fileTransferred).toBe(true);
+    await waitFor('data source workload removed', () => !h!.sim.dataSources.has('parrot'));
+    const bims = (await h.store.list(BackingImageManagerKind, { namespace: NS })).items;
+    expect(bims).toHaveLength(2);
+    expect(bims.every((m) => m.status?.currentState === 'running' && m.spec?.backingImages?.['parrot'] === bi.status?.uuid)).toBe(true);
+    expect(h.sim.syncCalls).toHaveLength(1);
+    expect(h.cm.events.list({ name: 'parrot', reason: 'Update' }).some((e) => e.message.startsWith('Initialized UUID to'))).toBe(true);
+  });
+
+  it('a wrong checksum fails the first file with both checksums and cleans it up', async () => {
+    h = await startHarness();
+    const actual = h.sim.serve(URL, DATA);
+    const wrong = actual.slice(1) + actual[0];
+    await h.cm.actions.create({ name: 'bad', sourceType: 'download', parameters: { url: URL }, expectedChecksum: wrong, minNumberOfCopies: 1 });
+    const bi = await waitFor('failed-and-cleanup', async () => {
+      const b = await getBI('bad');
+      return Object.values(b.status?.diskFileStatusMap ?? {}).some((s) => s.state === 'failed-and-cleanup') ? b : undefined;
+    });
+    const entry = Object.values(bi.status!.diskFileStatusMap!)[0]!;
+    expect(entry.message).toContain(wrong);
+    expect(entry.message).toContain(actual);
+    expect(readyDisks(bi)).toHaveLength(0);
+  });
+
+  it('upload: the data source waits in pending, then the uploaded file becomes ready', async () => {
+    h = await startHarness();
+    await h.cm.actions.create({ name: 'up', sourceType: 'upload', minNumberOfCopies: 1 });
+    await expect(h.cm.actions.uploadTarget('missing')).rejects.toThrow('cannot find pod for backing image data source missing');
+    const address = await waitFor('upload target', () => h!.cm.actions.uploadTarget('up'));
+    expect(address).toMatch(/^127\.0\.0\.1:\d+$/);
+    h.sim.upload('up', 'uploaded-bytes');
+    const bi = await waitReady('up', 1);
+    expect(bi.status?.size).toBe('uploaded-bytes'.length);
+    await expect(h.cm.actions.uploadTarget('up')).rejects.toThrow();
+  });
+
+  it('disk eviction moves the copy; evicting the only eligible disk keeps it with a FailedDeleting event', async () => {
+    h = await startHarness([{ uuid: 'disk-1', tags: ['ssd'] }, { uuid: 'disk-2' }, { uuid: 'disk-3', tags: ['ssd'] }]);
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'ev', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1, diskSelector: ['ssd'] });
+    const first = readyDisks(await waitReady('ev', 1))[0]!;
+    const other = first === 'disk-1' ? 'disk-3' : 'disk-1';
+    const evictDisk = async (disk: string, allowOthers: boolean) => {
+      const node = await h!.store.get(NodeKind, 'node-1', NS);
+      const disks = structuredClone(node.spec!.disks!);
+      for (const [n, d] of Object.entries(disks)) {
+        if (n === disk) Object.assign(d, { evictionRequested: true, allowScheduling: false });
+        else if (!allowOthers && d.tags?.includes('ssd')) d.allowScheduling = false;
+      }
+      await h!.store.update(NodeKind, { ...node, spec: { ...node.spec, disks } });
+    };
+    await evictDisk(first, true);
+    const moved = await waitFor('copy moved', async () => {
+      const b = await getBI('ev');
+      const r = readyDisks(b);
+      return r.length === 1 && r[0] === other && !b.spec?.diskFileSpecMap?.[first] ? b : undefined;
+    });
+    expect(Object.keys(moved.spec!.diskFileSpecMap!)).toEqual([other]);
+    expect(h.cm.events.list({ name: 'ev', reason: 'EvictionUserRequested' }).length).toBeGreaterThan(0);
+
+    // Now the remaining copy's disk is evicted too, and no other ssd disk may take it.
+    await evictDisk(other, false);
+    await waitFor('FailedDeleting event', () =>
+      h!.cm.events.list({ name: 'ev', reason: 'FailedDeleting' }).some((e) => e.message.includes('since there is no other healthy backing image copy')),
+    );
+    const kept = await getBI('ev');
+    expect(readyDisks(kept)).toEqual([other]);
+  });
+
+  it('cleanup action: refused per the HA rules and for disks in use, accepted otherwise; unused copies are trimmed after the wait', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'ha', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 3 });
+    const bi = await waitReady('ha', 3);
+    const [d1, d2] = readyDisks(bi) as [string, string];
+    await expect(h.cm.actions.cleanupDiskFiles('ha', [d1])).rejects.toThrow('failed to do cleanup since there will be no enough ready files for HA after the deletion');
+    await h.store.create(ReplicaKind, { apiVersion: LONGHORN_API_VERSION, kind: 'Replica', metadata: { name: 'r1', namespace: NS, labels: replicaLabels('ha', d2) }, spec: { backingImage: 'ha', nodeID: 'node-1', diskID: d2 } });
+    await expect(h.cm.actions.cleanupDiskFiles('ha', [d2])).rejects.toThrow(`cannot clean up backing image ha in disk ${d2} since there is at least one replica using it`);
+    await expect(h.cm.actions.delete('ha')).rejects.toThrow('replicas using it');
+    await expect(h.cm.actions.updateMinNumberOfCopies('ha', 0)).rejects.toThrow('minimum number of backing image copies 0 must larger than 0');
+    await h.cm.actions.updateMinNumberOfCopies('ha', 2);
+    const after = await h.cm.actions.cleanupDiskFiles('ha', [d1]);
+    expect(after.spec?.diskFileSpecMap?.[d1]).toBeUndefined();
+    await waitReady('ha', 2);
+    await waitFor('file removed from disk', () => ![...(h!.sim.disks.get(d1)?.keys() ?? [])].length);
+
+    // Lower the minimum to 1 and the wait to 0 minutes: the node controller trims the copy no replica uses.
+    await setSetting('backing-image-cleanup-wait-interval', '0');
+    await h.cm.actions.updateMinNumberOfCopies('ha', 1);
+    const trimmed = await waitReady('ha', 1);
+    expect(readyDisks(trimmed)).toEqual([d2]);
+  });
+
+  it('delete removes every file, manager and data source; it is refused while replicas use the image', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'gone', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 2 });
+    await waitReady('gone', 2);
+    await h.cm.actions.delete('gone');
+    await waitFor('backing image deleted', async () => (await h!.store.list(BackingImageKind, { namespace: NS })).items.length === 0);
+    await waitFor('managers deleted', async () => (await h!.store.list(BackingImageManagerKind, { namespace: NS })).items.length === 0);
+    expect((await h.store.list(BackingImageDataSourceKind, { namespace: NS })).items).toHaveLength(0);
+    expect([...h.sim.disks.values()].every((d) => d.size === 0)).toBe(true);
+    expect(h.sim.managers.size).toBe(0);
+  });
+
+  it('a controller restart mid-download converges without a second download', async () => {
+    h = await startHarness();
+    h.sim.transferMs = 600;
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'restart', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 2 });
+    await waitFor('download in progress', async () => (await h!.store.get(BackingImageDataSourceKind, 'restart', NS)).status?.currentState === 'in-progress');
+    await h.restartControllers();
+    await waitReady('restart', 2, 15_000);
+    expect(h.sim.downloads.get(URL)).toBe(1);
+  });
+
+  it('a manager killed mid-sync is restarted and the copy converges', async () => {
+    h = await startHarness();
+    h.sim.transferMs = 400;
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'kill', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 2 });
+    const call = await waitFor('a sync started', () => h!.sim.syncCalls[0]);
+    h.sim.kill(call.to);
+    const bi = await waitReady('kill', 2, 15_000);
+    expect(h.sim.syncCalls.length).toBeGreaterThanOrEqual(2);
+    expect(h.sim.downloads.get(URL)).toBe(1);
+    expect(h.sim.managers.has(call.to)).toBe(true);
+    expect(readyDisks(bi)).toHaveLength(2);
+  });
+
+  it('when every copy failed longer than the recovery wait, a download image is prepared again from the origin', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    await setSetting('backing-image-recovery-wait-interval', '0');
+    await h.cm.actions.create({ name: 'rec', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
+    const bi = await waitReady('rec', 1);
+    const disk = readyDisks(bi)[0]!;
+    const m = [...h.sim.managers.values()].find((x) => x.diskUUID === disk)!;
+    const f = m.files.get('rec')!;
+    Object.assign(f, { state: 'failed', message: 'file vanished' });
+    h.sim.disks.get(disk)!.clear();
+    for (const w of m.watchers) w();
+    await waitFor('downloaded again', () => h!.sim.downloads.get(URL) === 2);
+    // The new first file lands on another disk; the failed copy is deleted and synced again from it.
+    const recovered = await waitFor('every copy ready again', async () => {
+      const b = await getBI('rec');
+      const spec = Object.keys(b.spec?.diskFileSpecMap ?? {});
+      return spec.length >= 1 && readyDisks(b).length === spec.length && readyDisks(b).includes(disk) ? b : undefined;
+    }, 15_000);
+    expect(recovered.status?.checksum).toBe(sum);
+  });
+
+  it('backs up to the backup target and restores as a new image with the same checksum', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    await h.store.create(BackupTargetKind, { apiVersion: LONGHORN_API_VERSION, kind: 'BackupTarget', metadata: { name: 'default', namespace: NS }, spec: { backupTargetURL: 'vfs:///backups', pollInterval: '1s' } });
+    await waitFor('backup target available', async () => (await h!.store.get(BackupTargetKind, 'default', NS)).status?.available);
+    await h.cm.actions.create({ name: 'orig', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
+    await waitReady('orig', 1);
+    const bbi = await h.cm.actions.createBackup('orig');
+    expect(bbi.metadata.name).toMatch(/^orig-[0-9a-f]{8}$/);
+    await expect(h.cm.actions.createBackup('orig')).rejects.toThrow('backup backing image orig for backup target default already exists');
+    const done = await waitFor('backup completed', async () => {
+      const b = await h!.store.get(BackupBackingImageKind, bbi.metadata.name, NS);
+      return b.status?.state === 'Completed' && b.status.lastSyncedAt ? b : undefined;
+    });
+    expect(done.status?.checksum).toBe(sum);
+    expect(done.status?.url).toContain('backingImage=orig');
+
+    await h.cm.actions.delete('orig');
+    await waitFor('original deleted', async () => (await h!.store.list(BackingImageKind, { namespace: NS })).items.length === 0);
+    await expect(h.cm.actions.restoreBackup(bbi.metadata.name, { dataEngine: '' })).rejects.toThrow('missing parameters for restoring backing image');
+    await h.cm.actions.restoreBackup(bbi.metadata.name, { dataEngine: 'v1' });
+    // Restore creates the image like Longhorn does: minNumberOfCopies from the default setting (3).
+    const restored = await waitReady('orig', 3);
+    expect(restored.spec?.sourceType).toBe('restore');
+    expect(restored.status?.checksum).toBe(sum);
+    await expect(h.cm.actions.restoreBackup(bbi.metadata.name, { dataEngine: 'v1' })).rejects.toThrow('backing image orig already exists');
+  });
+
+  it('rejects invalid creations with clear messages', async () => {
+    h = await startHarness();
+    await expect(h.cm.actions.create({ name: 'x1', sourceType: 'nope' })).rejects.toThrow('spec.sourceType: Unsupported value: "nope"');
+    await expect(h.cm.actions.create({ name: 'x2', sourceType: 'download', parameters: {} })).rejects.toThrow('url is required');
+    await expect(h.cm.actions.create({ name: 'x3', sourceType: 'download', parameters: { url: 'ftp://h/x' } })).rejects.toThrow('scheme must be http or https');
+    await expect(h.cm.actions.create({ name: 'x4', sourceType: 'download', parameters: { url: 'http://localhost/x' } })).rejects.toThrow('loopback');
+    await expect(h.cm.actions.create({ name: 'x5', sourceType: 'upload', dataEngine: 'v2' })).rejects.toThrow('v2 backing image is not supported');
+    await expect(h.cm.actions.create({ name: 'x6', sourceType: 'upload', expectedChecksum: 'abc' })).rejects.toThrow('invalid checksum');
+    await expect(h.cm.actions.create({ name: 'x7', sourceType: 'upload', minNumberOfCopies: -1 })).rejects.toThrow('must larger than 0');
+    const d = await h.cm.actions.create({ name: 'Defaults', sourceType: 'upload' });
+    expect(d.metadata.name).toBe('defaults');
+    expect(d.spec?.minNumberOfCopies).toBe(3);
+    expect(d.metadata.finalizers).toEqual(['longhorn.io']);
+  });
+});

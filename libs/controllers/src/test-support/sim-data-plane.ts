@@ -1,0 +1,317 @@
+/**
+ * An in-process simulation of the data plane (managers and data sources) for controller tests. It keeps files per
+ * disk, follows the data plane's state machine (data source: starting → in-progress → ready-for-transfer → ready
+ * after transfer; manager file: in-progress → ready), verifies checksums, counts downloads per URL and can kill
+ * workloads. It stands in for the data-plane processes, not for the controllers under test.
+ */
+import { createHash } from 'node:crypto';
+import type { BackingImageResponse, ListResponse } from '@bis/bimrpc';
+import type { BackupTargetApi, DataPlane, DataSourceApi, DataSourceLaunch, ManagerApi, WorkloadStatus } from '../data-plane.js';
+import type { BackingImageDataSource, BackingImageManager } from '../kinds.js';
+
+interface SimFile {
+  name: string;
+  uuid: string;
+  size: number;
+  checksum: string;
+  state: string;
+  progress: number;
+  message: string;
+  sendingReference: number;
+}
+
+interface SimManager {
+  name: string;
+  nodeID: string;
+  diskUUID: string;
+  address: string;
+  files: Map<string, SimFile>;
+  watchers: Set<() => void>;
+  enders: Set<(err?: Error) => void>;
+}
+
+interface SimDataSource {
+  name: string;
+  nodeID: string;
+  diskUUID: string;
+  address: string;
+  launch: DataSourceLaunch;
+  state: string;
+  size: number;
+  progress: number;
+  checksum: string;
+  message: string;
+  timers: NodeJS.Timeout[];
+  failed?: string;
+}
+
+export interface SimContent {
+  size: number;
+  data: string;
+}
+
+const sha512 = (s: string) => createHash('sha512').update(s).digest('hex');
+const grpcError = (code: number, details: string) => Object.assign(new Error(details), { code, details });
+
+export class SimDataPlane implements DataPlane {
+  readonly managers = new Map<string, SimManager>();
+  readonly dataSources = new Map<string, SimDataSource>();
+  /** Files that survive a manager restart: diskUUID → `<name>-<uuid>` → file. */
+  readonly disks = new Map<string, Map<string, SimFile>>();
+  readonly urls = new Map<string, SimContent>();
+  readonly downloads = new Map<string, number>();
+  readonly backups = new Map<string, { name: string; checksum: string; size: number; data: string; createdAt: string }>();
+  readonly syncCalls: { to: string; from: string; bi: string }[] = [];
+  private readonly backupStates = new Map<string, { state: string; url: string; progress: number }>();
+  private readonly listeners = new Set<(kind: 'manager' | 'data-source', name: string) => void>();
+  private port = 20000;
+  /** Time a download / sync takes (ms). */
+  transferMs = 150;
+
+  serve(url: string, data: string): string {
+    this.urls.set(url, { size: data.length, data });
+    return sha512(data);
+  }
+
+  private notify(kind: 'manager' | 'data-source', name: string): void {
+    for (const l of this.listeners) l(kind, name);
+  }
+
+  onWorkloadChange(listener: (kind: 'manager' | 'data-source', name: string) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private changed(m: SimManager): void {
+    for (const w of m.watchers) w();
+  }
+
+  // ------------------------------------------------------------------ managers
+
+  async managerStatus(bim: BackingImageManager): Promise<WorkloadStatus> {
+    const m = this.managers.get(bim.metadata.name);
+    if (!m) return { phase: 'missing', nodeID: '', diskUUID: '', ip: '', address: '', syncAddress: '' };
+    return { phase: 'ready', nodeID: m.nodeID, diskUUID: m.diskUUID, ip: '127.0.0.1', address: m.address, syncAddress: m.address.replace(/:(\d+)$/, (_s, p) => `:${Number(p) + 1}`) };
+  }
+
+  async startManager(bim: BackingImageManager): Promise<void> {
+    if (this.managers.has(bim.metadata.name)) return;
+    const m: SimManager = { name: bim.metadata.name, nodeID: bim.spec!.nodeID!, diskUUID: bim.spec!.diskUUID!, address: `127.0.0.1:${(this.port += 2)}`, files: new Map(), watchers: new Set(), enders: new Set() };
+    this.managers.set(m.name, m);
+    setTimeout(() => this.notify('manager', m.name), 5).unref();
+  }
+
+  async deleteManager(name: string): Promise<void> {
+    this.kill(name);
+  }
+
+  /** Kills a manager process: in-flight transfers fail, files being written are lost, complete files stay on disk. */
+  kill(name: string): void {
+    const m = this.managers.get(name);
+    if (!m) return;
+    this.managers.delete(name);
+    const disk = this.disks.get(m.diskUUID);
+    for (const f of m.files.values()) if (f.state !== 'ready') disk?.delete(`${f.name}-${f.uuid}`);
+    for (const e of m.enders) e(new Error('manager process exited'));
+    this.notify('manager', name);
+  }
+
+  managerClient(address: string): ManagerApi {
+    const find = () => {
+      const m = [...this.managers.values()].find((x) => x.address === address);
+      if (!m) throw grpcError(14, `connection refused: ${address}`);
+      return m;
+    };
+    const response = (f: SimFile): BackingImageResponse => ({
+      spec: { name: f.name, uuid: f.uuid, size: f.size, virtualSize: f.size, realSize: f.size, checksum: f.checksum },
+      status: { state: f.state, errorMsg: f.message, sendingReference: f.sendingReference, senderManagerAddress: '', progress: f.progress, checksum: f.state === 'ready' ? f.checksum : '' },
+    });
+    return {
+      list: async (): Promise<ListResponse> => ({ backingImages: Object.fromEntries([...find().files.values()].map((f) => [f.name, response(f)])) }),
+      delete: async (name, uuid) => {
+        const m = find();
+        const f = m.files.get(name);
+        if (f && f.uuid === uuid) m.files.delete(name);
+        this.disks.get(m.diskUUID)?.delete(`${name}-${uuid}`);
+        this.changed(m);
+      },
+      versionGet: async () => ({ version: 'sim', gitCommit: '', buildDate: '', backingImageManagerApiVersion: 3, backingImageManagerApiMinVersion: 3 }),
+      fetch: async ({ spec, dataSourceAddress }) => {
+        const m = find();
+        const name = spec!.name;
+        if (m.files.get(name)?.state === 'ready') throw grpcError(6, `backing image ${name} already exists`);
+        const disk = this.disks.get(m.diskUUID) ?? new Map<string, SimFile>();
+        this.disks.set(m.diskUUID, disk);
+        let file: SimFile;
+        if (!dataSourceAddress) {
+          const existing = disk.get(`${name}-${spec!.uuid}`);
+          file = existing ? { ...existing, state: 'ready', sendingReference: 0 } : { name, uuid: spec!.uuid, size: spec!.size, checksum: spec!.checksum, state: 'failed', progress: 0, message: 'no existing file to reuse', sendingReference: 0 };
+        } else {
+          const ds = [...this.dataSources.values()].find((d) => d.address === dataSourceAddress);
+          if (!ds || ds.state !== 'ready-for-transfer') throw grpcError(9, `data source ${dataSourceAddress} is not ready for transfer`);
+          ds.state = 'ready';
+          file = { name, uuid: spec!.uuid, size: ds.size, checksum: ds.checksum, state: 'ready', progress: 100, message: '', sendingReference: 0 };
+        }
+        if (file.state === 'ready') disk.set(`${name}-${file.uuid}`, file);
+        m.files.set(name, file);
+        this.changed(m);
+        return response(file);
+      },
+      sync: async ({ spec, fromAddress }) => {
+        const m = find();
+        const name = spec!.name;
+        if (m.files.has(name) && m.files.get(name)!.state !== 'failed') throw grpcError(6, `backing image ${name} already exists`);
+        const sender = [...this.managers.values()].find((x) => x.address === fromAddress);
+        const src = sender?.files.get(name);
+        if (!sender || src?.state !== 'ready') throw grpcError(9, `sender ${fromAddress} has no ready file ${name}`);
+        this.syncCalls.push({ to: m.name, from: sender.name, bi: name });
+        const file: SimFile = { name, uuid: spec!.uuid, size: src.size, checksum: '', state: 'in-progress', progress: 0, message: '', sendingReference: 0 };
+        m.files.set(name, file);
+        src.sendingReference++;
+        this.changed(m);
+        setTimeout(() => {
+          src.sendingReference = Math.max(0, src.sendingReference - 1);
+          if (this.managers.get(m.name) !== m || m.files.get(name) !== file) return;
+          if (this.managers.get(sender.name) !== sender) {
+            file.state = 'failed';
+            file.message = 'sender went away';
+          } else {
+            Object.assign(file, { state: 'ready', progress: 100, checksum: src.checksum });
+            const disk = this.disks.get(m.diskUUID) ?? new Map<string, SimFile>();
+            this.disks.set(m.diskUUID, disk);
+            disk.set(`${name}-${file.uuid}`, file);
+          }
+          this.changed(m);
+          this.changed(sender);
+        }, this.transferMs).unref();
+        return response(file);
+      },
+      prepareDownload: async (name, uuid) => ({ srcFilePath: `/data/backing-images/${name}-${uuid}/backing`, address: find().address }),
+      backupCreate: async (req) => {
+        const m = find();
+        const f = m.files.get(req.name);
+        if (f?.state !== 'ready') throw grpcError(9, `no ready file ${req.name}`);
+        const url = `${req.backupTarget}?backingImage=${req.name}`;
+        this.backupStates.set(req.name, { state: 'in_progress', url, progress: 0 });
+        setTimeout(() => {
+          const content = [...this.urls.values()].find((c) => sha512(c.data) === f.checksum);
+          this.backups.set(req.name, { name: req.name, checksum: f.checksum, size: f.size, data: content?.data ?? '', createdAt: new Date().toISOString() });
+          this.backupStates.set(req.name, { state: 'complete', url, progress: 100 });
+        }, this.transferMs).unref();
+      },
+      backupStatus: async (name) => {
+        const s = this.backupStates.get(name);
+        if (!s) throw grpcError(5, `no backup for ${name}`);
+        return { progress: s.progress, backupUrl: s.url, error: '', state: s.state };
+      },
+      watch: (onChange, onEnd) => {
+        let m: SimManager;
+        try {
+          m = find();
+        } catch (err) {
+          setTimeout(() => onEnd(err as Error), 0).unref();
+          return () => {};
+        }
+        m.watchers.add(onChange);
+        m.enders.add(onEnd);
+        return () => {
+          m.watchers.delete(onChange);
+          m.enders.delete(onEnd);
+        };
+      },
+    };
+  }
+
+  // ------------------------------------------------------------------ data sources
+
+  async dataSourceStatus(bids: BackingImageDataSource): Promise<WorkloadStatus> {
+    const d = this.dataSources.get(bids.metadata.name);
+    if (!d) return { phase: 'missing', nodeID: '', diskUUID: '', ip: '', address: '', syncAddress: '' };
+    return { phase: d.failed ? 'failed' : 'ready', nodeID: d.nodeID, diskUUID: d.diskUUID, ip: '127.0.0.1', address: d.address, syncAddress: '', message: d.failed };
+  }
+
+  async startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<void> {
+    if (this.dataSources.has(bids.metadata.name)) return;
+    const d: SimDataSource = { name: bids.metadata.name, nodeID: bids.spec!.nodeID!, diskUUID: bids.spec!.diskUUID!, address: `127.0.0.1:${(this.port += 2)}`, launch, state: '', size: 0, progress: 0, checksum: '', message: '', timers: [] };
+    this.dataSources.set(d.name, d);
+    const after = (ms: number, fn: () => void) => {
+      const t = setTimeout(() => {
+        if (this.dataSources.get(d.name) === d) fn();
+      }, ms);
+      t.unref();
+      d.timers.push(t);
+    };
+    if (launch.sourceType === 'upload') {
+      d.state = 'pending';
+      return;
+    }
+    let content: SimContent | undefined;
+    if (launch.sourceType === 'download') {
+      const url = launch.parameters['url'] ?? '';
+      content = this.urls.get(url);
+      this.downloads.set(url, (this.downloads.get(url) ?? 0) + 1);
+    } else if (launch.sourceType === 'restore') {
+      const name = new URL(launch.parameters['backup-url'] ?? '').searchParams.get('backingImage') ?? '';
+      const b = this.backups.get(name);
+      content = b ? { size: b.size, data: b.data } : undefined;
+    }
+    this.produce(d, content, after);
+  }
+
+  private produce(d: SimDataSource, content: SimContent | undefined, after: (ms: number, fn: () => void) => void): void {
+    d.state = 'starting';
+    after(10, () => {
+      if (!content) {
+        Object.assign(d, { state: 'failed', message: 'source not found (404)' });
+        return;
+      }
+      Object.assign(d, { state: 'in-progress', size: content.size, progress: 50 });
+      after(this.transferMs, () => {
+        const sum = sha512(content.data);
+        if (d.launch.checksum && d.launch.checksum !== sum) {
+          Object.assign(d, { state: 'failed', message: `the expected checksum ${d.launch.checksum} doesn't match the file actual checksum ${sum}` });
+        } else Object.assign(d, { state: 'ready-for-transfer', progress: 100, checksum: sum });
+      });
+    });
+  }
+
+  /** Uploads content to a data source waiting in `pending`. */
+  upload(name: string, data: string): void {
+    const d = this.dataSources.get(name);
+    if (!d || d.state !== 'pending') throw new Error(`data source ${name} is not waiting for an upload`);
+    this.produce(d, { size: data.length, data }, (ms, fn) => setTimeout(fn, ms).unref());
+  }
+
+  async deleteDataSource(name: string): Promise<void> {
+    const d = this.dataSources.get(name);
+    if (!d) return;
+    for (const t of d.timers) clearTimeout(t);
+    this.dataSources.delete(name);
+  }
+
+  dataSourceClient(address: string): DataSourceApi {
+    return {
+      get: async () => {
+        const d = [...this.dataSources.values()].find((x) => x.address === address);
+        if (!d) throw new Error(`connect ECONNREFUSED ${address}`);
+        return { state: d.state, size: d.size, progress: d.progress, currentChecksum: d.checksum, message: d.message };
+      },
+    };
+  }
+
+  // ------------------------------------------------------------------ backup target
+
+  readonly backupTarget: BackupTargetApi = {
+    listBackingImages: async () => [...this.backups.keys()],
+    backingImageURL: (target, bi) => `${target}?backingImage=${bi}`,
+    inspectBackingImage: async (url) => {
+      const name = new URL(url).searchParams.get('backingImage') ?? '';
+      const b = this.backups.get(name);
+      if (!b) throw new Error(`backup ${url} not found`);
+      return { name, url, size: b.size, checksum: b.checksum, labels: {}, compressionMethod: 'lz4', secret: '', secretNamespace: '', createdAt: b.createdAt };
+    },
+    deleteBackingImage: async (url) => {
+      this.backups.delete(new URL(url).searchParams.get('backingImage') ?? '');
+    },
+  };
+}
