@@ -75,14 +75,14 @@ export async function startHarness(disks: TestDisk[] = [{ uuid: 'disk-1' }, { uu
 }
 
 /** Polls `fn` until it returns a truthy value; fails with the last value after `timeoutMs`. */
-export async function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 10_000): Promise<T> {
+export async function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 10_000): Promise<NonNullable<T>> {
   const deadline = Date.now() + timeoutMs;
   let last: T | undefined;
   let lastErr: unknown;
   while (Date.now() < deadline) {
     try {
       last = await fn();
-      if (last) return last;
+      if (last) return last as NonNullable<T>;
     } catch (err) {
       lastErr = err;
     }
