@@ -1,0 +1,119 @@
+import { html, nothing, type TemplateResult } from 'lit-html';
+import { describeCopies, describeSource, formatBytes, summariseCopies, type BackingImage } from '@bis/api-client';
+import { changed, client, diskLocation, imageNamed, state } from './store.js';
+import { alertBox, badge, errorText, progressBar } from './widgets.js';
+
+interface DetailState {
+  name: string;
+  selected: Set<string>;
+  minCopies: string;
+  error: string;
+  notice: string;
+  busy: boolean;
+}
+let d: DetailState = { name: '', selected: new Set(), minCopies: '', error: '', notice: '', busy: false };
+
+async function act(what: string, fn: () => Promise<unknown>): Promise<void> {
+  d.busy = true;
+  d.error = '';
+  d.notice = '';
+  changed();
+  try {
+    await fn();
+    d.notice = what;
+  } catch (err) {
+    d.error = errorText(err);
+  } finally {
+    d.busy = false;
+    changed();
+  }
+}
+
+function diskRows(bi: BackingImage): TemplateResult[] {
+  return Object.entries(bi.diskFileStatusMap)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([uuid, f]) => {
+      const loc = diskLocation(uuid);
+      const active = f.state === 'in-progress' || f.state === 'starting' || f.state === 'pending';
+      return html`<tr data-disk=${uuid}>
+        <td class="check"><input type="checkbox" aria-label="select disk ${uuid}" .checked=${d.selected.has(uuid)} @change=${(e: Event) => {
+          (e.target as HTMLInputElement).checked ? d.selected.add(uuid) : d.selected.delete(uuid);
+          changed();
+        }} /></td>
+        <td>${loc?.node ?? '—'}</td>
+        <td title=${loc?.path ?? ''}>${loc?.disk ?? '—'}</td>
+        <td class="mono">${uuid}</td>
+        <td>${badge(f.state)} ${f.message ? html`<span class="icon info" title=${f.message} data-message=${f.message}>ⓘ</span>` : nothing}</td>
+        <td>${active ? progressBar(f.progress) : f.state === 'ready' ? progressBar(100, 'done') : '—'}</td>
+      </tr>`;
+    });
+}
+
+export function detailPage(name: string): TemplateResult {
+  if (d.name !== name) d = { name, selected: new Set(), minCopies: '', error: '', notice: '', busy: false };
+  const bi = imageNamed(name);
+  if (!bi) {
+    return html`<div class="toolbar"><h1>${name}</h1></div>
+      <p class="empty">${state.loaded.images ? html`Backing image ${name} does not exist (any more). <a href="#/">Back to the list</a>` : 'Loading…'}</p>`;
+  }
+  for (const u of d.selected) if (!(u in bi.diskFileStatusMap)) d.selected.delete(u);
+  const s = summariseCopies(bi);
+  const params = Object.entries(bi.parameters ?? {});
+  return html`
+    <div class="toolbar">
+      <h1>${s.deleting ? html`<span class="icon" title="being deleted">🗑</span>` : nothing}${bi.name}</h1>
+      ${badge(s.phase)}
+      <span class="spacer"></span>
+      <button id="backup" ?disabled=${d.busy || s.ready === 0} @click=${() => act(`Backup of ${bi.name} started.`, () => client.backupBackingImage(bi.name))}>Back up</button>
+      <a class="button ${s.ready ? '' : 'disabled'}" id="download" href=${s.ready ? client.downloadUrl(bi.name) : nothing} download=${bi.name} aria-disabled=${s.ready ? 'false' : 'true'}>Download</a>
+    </div>
+    ${alertBox(d.error, () => ((d.error = ''), changed()))}
+    ${d.notice ? html`<div class="notice" role="status">${d.notice}</div>` : nothing}
+    <div class="cards">
+      <section class="panel">
+        <h2>Image</h2>
+        <dl class="props">
+          <dt>Created from</dt><dd>${describeSource(bi)}</dd>
+          <dt>Source type</dt><dd>${bi.sourceType}</dd>
+          <dt>UUID</dt><dd class="mono">${bi.uuid || '—'}</dd>
+          <dt>Size</dt><dd>${bi.size ? `${formatBytes(bi.size)} (${bi.size} bytes)` : '—'}</dd>
+          <dt>Virtual size</dt><dd>${bi.virtualSize ? `${formatBytes(bi.virtualSize)} (${bi.virtualSize} bytes)` : '—'}</dd>
+          <dt>Copies</dt><dd>${describeCopies(s)}</dd>
+          <dt>Node selector</dt><dd>${bi.nodeSelector?.length ? bi.nodeSelector.join(', ') : 'any'}</dd>
+          <dt>Disk selector</dt><dd>${bi.diskSelector?.length ? bi.diskSelector.join(', ') : 'any'}</dd>
+        </dl>
+      </section>
+      <section class="panel">
+        <h2>Checksums</h2>
+        <dl class="props">
+          <dt>Expected</dt><dd class="mono wrap" id="expected-checksum">${bi.expectedChecksum || '—'}</dd>
+          <dt>Current (SHA-512)</dt><dd class="mono wrap" id="current-checksum">${bi.currentChecksum || '—'}</dd>
+        </dl>
+        <h2>Parameters</h2>
+        ${params.length ? html`<dl class="props">${params.map(([k, v]) => html`<dt>${k}</dt><dd class="wrap">${v}</dd>`)}</dl>` : html`<p class="muted">none</p>`}
+      </section>
+    </div>
+    <section class="panel">
+      <div class="toolbar small">
+        <h2>Copies on disks</h2>
+        <span class="spacer"></span>
+        <label class="inline">Minimum copies
+          <input id="min-copies" type="number" min="1" .value=${d.minCopies || String(bi.minNumberOfCopies)} @input=${(e: Event) => ((d.minCopies = (e.target as HTMLInputElement).value), changed())} />
+        </label>
+        <button id="update-min-copies" ?disabled=${d.busy || !d.minCopies || d.minCopies === String(bi.minNumberOfCopies)}
+          @click=${() => act(`Minimum copies set to ${d.minCopies}.`, async () => {
+            await client.updateMinNumberOfCopies(bi.name, Number(d.minCopies));
+            d.minCopies = '';
+          })}>Update</button>
+        <button class="danger" id="cleanup-disks" ?disabled=${d.busy || d.selected.size === 0}
+          @click=${() => act(`Cleaning up ${d.selected.size} cop${d.selected.size > 1 ? 'ies' : 'y'}.`, async () => {
+            await client.cleanupBackingImage(bi.name, [...d.selected]);
+            d.selected.clear();
+          })}>Clean up selected disks${d.selected.size ? ` (${d.selected.size})` : ''}</button>
+      </div>
+      <table class="grid" id="disks">
+        <thead><tr><th class="check"></th><th>Node</th><th>Disk</th><th>Disk UUID</th><th>State</th><th>Progress</th></tr></thead>
+        <tbody>${Object.keys(bi.diskFileStatusMap).length ? diskRows(bi) : html`<tr><td colspan="6" class="empty">No copies yet.</td></tr>`}</tbody>
+      </table>
+    </section>`;
+}

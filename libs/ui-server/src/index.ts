@@ -1,0 +1,1 @@
+export { uiServerPlugin, type UiServerOptions } from './ui-server.js';
