@@ -1,1 +1,1 @@
-export {};
+export { runStandaloneCli, defaultBinaries, USAGE, type CliIo } from './cli.js';

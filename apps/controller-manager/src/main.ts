@@ -1,1 +1,31 @@
-export {};
+import { runStandaloneCli } from './cli.js';
+
+const io = { out: (l: string) => process.stdout.write(`${l}\n`), err: (l: string) => process.stderr.write(`${l}\n`) };
+
+runStandaloneCli(process.argv.slice(2), io).then(
+  (result) => {
+    if (typeof result === 'number') process.exit(result);
+    let stopping = false;
+    const onSignal = (sig: string) => {
+      if (stopping) return;
+      stopping = true;
+      io.out(`received ${sig}: stopping the API, the controllers and every data-plane process`);
+      result.stop().then(
+        () => {
+          io.out('stopped');
+          process.exit(0);
+        },
+        (err: unknown) => {
+          io.err(`stop failed: ${(err as Error).message}`);
+          process.exit(1);
+        },
+      );
+    };
+    process.on('SIGINT', () => onSignal('SIGINT'));
+    process.on('SIGTERM', () => onSignal('SIGTERM'));
+  },
+  (err: unknown) => {
+    io.err(`controller-manager: ${(err as Error).message}`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,97 @@
+import { createWriteStream } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import type { Logger } from '@bis/controllers';
+import { startStandalone, type StandaloneHandle } from '@bis/standalone';
+
+export const USAGE = `usage: controller-manager standalone [--data-dir <dir>] [--listen <host:port>] [--disks <n>]
+       [--allow-source-hosts <hosts or CIDRs, comma-separated>] [--verbose]
+
+Starts the whole backing-image system on this machine (embedded store, one node with <n> disk directories,
+a filesystem backup target, the controllers, the data-plane processes and the REST API).
+Defaults: --data-dir .data --listen 127.0.0.1:9500 --disks 3`;
+
+/** The data-plane binaries, next to this app in the repository (overridable for installs elsewhere). */
+export function defaultBinaries(env: NodeJS.ProcessEnv = process.env): { manager: string; dataSource: string } {
+  const appsDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+  return {
+    manager: env['BIS_MANAGER_BIN'] ?? path.join(appsDir, 'backing-image-manager', 'bin', 'backing-image-manager.js'),
+    dataSource: env['BIS_DATA_SOURCE_BIN'] ?? path.join(appsDir, 'backing-image-data-source', 'bin', 'backing-image-data-source.js'),
+  };
+}
+
+export interface CliIo {
+  out: (line: string) => void;
+  err: (line: string) => void;
+}
+
+/** Parses the CLI, starts the standalone system and returns its handle (or an exit code for usage errors). */
+export async function runStandaloneCli(argv: readonly string[], io: CliIo): Promise<StandaloneHandle | number> {
+  const [command, ...rest] = argv;
+  if (command !== 'standalone') {
+    io.err(USAGE);
+    return 2;
+  }
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: [...rest],
+      options: {
+        'data-dir': { type: 'string', default: '.data' },
+        listen: { type: 'string', default: '127.0.0.1:9500' },
+        disks: { type: 'string', default: '3' },
+        'allow-source-hosts': { type: 'string', default: '' },
+        verbose: { type: 'boolean', default: false },
+      },
+      strict: true,
+    }));
+  } catch (err) {
+    io.err(`controller-manager: ${(err as Error).message}\n${USAGE}`);
+    return 2;
+  }
+  const disks = Number(values.disks);
+  if (!Number.isInteger(disks) || disks < 1 || disks > 64) {
+    io.err(`controller-manager: invalid --disks "${values.disks}": a number from 1 to 64`);
+    return 2;
+  }
+  const dataDir = path.resolve(values['data-dir']!);
+  const logsDir = path.join(dataDir, 'logs');
+  await mkdir(logsDir, { recursive: true });
+  const logFile = path.join(logsDir, 'controller-manager.log');
+  const logStream = createWriteStream(logFile, { flags: 'a' });
+  const line = (level: string, m: string) => logStream.write(`${new Date().toISOString()} ${level} ${m}\n`);
+  const log: Logger = {
+    info: (m) => line('INFO', m),
+    warn: (m) => {
+      line('WARN', m);
+      if (values.verbose) io.err(`WARN ${m}`);
+    },
+    error: (m) => {
+      line('ERROR', m);
+      io.err(`ERROR ${m}`);
+    },
+    debug: (m) => {
+      if (values.verbose) line('DEBUG', m);
+    },
+  };
+  const allow = values['allow-source-hosts']!.split(',').map((s) => s.trim()).filter(Boolean);
+  const binaries = defaultBinaries();
+  const handle = await startStandalone({ dataDir, listen: values.listen!, disks, allowSourceHosts: allow, binaries, log });
+  const origStop = handle.stop;
+  handle.stop = async () => {
+    await origStop();
+    await new Promise<void>((r) => logStream.end(r));
+  };
+  io.out(`backing-image system (standalone) is running`);
+  io.out(`  REST API:        ${handle.url}/v1`);
+  io.out(`  data directory:  ${handle.dataDir}`);
+  io.out(`  store:           ${handle.storeDir}`);
+  for (const d of handle.disks) io.out(`  ${d.name}:          ${d.path} (disk UUID ${d.uuid})`);
+  io.out(`  backup target:   ${handle.backupTargetURL}`);
+  io.out(`  logs:            ${handle.logsDir} (controller-manager.log, one file per manager / data source)`);
+  if (allow.length) io.out(`  download sources also allowed from: ${allow.join(', ')}`);
+  io.out(`Press Ctrl-C to stop; a restart with the same --data-dir picks up where it was.`);
+  return handle;
+}

@@ -1,0 +1,252 @@
+import { appendFile, mkdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { deleteBackup, encodeBackupUrl, inspectBackup, listBackingImageBackups } from '@bis/backupstore';
+import { ManagerClient } from '@bis/bimrpc';
+import {
+  dataSourceWorkloadName,
+  managerApiFromClient,
+  type BackingImageDataSource,
+  type BackingImageManager,
+  type BackupTargetApi,
+  type DataPlane,
+  type DataSourceApi,
+  type DataSourceFileInfo,
+  type DataSourceLaunch,
+  type ManagerApi,
+  type WorkloadStatus,
+} from '@bis/controllers';
+import type { WorkloadRuntime, WorkloadStatus as RuntimeStatus } from '@bis/runtime';
+import { freePort, PortRangeAllocator } from './ports.js';
+
+export interface DataPlaneBinaries {
+  /** Path of `apps/backing-image-manager/bin/backing-image-manager.js`. */
+  manager: string;
+  /** Path of `apps/backing-image-data-source/bin/backing-image-data-source.js`. */
+  dataSource: string;
+  /** The Node executable (default: this process's). */
+  node?: string;
+}
+
+export interface ProcessDataPlaneOptions {
+  runtime: WorkloadRuntime;
+  binaries: DataPlaneBinaries;
+  nodeID: string;
+  logsDir: string;
+  /** Hosts/CIDRs the data sources may download from although private or loopback. */
+  allowSourceHosts?: readonly string[];
+  host?: string;
+}
+
+interface Endpoint {
+  address: string;
+  syncAddress: string;
+  diskUUID: string;
+}
+
+const COMPONENT = 'longhorn.io/component';
+
+/**
+ * The standalone DataPlane: every manager and data source is a local process run by `@bis/runtime`, listening on
+ * 127.0.0.1 with ports of its own. Restarts are the controllers' job (restartPolicy Never, as Longhorn's pods).
+ */
+export class ProcessDataPlane implements DataPlane {
+  private readonly endpoints = new Map<string, Endpoint>();
+  private readonly everReady = new Set<string>();
+  private readonly clients = new Map<string, ManagerClient>();
+  private readonly listeners = new Set<(kind: 'manager' | 'data-source', name: string) => void>();
+  private readonly ac = new AbortController();
+  private readonly ranges = new PortRangeAllocator();
+  private readonly host: string;
+
+  constructor(private readonly o: ProcessDataPlaneOptions) {
+    this.host = o.host ?? '127.0.0.1';
+    void this.watchRuntime();
+  }
+
+  private async watchRuntime(): Promise<void> {
+    try {
+      for await (const ev of this.o.runtime.watch(this.ac.signal)) {
+        const s = ev.status;
+        if (s.ready) this.everReady.add(s.name);
+        const comp = s.labels[COMPONENT];
+        const kind = comp === 'backing-image-manager' ? 'manager' : comp === 'backing-image-data-source' ? 'data-source' : undefined;
+        if (!kind) continue;
+        const name = kind === 'manager' ? s.name : (s.labels['longhorn.io/backing-image-data-source'] ?? '');
+        for (const l of this.listeners) l(kind, name);
+      }
+    } catch {
+      // the watch ends with close()
+    }
+  }
+
+  onWorkloadChange(listener: (kind: 'manager' | 'data-source', name: string) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Stops watching the runtime and closes every gRPC channel (does not stop workloads). */
+  close(): void {
+    this.ac.abort();
+    for (const c of this.clients.values()) c.close();
+    this.clients.clear();
+  }
+
+  private async tail(name: string): Promise<string> {
+    try {
+      const text = await readFile(path.join(this.o.logsDir, `${name}.log`), 'utf8');
+      return text.trimEnd().split('\n').slice(-5).join(' | ');
+    } catch {
+      return '';
+    }
+  }
+
+  private async toStatus(name: string, s: RuntimeStatus | undefined): Promise<WorkloadStatus> {
+    const ep = this.endpoints.get(name);
+    const base = { nodeID: this.o.nodeID, diskUUID: ep?.diskUUID ?? '', ip: this.host, address: ep?.address ?? '', syncAddress: ep?.syncAddress ?? '' };
+    if (!s || !ep) return { ...base, phase: 'missing', ip: '', address: '', syncAddress: '' };
+    if (s.phase === 'pending') return { ...base, phase: 'pending' };
+    if (s.phase === 'running') {
+      if (s.ready) return { ...base, phase: 'ready' };
+      return { ...base, phase: this.everReady.has(name) ? 'not-ready' : 'pending' };
+    }
+    const how = s.signal ? `signal ${s.signal}` : `exit code ${s.exitCode ?? '?'}`;
+    return { ...base, phase: 'failed', message: `process ended with ${how}${s.message ? `: ${s.message}` : ''}; log: ${await this.tail(name)}` };
+  }
+
+  async managerStatus(bim: BackingImageManager): Promise<WorkloadStatus> {
+    return this.toStatus(bim.metadata.name, this.o.runtime.get(bim.metadata.name));
+  }
+
+  async startManager(bim: BackingImageManager): Promise<void> {
+    const name = bim.metadata.name;
+    if (this.o.runtime.get(name)) return;
+    const [grpc, sync] = [await freePort(this.host), await freePort(this.host)];
+    const diskPath = bim.spec?.diskPath ?? '';
+    const ep: Endpoint = { address: `${this.host}:${grpc}`, syncAddress: `${this.host}:${sync}`, diskUUID: bim.spec?.diskUUID ?? '' };
+    this.endpoints.set(name, ep);
+    this.everReady.delete(name);
+    const args = [
+      this.o.binaries.manager,
+      'daemon',
+      '--listen', ep.address,
+      '--sync-listen', ep.syncAddress,
+      '--disk-path', diskPath,
+      '--disk-uuid', ep.diskUUID,
+      '--port-range', this.ranges.allocate(),
+      '--advertise-address', this.host,
+      ...(this.o.allowSourceHosts ?? []).flatMap((h) => ['--allow-source-host', h]),
+    ];
+    await this.start(name, args, [grpc, sync], { [COMPONENT]: 'backing-image-manager', 'longhorn.io/disk-uuid': ep.diskUUID });
+  }
+
+  private async start(name: string, args: string[], ports: number[], labels: Record<string, string>): Promise<void> {
+    await mkdir(this.o.logsDir, { recursive: true });
+    const logFile = path.join(this.o.logsDir, `${name}.log`);
+    await appendFile(logFile, `--- ${new Date().toISOString()} starting ${name}: ${args.join(' ')}\n`);
+    await this.o.runtime.start({
+      name,
+      labels,
+      command: this.o.binaries.node ?? process.execPath,
+      args,
+      logFile,
+      readinessPorts: ports,
+      restartPolicy: { kind: 'Never' },
+      terminationGracePeriodMs: 10_000,
+    });
+  }
+
+  async deleteManager(bimName: string): Promise<void> {
+    await this.stop(bimName);
+    const c = this.clients.get(this.endpoints.get(bimName)?.address ?? '');
+    if (c) {
+      c.close();
+      this.clients.delete(this.endpoints.get(bimName)!.address);
+    }
+  }
+
+  private async stop(name: string): Promise<void> {
+    if (!this.o.runtime.get(name)) return;
+    try {
+      await this.o.runtime.stop(name);
+    } catch (err) {
+      if ((err as Error).name !== 'WorkloadNotFoundError') throw err;
+    }
+  }
+
+  managerClient(address: string): ManagerApi {
+    let c = this.clients.get(address);
+    if (!c) this.clients.set(address, (c = new ManagerClient(address, { callTimeoutMs: 60_000 })));
+    return managerApiFromClient(c);
+  }
+
+  async dataSourceStatus(bids: BackingImageDataSource): Promise<WorkloadStatus> {
+    const w = dataSourceWorkloadName(bids.metadata.name);
+    return this.toStatus(w, this.o.runtime.get(w));
+  }
+
+  async startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<void> {
+    const name = dataSourceWorkloadName(bids.metadata.name);
+    if (this.o.runtime.get(name)) return;
+    const [http, sync] = [await freePort(this.host), await freePort(this.host)];
+    const ep: Endpoint = { address: `${this.host}:${http}`, syncAddress: `${this.host}:${sync}`, diskUUID: bids.spec?.diskUUID ?? '' };
+    this.endpoints.set(name, ep);
+    this.everReady.delete(name);
+    const args = [
+      this.o.binaries.dataSource,
+      '--listen', ep.address,
+      '--sync-listen', ep.syncAddress,
+      '--disk-path', launch.diskPath,
+      '--name', launch.name,
+      '--uuid', launch.uuid,
+      '--source-type', launch.sourceType,
+      ...Object.entries(launch.parameters).flatMap(([k, v]) => ['--parameters', `${k}=${v}`]),
+      ...(launch.checksum ? ['--checksum', launch.checksum] : []),
+      ...Object.entries(launch.credentials).flatMap(([k, v]) => ['--credential', `${k}=${v}`]),
+      ...(this.o.allowSourceHosts?.length ? ['--allow-source-hosts', this.o.allowSourceHosts.join(',')] : []),
+    ];
+    await this.start(name, args, [http], {
+      [COMPONENT]: 'backing-image-data-source',
+      'longhorn.io/backing-image-data-source': bids.metadata.name,
+      'longhorn.io/disk-uuid': ep.diskUUID,
+    });
+  }
+
+  async deleteDataSource(bidsName: string): Promise<void> {
+    await this.stop(dataSourceWorkloadName(bidsName));
+  }
+
+  dataSourceClient(address: string): DataSourceApi {
+    return {
+      async get(): Promise<DataSourceFileInfo> {
+        const res = await fetch(`http://${address}/v1/file`, { signal: AbortSignal.timeout(10_000) });
+        if (!res.ok) throw new Error(`GET http://${address}/v1/file: HTTP ${res.status} ${await res.text()}`);
+        const b = (await res.json()) as Partial<DataSourceFileInfo>;
+        return { state: b.state ?? '', size: Number(b.size ?? 0), progress: Number(b.progress ?? 0), currentChecksum: b.currentChecksum ?? '', message: b.message ?? '' };
+      },
+    };
+  }
+
+  readonly backupTarget: BackupTargetApi = {
+    async listBackingImages(targetURL) {
+      return (await listBackingImageBackups(targetURL)).filter((e) => e.state === 'complete').map((e) => e.name);
+    },
+    backingImageURL: (targetURL, biName) => encodeBackupUrl(biName, targetURL),
+    async inspectBackingImage(url) {
+      const i = await inspectBackup(url);
+      return {
+        name: i.name,
+        url: i.url,
+        size: i.size,
+        checksum: i.checksum,
+        labels: i.labels ?? {},
+        compressionMethod: i.compressionMethod,
+        secret: i.secret,
+        secretNamespace: i.secretNamespace,
+        createdAt: i.completeAt,
+      };
+    },
+    async deleteBackingImage(url) {
+      await deleteBackup(url);
+    },
+  };
+}

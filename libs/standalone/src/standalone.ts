@@ -1,0 +1,210 @@
+import { randomUUID } from 'node:crypto';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import Fastify, { type FastifyInstance } from 'fastify';
+import {
+  BackupTargetKind,
+  ControllerManager,
+  EventRecorder,
+  NodeKind,
+  SettingName,
+  type ControllerManagerOptions,
+  type Logger,
+  type Node,
+} from '@bis/controllers';
+import { LONGHORN_API_VERSION } from '@bis/crd-types';
+import { EmbeddedDatastore, isNotFound } from '@bis/datastore';
+import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
+import { LocalProcessRuntime } from '@bis/runtime';
+import { ProcessDataPlane, type DataPlaneBinaries } from './process-data-plane.js';
+
+export const STANDALONE_NAMESPACE = 'longhorn-system';
+export const STANDALONE_NODE = 'local';
+/** The manager "image" of the local processes; recorded in the default-backing-image-manager-image setting. */
+export const STANDALONE_MANAGER_IMAGE = 'bis/backing-image-manager:local';
+
+export interface StandaloneDisk {
+  name: string;
+  uuid: string;
+  path: string;
+}
+
+/** Everything that runs, for the REST resources a caller registers. */
+export interface StandaloneSystem {
+  store: EmbeddedDatastore;
+  controllers: ControllerManager;
+  dataPlane: ProcessDataPlane;
+  settings: SettingsService;
+  events: EventRecorder;
+  namespace: string;
+  disks: StandaloneDisk[];
+}
+
+export interface StandaloneOptions {
+  dataDir: string;
+  /** `host:port` of the REST API (default 127.0.0.1:9500; port 0 picks one). */
+  listen?: string;
+  /** Number of disk directories of the node (default 3). */
+  disks?: number;
+  /** Hosts or CIDRs download URLs may point to although loopback or private (e.g. `127.0.0.1`). */
+  allowSourceHosts?: readonly string[];
+  binaries: DataPlaneBinaries;
+  log?: Logger;
+  /** Adds resources (the backing-image REST resources) to the API. */
+  registerResources?: (registry: ApiRegistry, system: StandaloneSystem) => void;
+  controllerOptions?: Partial<Pick<ControllerManagerOptions, 'timing' | 'resyncMs' | 'workers'>>;
+}
+
+export interface StandaloneHandle extends StandaloneSystem {
+  /** `http://host:port` of the REST API. */
+  url: string;
+  dataDir: string;
+  storeDir: string;
+  logsDir: string;
+  backupTargetURL: string;
+  /** Stops the API, the controllers and every child process; the store is flushed and closed. */
+  stop(): Promise<void>;
+}
+
+function parseListen(listen: string): { host: string; port: number } {
+  const i = listen.lastIndexOf(':');
+  const port = Number(listen.slice(i + 1));
+  if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`invalid --listen "${listen}": expected host:port`);
+  return { host: listen.slice(0, i).replace(/^\[|\]$/g, '') || '127.0.0.1', port };
+}
+
+/** Creates (or reuses) `<dataDir>/disks/disk-<i>` with its `longhorn-disk.cfg`. The UUID survives restarts. */
+async function prepareDisk(dataDir: string, i: number): Promise<StandaloneDisk> {
+  const dir = path.join(dataDir, 'disks', `disk-${i}`);
+  await mkdir(dir, { recursive: true });
+  const cfg = path.join(dir, 'longhorn-disk.cfg');
+  try {
+    const parsed = JSON.parse(await readFile(cfg, 'utf8')) as { diskUUID?: unknown };
+    if (typeof parsed.diskUUID === 'string' && parsed.diskUUID) return { name: `disk-${i}`, uuid: parsed.diskUUID, path: dir };
+    throw new Error(`${cfg} has no diskUUID`);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  const uuid = randomUUID();
+  await writeFile(cfg, JSON.stringify({ diskUUID: uuid }));
+  return { name: `disk-${i}`, uuid, path: dir };
+}
+
+const cond = (type: string, now: string) => ({ type, status: 'True', reason: '', message: '', lastProbeTime: '', lastTransitionTime: now });
+
+/** Writes the Node record of this machine: its disks, all schedulable and ready. Keeps user changes (tags, eviction). */
+async function ensureNode(store: EmbeddedDatastore, disks: StandaloneDisk[]): Promise<void> {
+  const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+  let node;
+  try {
+    node = await store.get(NodeKind, STANDALONE_NODE, STANDALONE_NAMESPACE);
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+  }
+  const specDisks = { ...(node?.spec?.disks ?? {}) };
+  for (const d of disks) {
+    specDisks[d.name] = { diskType: 'filesystem', allowScheduling: true, evictionRequested: false, storageReserved: 0, tags: [], ...(specDisks[d.name] ?? {}), path: d.path };
+  }
+  for (const name of Object.keys(specDisks)) if (!disks.some((d) => d.name === name)) delete specDisks[name];
+  const spec: Node['spec'] = { name: STANDALONE_NODE, allowScheduling: true, evictionRequested: false, tags: [], ...(node?.spec ?? {}), disks: specDisks };
+  const status: Node['status'] = {
+    conditions: [cond('Ready', now), cond('Schedulable', now)],
+    diskStatus: Object.fromEntries(disks.map((d) => [d.name, { diskUUID: d.uuid, diskName: d.name, diskPath: d.path, diskType: 'filesystem', conditions: [cond('Ready', now), cond('Schedulable', now)] }])),
+  };
+  const saved = node
+    ? await store.update(NodeKind, { ...node, spec })
+    : await store.create(NodeKind, { apiVersion: LONGHORN_API_VERSION, kind: 'Node', metadata: { name: STANDALONE_NODE, namespace: STANDALONE_NAMESPACE }, spec });
+  await store.updateStatus(NodeKind, { ...saved, status });
+}
+
+async function ensureBackupTarget(store: EmbeddedDatastore, url: string): Promise<void> {
+  try {
+    const t = await store.get(BackupTargetKind, 'default', STANDALONE_NAMESPACE);
+    if (t.spec?.backupTargetURL !== url) await store.update(BackupTargetKind, { ...t, spec: { ...t.spec, backupTargetURL: url } });
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+    await store.create(BackupTargetKind, {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'BackupTarget',
+      metadata: { name: 'default', namespace: STANDALONE_NAMESPACE },
+      spec: { backupTargetURL: url, credentialSecret: '', pollInterval: '5m0s' },
+    });
+  }
+}
+
+/**
+ * Starts the whole system on this machine: the embedded store under `<dataDir>/store`, one node with `disks` disk
+ * directories under `<dataDir>/disks`, a filesystem backup target under `<dataDir>/backups`, the controllers, the
+ * data-plane processes (logs under `<dataDir>/logs`) and the REST API.
+ */
+export async function startStandalone(opts: StandaloneOptions): Promise<StandaloneHandle> {
+  const dataDir = path.resolve(opts.dataDir);
+  const storeDir = path.join(dataDir, 'store');
+  const logsDir = path.join(dataDir, 'logs');
+  const backupsDir = path.join(dataDir, 'backups');
+  await mkdir(logsDir, { recursive: true });
+  await mkdir(backupsDir, { recursive: true });
+  const diskCount = opts.disks ?? 3;
+  if (!Number.isInteger(diskCount) || diskCount < 1) throw new Error(`invalid number of disks ${opts.disks}: at least 1`);
+  const disks: StandaloneDisk[] = [];
+  for (let i = 1; i <= diskCount; i++) disks.push(await prepareDisk(dataDir, i));
+
+  const store = await EmbeddedDatastore.open({ dataDir: storeDir });
+  const runtime = new LocalProcessRuntime({ probeIntervalMs: 200, terminationGracePeriodMs: 10_000 });
+  const dataPlane = new ProcessDataPlane({ runtime, binaries: opts.binaries, nodeID: STANDALONE_NODE, logsDir, allowSourceHosts: opts.allowSourceHosts });
+  let app: FastifyInstance | undefined;
+  let controllers: ControllerManager | undefined;
+  const cleanup = async () => {
+    await app?.close().catch(() => {});
+    await controllers?.stop().catch(() => {});
+    dataPlane.close();
+    await runtime.stopAll().catch(() => {});
+    await store.close();
+  };
+  try {
+    const settings = new SettingsService({ store, namespace: STANDALONE_NAMESPACE });
+    await settings.ensureDefaults();
+    await settings.set(SettingName.DefaultBackingImageManagerImage, STANDALONE_MANAGER_IMAGE, { system: true });
+    await ensureNode(store, disks);
+    const backupTargetURL = `vfs://${backupsDir}`;
+    await ensureBackupTarget(store, backupTargetURL);
+
+    const log = opts.log;
+    const events = new EventRecorder(5000, (l) => log?.info(l));
+    controllers = new ControllerManager({
+      store,
+      dataPlane,
+      nodeID: STANDALONE_NODE,
+      namespace: STANDALONE_NAMESPACE,
+      allowSourceHosts: opts.allowSourceHosts,
+      log,
+      events,
+      ...opts.controllerOptions,
+    });
+    await controllers.start();
+
+    const system: StandaloneSystem = { store, controllers, dataPlane, settings, events, namespace: STANDALONE_NAMESPACE, disks };
+    const registry = new ApiRegistry().addResource(settingsResource(settings));
+    opts.registerResources?.(registry, system);
+    app = Fastify({ logger: false, bodyLimit: 1 << 20 });
+    await app.register(restApiPlugin, { registry });
+    const { host, port } = parseListen(opts.listen ?? '127.0.0.1:9500');
+    await app.listen({ host, port });
+    const addr = app.server.address();
+    const actualPort = typeof addr === 'object' && addr ? addr.port : port;
+    const url = `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
+    let stopped: Promise<void> | undefined;
+    return {
+      ...system,
+      url,
+      dataDir,
+      storeDir,
+      logsDir,
+      backupTargetURL,
+      stop: () => (stopped ??= cleanup()),
+    };
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
+}
