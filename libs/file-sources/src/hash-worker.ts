@@ -65,7 +65,12 @@ export class HashWorker {
 
   constructor(algorithms: readonly ChecksumAlgorithm[]) {
     this.algorithms = algorithms;
-    this.#worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { algorithms: [...algorithms] } });
+    this.#worker = new Worker(WORKER_SOURCE, {
+      eval: true,
+      workerData: { algorithms: [...algorithms] },
+      // The worker only hashes: a small heap keeps the process's memory low.
+      resourceLimits: { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 4, codeRangeSizeMb: 8, stackSizeMb: 1 },
+    });
     this.#worker.unref();
     this.#worker.on('message', (r: Reply) => {
       const w = this.#waiting.get(r.id);

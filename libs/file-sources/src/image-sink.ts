@@ -10,8 +10,8 @@ export const SPARSE_BLOCK_SIZE = 4096;
 export const SECTOR_SIZE = 512;
 /** Bytes are gathered into slabs of this size; a full slab is hashed (worker thread) and written (thread pool). */
 export const SLAB_BYTES = 4 << 20;
-/** Slabs in flight at most: memory is bounded by SLAB_COUNT × SLAB_BYTES (24 MiB). */
-export const SLAB_COUNT = 6;
+/** Slabs in flight at most: memory is bounded by SLAB_COUNT × SLAB_BYTES (16 MiB). */
+export const SLAB_COUNT = 4;
 /** Zero detection looks at this much at once before looking at single 4 KiB blocks. */
 const ZERO_PROBE_BYTES = 64 << 10;
 const ZEROS = Buffer.alloc(ZERO_PROBE_BYTES);
