@@ -1,0 +1,167 @@
+import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
+import { Transform, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { StoredBIDS } from '@bis/controllers';
+import { ApiError, type ApiContext } from '@bis/rest-api';
+import type { BackingImageService } from './backing-images.js';
+import type { BackingImageApiDeps } from './deps.js';
+import { refused } from './errors.js';
+
+/** Counts the bytes flowing through. */
+export class ByteCounter extends Transform {
+  bytes = 0;
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null, data?: Buffer) => void): void {
+    this.bytes += chunk.length;
+    cb(null, chunk);
+  }
+}
+
+export interface UpstreamResponse {
+  status: number;
+  headers: IncomingHttpHeaders;
+  /** The body, at most 64 KiB of it (error texts and small JSON answers). */
+  text: string;
+}
+
+const MAX_ANSWER = 64 << 10;
+
+function readAnswer(res: IncomingMessage): Promise<UpstreamResponse> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let n = 0;
+    res.on('data', (c: Buffer) => {
+      if (n < MAX_ANSWER) chunks.push(c);
+      n += c.length;
+    });
+    res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8').slice(0, MAX_ANSWER) }));
+    res.on('error', reject);
+  });
+}
+
+/**
+ * One HTTP exchange with a workload. A request body is streamed (never buffered); if the upstream answers before
+ * the body is complete (an early rejection), the answer wins.
+ */
+export function exchange(
+  address: string,
+  method: 'GET' | 'POST',
+  pathAndQuery: string,
+  signal: AbortSignal,
+  body?: { stream: Readable; headers: Record<string, string> },
+): Promise<UpstreamResponse> {
+  return new Promise<UpstreamResponse>((resolve, reject) => {
+    const [host, port] = splitAddress(address);
+    const req = httpRequest({ host, port, method, path: pathAndQuery, headers: body?.headers ?? {}, signal }, (res) => {
+      readAnswer(res).then(resolve, reject);
+    });
+    req.on('error', reject);
+    if (body) pipeline(body.stream, req).catch(reject);
+    else req.end();
+  });
+}
+
+export function splitAddress(address: string): [string, number] {
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(address);
+  if (!m) throw new Error(`invalid workload address ${JSON.stringify(address)}: expected host:port`);
+  return [m[1]!, Number(m[2])];
+}
+
+/** Forwards requests to the copy of the request's body headers that matter for the data source. */
+function bodyHeaders(h: IncomingHttpHeaders): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (h['content-type']) out['content-type'] = h['content-type'];
+  if (h['content-length']) out['content-length'] = h['content-length'];
+  else out['transfer-encoding'] = 'chunked';
+  return out;
+}
+
+const UPLOADING_STATES = new Set(['pending', 'starting', 'in-progress']);
+
+/**
+ * The upload proxy (§2.6): the request body is streamed to the data source of the image (`/v1/file`), keeping the
+ * original query (`size`, `offset`). Only while the data source waits for the upload (`pending`) for the whole
+ * upload; the resumable-upload parts are accepted while the upload is under way.
+ */
+export class UploadProxy {
+  constructor(
+    private readonly service: BackingImageService,
+    private readonly deps: BackingImageApiDeps,
+  ) {}
+
+  private async target(name: string, states: ReadonlySet<string>): Promise<{ address: string; bids: StoredBIDS }> {
+    await this.service.mustGet(name);
+    const bids = await this.service.dataSource(name);
+    if (!bids) throw refused(`cannot find pod for backing image data source ${name}`);
+    const address = this.deps.endpoints.dataSourceAddress(bids);
+    if (!address) throw refused('backing image data source pod is not ready for uploading');
+    if (bids.spec?.sourceType && bids.spec.sourceType !== 'upload') throw refused(`cannot upload to backing image ${name}: its source type is ${bids.spec.sourceType}, not upload`);
+    if (!states.has(bids.status?.currentState ?? '')) throw refused(`upload server for backing image ${name} has not been initiated`);
+    return { address, bids };
+  }
+
+  private query(ctx: ApiContext): string {
+    const u = ctx.request.url;
+    const i = u.indexOf('?');
+    return i < 0 ? '' : u.slice(i);
+  }
+
+  private async send(ctx: ApiContext, name: string, states: ReadonlySet<string>): Promise<UpstreamResponse> {
+    const { address } = await this.target(name, states);
+    const counter = new ByteCounter();
+    const raw = ctx.request.raw;
+    const observer = this.deps.observer;
+    observer?.transferStarted('upload', name);
+    const abort = new AbortController();
+    const onClose = (): void => {
+      if (!raw.complete) abort.abort(new Error('the client went away during the upload'));
+    };
+    raw.once('close', onClose);
+    let res: UpstreamResponse;
+    try {
+      res = await exchange(address, 'POST', `/v1/file${this.query(ctx)}`, abort.signal, { stream: raw.pipe(counter), headers: bodyHeaders(raw.headers) });
+    } catch (err) {
+      observer?.transferFinished('upload', name, abort.signal.aborted ? 'cancelled' : 'failed', counter.bytes);
+      throw new ApiError(500, `upload to the data source of backing image ${name} failed: ${(err as Error).message}`, { cause: err });
+    } finally {
+      raw.off('close', onClose);
+    }
+    const ok = res.status >= 200 && res.status < 300;
+    observer?.transferFinished('upload', name, ok ? 'succeeded' : 'failed', counter.bytes);
+    if (!ok) throw upstreamError(name, res);
+    return res;
+  }
+
+  /** `?action=upload&size=N`: Longhorn's single-request upload (multipart part `chunk`, or an octet-stream body). */
+  async upload(ctx: ApiContext, name: string): Promise<void> {
+    await this.send(ctx, name, new Set(['pending']));
+  }
+
+  /** `?action=uploadPart&size=S&offset=N`: appends an octet-stream body at N. */
+  async part(ctx: ApiContext, name: string): Promise<{ size: number; offset: number }> {
+    return progressOf(await this.send(ctx, name, UPLOADING_STATES));
+  }
+
+  /** `?action=uploadOffset`: where a resumable upload continues. */
+  async offset(ctx: ApiContext, name: string): Promise<{ size: number; offset: number }> {
+    const { address } = await this.target(name, UPLOADING_STATES);
+    const res = await exchange(address, 'GET', '/v1/file?action=uploadOffset', ctx.signal);
+    if (res.status !== 200) throw upstreamError(name, res);
+    return progressOf(res);
+  }
+}
+
+function progressOf(res: UpstreamResponse): { size: number; offset: number } {
+  try {
+    const v = JSON.parse(res.text) as { size?: unknown; offset?: unknown };
+    if (typeof v.size === 'number' && typeof v.offset === 'number') return { size: v.size, offset: v.offset };
+  } catch {
+    // reported below
+  }
+  throw new ApiError(500, `unexpected answer from the data source: ${res.text.slice(0, 200)}`);
+}
+
+/** The data source's answer as a cattle error with the same status (Longhorn's reverse proxy passes it through). */
+function upstreamError(name: string, res: UpstreamResponse): ApiError {
+  const text = res.text.trim() || `status ${res.status}`;
+  return new ApiError(res.status >= 400 ? res.status : 500, `data source of backing image ${name}: ${text}`);
+}
