@@ -1,0 +1,153 @@
+import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
+import { createHash, randomBytes } from 'node:crypto';
+import { promises as fsp, readFileSync } from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { getFileLayout } from '@bis/block-mapping';
+import { startSsyncReceiver } from './receiver.js';
+import { sendFile } from './sender.js';
+import type { FileLayoutProvider } from './layout.js';
+
+const MiB = 1 << 20;
+let dir: string;
+
+beforeEach(async () => {
+  dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'ssync-'));
+});
+afterEach(async () => {
+  await fsp.rm(dir, { recursive: true, force: true });
+});
+
+async function sparseFile(name: string, pattern: string): Promise<string> {
+  const f = path.join(dir, name);
+  const fh = await fsp.open(f, 'w');
+  await fh.truncate(pattern.length * MiB);
+  for (let i = 0; i < pattern.length; i++) if (pattern[i] === 'd') await fh.write(randomBytes(MiB), 0, MiB, i * MiB);
+  await fh.close();
+  return f;
+}
+const sha = (f: string) => createHash('sha512').update(readFileSync(f)).digest('hex');
+
+describe('ssync sender and receiver', () => {
+  it('transfers a sparse file: holes as holes, data in chunks, result identical and sparse', async () => {
+    const src = await sparseFile('src', 'dhhdddhhhh');
+    const dst = path.join(dir, 'dst');
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 10 * MiB });
+    const r = await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chunkSize: MiB / 2 });
+    const got = await rx.done;
+    await rx.closed;
+    expect(got).toEqual({ size: 10 * MiB, dataBytes: 4 * MiB, holeBytes: 6 * MiB });
+    expect(r.dataBytes).toBe(4 * MiB);
+    expect(sha(dst)).toBe(sha(src));
+    expect((await fsp.stat(dst)).blocks * 512).toBeLessThanOrEqual(4 * MiB + 64 * 1024);
+  });
+
+  it('never reads holes: only data extents are read from the source', async () => {
+    const src = await sparseFile('src', 'hhdh');
+    const dst = path.join(dir, 'dst');
+    // a layout that declares the first 2 MiB a hole although we fill it with bytes: they must not be sent
+    await (async () => {
+      const fh = await fsp.open(src, 'r+');
+      await fh.write(Buffer.alloc(2 * MiB, 7), 0, 2 * MiB, 0);
+      await fh.close();
+    })();
+    const layout: FileLayoutProvider = async () => ({
+      size: 4 * MiB,
+      data: [{ offset: 2 * MiB, length: MiB }],
+      holes: [{ offset: 0, length: 2 * MiB }, { offset: 3 * MiB, length: MiB }],
+    });
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 4 * MiB });
+    await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout });
+    await rx.done;
+    const out = readFileSync(dst);
+    expect(out.subarray(0, 2 * MiB).every((b) => b === 0)).toBe(true);
+    expect(out.subarray(2 * MiB, 3 * MiB).equals(readFileSync(src).subarray(2 * MiB, 3 * MiB))).toBe(true);
+  });
+
+  it('retries a failed chunk', async () => {
+    const src = await sparseFile('src', 'dd');
+    const dst = path.join(dir, 'dst');
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 2 * MiB });
+    // a proxy that fails the first writeData with a 500
+    let failed = 0;
+    const proxy = http.createServer((req, res) => {
+      if (req.url!.includes('writeData') && failed === 0) {
+        failed++;
+        req.resume();
+        res.statusCode = 500;
+        return res.end('injected failure\n');
+      }
+      const up = http.request({ host: '127.0.0.1', port: rx.port, method: req.method, path: req.url, headers: req.headers }, (r) => {
+        res.statusCode = r.statusCode!;
+        r.pipe(res);
+      });
+      req.pipe(up);
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    try {
+      const r = await sendFile({ path: src, toAddress: `127.0.0.1:${(proxy.address() as AddressInfo).port}`, layout: (p) => getFileLayout(p) });
+      expect(r.retries).toBe(1);
+      await rx.done;
+      expect(sha(dst)).toBe(sha(src));
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('an aborted sender never makes the receiver report a complete file; a close of a partial file fails', async () => {
+    const src = await sparseFile('src', 'dddd');
+    const dst = path.join(dir, 'dst');
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 4 * MiB, idleTimeoutMs: 1500 });
+    const ac = new AbortController();
+    const sending = sendFile({
+      path: src,
+      toAddress: `127.0.0.1:${rx.port}`,
+      layout: (p) => getFileLayout(p),
+      signal: ac.signal,
+      workers: 1,
+      chunkSize: 64 * 1024,
+      onProgress: (n) => {
+        if (n >= MiB) ac.abort(new Error('stop'));
+      },
+    });
+    await expect(sending).rejects.toThrow('stop');
+    await expect(rx.done).rejects.toThrow('no request from the sender');
+    await rx.closed;
+
+    // a Longhorn-style sender that calls close after a partial transfer
+    const rx2 = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'dst2'), size: 4 * MiB });
+    const call = (method: string, p: string, body?: Buffer) =>
+      new Promise<number>((resolve, reject) => {
+        const req = http.request({ host: '127.0.0.1', port: rx2.port, method, path: p }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode!));
+        });
+        req.on('error', reject);
+        req.end(body);
+      });
+    expect(await call('GET', `/v1-ssync/open?begin=0&end=${4 * MiB}`)).toBe(200);
+    expect(await call('POST', `/v1-ssync/writeData?begin=0&end=${MiB}`, Buffer.alloc(MiB, 1))).toBe(200);
+    expect(await call('POST', `/v1-ssync/close`)).toBe(200);
+    await expect(rx2.done).rejects.toThrow(`incomplete transfer: ${MiB} of ${4 * MiB} bytes`);
+  });
+
+  it('rejects a size that differs from the expected one', async () => {
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'x'), size: 4 * MiB, idleTimeoutMs: 500 });
+    const src = await sparseFile('src', 'dd');
+    await expect(sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), attempts: 1 })).rejects.toThrow(
+      'the receiver expects 4194304 bytes',
+    );
+    await expect(rx.done).rejects.toThrow('no request from the sender');
+    await rx.closed;
+  }, 10_000);
+
+  it('stops on cancellation', async () => {
+    const ac = new AbortController();
+    const rx2 = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'y'), size: MiB, signal: ac.signal });
+    ac.abort();
+    await expect(rx2.done).rejects.toThrow('receiving cancelled');
+    await rx2.closed;
+  }, 10_000);
+});
