@@ -217,7 +217,7 @@ async function probeRanges(s: DownloadSettings, url: string, signal: AbortSignal
 /** Feeds one body into the sink with stall detection. Returns the number of source bytes consumed. */
 export async function pumpOnce(
   body: AsyncIterable<Buffer>,
-  sink: ImageSink,
+  sink: Pick<ImageSink, 'write'>,
   s: { stallTimeoutMs: number },
   signal: AbortSignal,
   onProgress: (consumed: number) => void,

@@ -9,3 +9,7 @@ export { downloadToFile, DEFAULT_RETRY, DEFAULT_PARALLEL, type RetryPolicy, type
 export { createDownloadClient, guardedLookup, type DownloadClientOptions } from './http-client.js';
 export { uploadToFile, cloneToFile, restoreToFile, type RestoreBackupFn } from './sources.js';
 export { createFileSources, DEFAULT_STALL_TIMEOUT_MS, type FileSourcesOptions } from './provider.js';
+export { convertRawToQcow2, type Qcow2ConversionRequest } from './qemu-img.js';
+export { runTool, type ToolRun } from './tool-process.js';
+export { luksCloneToFile, luksParameters, probeLuks, LuksUnavailableError, LUKS_HEADER_BYTES, type LuksParameters } from './luks.js';
+export { HashWorker, HashWorkerError } from './hash-worker.js';

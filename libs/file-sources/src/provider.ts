@@ -2,6 +2,7 @@ import type { CloneRequest, DownloadRequest, FileSourceProvider, ProgressSink, R
 import { DEFAULT_PARALLEL, DEFAULT_RETRY, downloadToFile, type ParallelPolicy, type RetryPolicy } from './download.js';
 import { createDownloadClient } from './http-client.js';
 import { SourceHostPolicy } from './ip-policy.js';
+import { luksCloneToFile } from './luks.js';
 import { cloneToFile, restoreToFile, uploadToFile, type RestoreBackupFn } from './sources.js';
 
 /** Longhorn's copy stall timeout (`types.HTTPTimeout`, 30 s since longhorn#11309). */
@@ -23,7 +24,7 @@ export interface FileSourcesOptions {
   connectTimeoutMs?: number;
   /** The backup engine's restore; without it `restore` fails with a clear error. */
   restoreBackup?: RestoreBackupFn;
-  /** encrypt/decrypt clones (LUKS); without it those fail with a clear error. */
+  /** encrypt/decrypt clones; default {@link luksCloneToFile} (cryptsetup + loop devices). */
   encryptedClone?: (req: CloneRequest) => Promise<SourceResult>;
 }
 
@@ -53,7 +54,7 @@ export function createFileSources(options: FileSourcesOptions = {}): FileSourceP
   return {
     download: (req: DownloadRequest) => settle(req.sink, downloadToFile(req, download)),
     upload: (req: UploadRequest) => settle(req.sink, uploadToFile(req, { stallTimeoutMs })),
-    clone: (req: CloneRequest) => settle(req.sink, cloneToFile(req, { stallTimeoutMs, encryption: options.encryptedClone })),
+    clone: (req: CloneRequest) => settle(req.sink, cloneToFile(req, { stallTimeoutMs, encryption: options.encryptedClone ?? luksCloneToFile })),
     restore: (req: RestoreRequest) => settle(req.sink, restoreToFile(req, options.restoreBackup)),
   };
 }
