@@ -1,1 +1,2 @@
-export {};
+export * from './metrics.js';
+export * from './plugin.js';
