@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiRegistry } from '@bis/rest-api';
+import { ApiError, type ApiRegistry } from '@bis/rest-api';
 import { BACKING_IMAGE_INPUT_SCHEMAS, backingImageResource, backupBackingImageResource } from './backing-image-resources.js';
 import { BackingImageService } from './backing-images.js';
 import { BackupTargetService, backupTargetResource } from './backup-targets.js';
@@ -57,9 +57,7 @@ export const backingImageHttpPlugin: FastifyPluginAsync<BackingImageHttpPluginOp
   const { api } = opts;
   app.addContentTypeParser(['multipart/form-data', 'application/octet-stream'], (req, _payload, done) => {
     if (req.method === 'POST' && /^\/v1\/backingimages\/[^/?]+\?/.test(req.url) && UPLOAD_ACTIONS.test(req.url)) return done(null, undefined);
-    const err = new Error(`content type ${req.headers['content-type'] ?? ''} is only accepted by the upload actions of /v1/backingimages/<name>`) as Error & { statusCode: number };
-    err.statusCode = 415;
-    done(err, undefined);
+    done(new ApiError(415, `content type ${req.headers['content-type'] ?? ''} is only accepted by the upload actions of /v1/backingimages/<name>`), undefined);
   });
   app.get('/v1/backingimages/:id/download', async (req: FastifyRequest<{ Params: { id: string }; Querystring: Record<string, string | undefined> }>, reply: FastifyReply) => {
     try {
