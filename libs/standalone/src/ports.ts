@@ -32,3 +32,29 @@ export class PortRangeAllocator {
     return `${a}-${a + this.size - 1}`;
   }
 }
+
+/**
+ * Free ports that are never handed out twice while reserved: the OS may return the same ephemeral port to two
+ * probes in a row, before either workload binds it.
+ */
+export class PortReservations {
+  private readonly reserved = new Map<number, string>();
+
+  constructor(private readonly host = '127.0.0.1') {}
+
+  async reserve(owner: string, count: number): Promise<number[]> {
+    const out: number[] = [];
+    for (let attempts = 0; out.length < count; attempts++) {
+      if (attempts > 100) throw new Error(`could not find ${count} free ports on ${this.host}`);
+      const p = await freePort(this.host);
+      if (this.reserved.has(p)) continue;
+      this.reserved.set(p, owner);
+      out.push(p);
+    }
+    return out;
+  }
+
+  release(owner: string): void {
+    for (const [p, o] of [...this.reserved]) if (o === owner) this.reserved.delete(p);
+  }
+}

@@ -16,7 +16,7 @@ import {
   type WorkloadStatus,
 } from '@bis/controllers';
 import type { WorkloadRuntime, WorkloadStatus as RuntimeStatus } from '@bis/runtime';
-import { freePort, PortRangeAllocator } from './ports.js';
+import { PortRangeAllocator, PortReservations } from './ports.js';
 
 export interface DataPlaneBinaries {
   /** Path of `apps/backing-image-manager/bin/backing-image-manager.js`. */
@@ -56,10 +56,12 @@ export class ProcessDataPlane implements DataPlane {
   private readonly listeners = new Set<(kind: 'manager' | 'data-source', name: string) => void>();
   private readonly ac = new AbortController();
   private readonly ranges = new PortRangeAllocator();
+  private readonly ports: PortReservations;
   private readonly host: string;
 
   constructor(private readonly o: ProcessDataPlaneOptions) {
     this.host = o.host ?? '127.0.0.1';
+    this.ports = new PortReservations(this.host);
     void this.watchRuntime();
   }
 
@@ -82,6 +84,11 @@ export class ProcessDataPlane implements DataPlane {
   onWorkloadChange(listener: (kind: 'manager' | 'data-source', name: string) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /** Names of the workloads that exist now. */
+  workloads(): string[] {
+    return this.o.runtime.list().map((w) => w.name);
   }
 
   /** Stops watching the runtime and closes every gRPC channel (does not stop workloads). */
@@ -120,7 +127,8 @@ export class ProcessDataPlane implements DataPlane {
   async startManager(bim: BackingImageManager): Promise<void> {
     const name = bim.metadata.name;
     if (this.o.runtime.get(name)) return;
-    const [grpc, sync] = [await freePort(this.host), await freePort(this.host)];
+    this.ports.release(name);
+    const [grpc, sync] = (await this.ports.reserve(name, 2)) as [number, number];
     const diskPath = bim.spec?.diskPath ?? '';
     const ep: Endpoint = { address: `${this.host}:${grpc}`, syncAddress: `${this.host}:${sync}`, diskUUID: bim.spec?.diskUUID ?? '' };
     this.endpoints.set(name, ep);
@@ -165,12 +173,16 @@ export class ProcessDataPlane implements DataPlane {
   }
 
   private async stop(name: string): Promise<void> {
-    if (!this.o.runtime.get(name)) return;
+    if (!this.o.runtime.get(name)) {
+      this.ports.release(name);
+      return;
+    }
     try {
       await this.o.runtime.stop(name);
     } catch (err) {
       if ((err as Error).name !== 'WorkloadNotFoundError') throw err;
     }
+    this.ports.release(name);
   }
 
   managerClient(address: string): ManagerApi {
@@ -187,7 +199,8 @@ export class ProcessDataPlane implements DataPlane {
   async startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<void> {
     const name = dataSourceWorkloadName(bids.metadata.name);
     if (this.o.runtime.get(name)) return;
-    const [http, sync] = [await freePort(this.host), await freePort(this.host)];
+    this.ports.release(name);
+    const [http, sync] = (await this.ports.reserve(name, 2)) as [number, number];
     const ep: Endpoint = { address: `${this.host}:${http}`, syncAddress: `${this.host}:${sync}`, diskUUID: bids.spec?.diskUUID ?? '' };
     this.endpoints.set(name, ep);
     this.everReady.delete(name);
