@@ -101,10 +101,8 @@ export function validateDataSourceConfig(c: {
         throw new DataSourceConfigError(`invalid parameter "volume-size" value "${size}": a positive multiple of 512 is required`);
       }
       const type = exportType(cfg.parameters);
-      if (type !== 'raw') {
-        throw new DataSourceConfigError(
-          `invalid parameter "export-type" value "${type}": only raw exports are supported by this data source (qcow2 needs a raw-to-qcow2 converter)`,
-        );
+      if (type !== 'raw' && type !== 'qcow2') {
+        throw new DataSourceConfigError(`invalid parameter "export-type" value "${type}": expected raw or qcow2`);
       }
       break;
     }

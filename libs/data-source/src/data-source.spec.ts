@@ -168,7 +168,7 @@ describe('data source configuration', () => {
     expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'clone', parameters: { 'backing-image': 'x', 'backing-image-uuid': 'y' } })).toThrow(/"encryption"/);
     expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'clone', parameters: { 'backing-image': 'x', 'backing-image-uuid': 'y', encryption: 'encrypt' } })).toThrow(/secret is not provided/);
     expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'export-from-volume', parameters: { 'snapshot-name': 's', 'sender-address': 'h:1', 'volume-size': '1000' } })).toThrow(/"volume-size"/);
-    expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'export-from-volume', parameters: { 'snapshot-name': 's', 'sender-address': 'h:1', 'volume-size': '1024', 'export-type': 'qcow2' } })).toThrow(/"export-type" value "qcow2"/);
+    expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'export-from-volume', parameters: { 'snapshot-name': 's', 'sender-address': 'h:1', 'volume-size': '1024', 'export-type': 'vmdk' } })).toThrow('invalid parameter "export-type" value "vmdk": expected raw or qcow2');
     expect(() => validateDataSourceConfig({ uuid: 'b', sourceType: 'upload' })).toThrow(/name or uuid is not specified/);
   });
 

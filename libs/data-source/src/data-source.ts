@@ -1,10 +1,12 @@
-import { mkdir } from 'node:fs/promises';
+import { createReadStream } from 'node:fs';
+import { mkdir, rm, stat } from 'node:fs/promises';
 import { once } from 'node:events';
 import path from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import { FileState } from '@bis/state-machine';
-import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service';
-import { DEFAULT_EXPORT_RECEIVER_PORT, type DataSourceConfig } from './config.js';
+import { SyncFileNotFoundError, startSsyncReceiver, type FileInfo, type SyncService } from '@bis/sync-service';
+import { convertRawToQcow2 } from '@bis/file-sources';
+import { DEFAULT_EXPORT_RECEIVER_PORT, exportType, type DataSourceConfig } from './config.js';
 
 /** Longhorn's `api.DataSourceInfo` (JSON key order as Go emits it). */
 export interface DataSourceInfo {
@@ -37,6 +39,8 @@ export interface DataSourceOptions {
   beginTimeoutMs?: number;
   /** Port of the export-from-volume receiver (Longhorn: 8002). */
   exportReceiverPort?: number;
+  /** Address the export receiver listens on (default all interfaces, like Longhorn). */
+  receiverHost?: string;
   /** Starts the replica's export towards our receiver (gRPC VolumeExport in Longhorn); optional. */
   requestVolumeExport?: (p: { senderAddress: string; snapshotName: string; port: number }) => Promise<void>;
   log?: (message: string) => void;
@@ -75,6 +79,10 @@ export class DataSource {
   #watchdog: NodeJS.Timeout | undefined;
   #resumable: ResumableUpload | undefined;
   #wholeUpload = false;
+  /** A qcow2 export before its result is handed to the sync service: receive raw, then convert. */
+  #exportPhase: { state: string; progress: number; processed: number } | undefined;
+  readonly #exportAbort = new AbortController();
+  #exportWork: Promise<void> | undefined;
 
   constructor(o: DataSourceOptions) {
     this.#o = o;
@@ -121,7 +129,13 @@ export class DataSource {
         break;
       case 'export-from-volume': {
         const port = this.#o.exportReceiverPort ?? DEFAULT_EXPORT_RECEIVER_PORT;
-        await sync.receiveFromPeer({ ...base, size: Number(c.parameters['volume-size']), port, fileType: 'raw' });
+        const size = Number(c.parameters['volume-size']);
+        if (exportType(c.parameters) === 'qcow2') {
+          this.#exportPhase = { state: FileState.Starting, progress: 0, processed: 0 };
+          this.#exportWork = this.#exportQcow2(port, size);
+        } else {
+          await sync.receiveFromPeer({ ...base, size, port, fileType: 'raw' });
+        }
         const req = this.#o.requestVolumeExport;
         if (req) {
           req({ senderAddress: c.parameters['sender-address']!, snapshotName: c.parameters['snapshot-name']!, port }).catch(
@@ -132,6 +146,52 @@ export class DataSource {
       }
     }
     this.#startWatchdog();
+  }
+
+  /**
+   * export-type qcow2: the ssync receiver writes the raw volume into `<file>.export-raw`, `qemu-img convert` turns it
+   * into `<file>.export-qcow2` (no fixed time limit, cancellable), and that file is streamed into the sync service
+   * (hash, qcow2 header check and write in one pass) as the data source's file. Scratch files are removed on every
+   * path. Progress: receiving 0–80 %, converting 80–95 %, then the sync service's own progress.
+   */
+  async #exportQcow2(port: number, size: number): Promise<void> {
+    const raw = `${this.filePath}.export-raw`;
+    const qcow2 = `${this.filePath}.export-qcow2`;
+    const signal = this.#exportAbort.signal;
+    const phase = (state: string, progress: number, processed: number): void => {
+      this.#exportPhase = { state, progress: Math.floor(progress), processed };
+    };
+    try {
+      const receiver = await startSsyncReceiver({
+        port,
+        host: this.#o.receiverHost,
+        filePath: raw,
+        size,
+        signal,
+        onProgress: (n) => phase(FileState.InProgress, (n / size) * 80, n),
+      });
+      try {
+        await receiver.done;
+      } finally {
+        await receiver.closed;
+      }
+      phase(FileState.InProgress, 80, size);
+      await convertRawToQcow2({ source: raw, dest: qcow2, signal, onProgress: (p) => phase(FileState.InProgress, 80 + p * 0.15, size) });
+      await rm(raw, { force: true });
+      const { size: qcow2Size } = await stat(qcow2);
+      this.#exportPhase = undefined; // from here on the sync record reports the state
+      await this.#o.sync.upload(this.#uploadParams(qcow2Size, createReadStream(qcow2, { highWaterMark: 1 << 20 })));
+    } catch (e) {
+      if (this.#exportPhase && !this.#frozen) {
+        const message = signal.aborted ? 'the export was cancelled' : `failed to export the volume as qcow2: ${(e as Error).message}`;
+        this.#frozen = { ...this.#local(FileState.Failed), message };
+        this.#exportPhase = undefined;
+      }
+      this.#o.log?.(`export-from-volume (qcow2) failed: ${(e as Error).message}`);
+    } finally {
+      await rm(raw, { force: true });
+      await rm(qcow2, { force: true });
+    }
   }
 
   #startWatchdog(): void {
@@ -147,6 +207,7 @@ export class DataSource {
         this.#stopWatchdog();
         this.#frozen = { ...this.#current(), state: FileState.Failed, message: BEGIN_TIMEOUT_MESSAGE };
         this.#resumable?.body.destroy(new Error(BEGIN_TIMEOUT_MESSAGE));
+        this.#exportAbort.abort(new Error(BEGIN_TIMEOUT_MESSAGE));
         this.#o.sync.delete(this.filePath).catch(() => undefined);
       }
     }, Math.min(1000, Math.max(10, limit / 10)));
@@ -184,6 +245,11 @@ export class DataSource {
   #current(): DataSourceInfo {
     if (this.#frozen) return this.#frozen;
     const c = this.#o.config;
+    const ex = this.#exportPhase;
+    if (ex) {
+      const size = Number(c.parameters['volume-size']);
+      return { ...this.#local(ex.state), size, virtualSize: size, progress: ex.progress, processedSize: ex.processed };
+    }
     let f: FileInfo;
     try {
       f = this.#o.sync.get(this.filePath);
@@ -306,6 +372,8 @@ export class DataSource {
   /** Stops the watchdog; cancels an unfinished file (its partial file is removed). */
   async close(): Promise<void> {
     this.#stopWatchdog();
+    this.#exportAbort.abort(new Error('the data source is shutting down'));
+    await this.#exportWork;
     this.#resumable?.body.destroy(new Error('the data source is shutting down'));
     if (!this.#transferred) {
       const state = this.#current().state;
