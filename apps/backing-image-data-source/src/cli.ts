@@ -64,7 +64,7 @@ function hostPort(flag: string, v: string): { host: string; port: number } {
 }
 
 function seconds(flag: string, v: string | undefined, dflt: number): number {
-  if (v === undefined) return dflt;
+  if (v === undefined) return dflt * 1000;
   const n = Number(v);
   if (!Number.isFinite(n) || n <= 0) throw new DataSourceConfigError(`invalid --${flag} "${v}": a positive number of seconds is required`);
   return n * 1000;

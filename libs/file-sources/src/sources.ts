@@ -126,7 +126,7 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
   throwIfAborted(req.signal);
   let sizeSet = false;
   try {
-    let { size, sha512 } = await restore({
+    const restored = await restore({
       backupUrl: req.backupUrl,
       output: req.dest,
       concurrency: req.concurrentLimit,
@@ -138,11 +138,12 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
         req.sink.updateProgress(Math.min(processed, total));
       },
     });
+    const { size } = restored;
+    let { sha512 } = restored;
     throwIfAborted(req.signal);
     const fh = await open(req.dest, 'r+');
     let format: 'raw' | 'qcow2' = 'raw';
     let virtualSize = size;
-    let padded = false;
     try {
       const head = Buffer.alloc(QCOW2_HEADER_PROBE_BYTES);
       const { bytesRead } = await fh.read(head, 0, head.length, 0);
@@ -150,18 +151,13 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
         virtualSize = assertSafeQcow2(head.subarray(0, bytesRead)).virtualSize;
         format = 'qcow2';
       }
-      const pad = (SECTOR_SIZE - (size % SECTOR_SIZE)) % SECTOR_SIZE;
-      if (pad > 0) {
-        await fh.truncate(size + pad);
-        size += pad;
-        padded = true;
-        if (format === 'raw') virtualSize = size;
-      }
+      // A restore reproduces the backed-up bytes exactly (no zero-padding), so the SHA-512 recorded in the backup
+      // (backing-image.cfg `Checksum`) is the restored file's checksum.
     } finally {
       await fh.close();
     }
-    // The engine hashed what it wrote; padding or a non-SHA-512 expected checksum need one read of the result.
-    if (padded || (expected && expected.algorithm !== 'sha512')) {
+    // The engine hashed what it wrote; a non-SHA-512 expected checksum needs one read of the result.
+    if (expected && expected.algorithm !== 'sha512') {
       const h = new StreamHasher(expected);
       for await (const c of createReadStream(req.dest, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) h.update(c);
       sha512 = h.digest().sha512;

@@ -1,0 +1,141 @@
+import { describe, it, expect, beforeAll, afterEach } from '@jest/globals';
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { createServer as createHttpServer, type Server } from 'node:http';
+import { createServer, type AddressInfo } from 'node:net';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startTestProxy } from './test-support/proxy.js';
+
+const APP_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const REPO_ROOT = path.resolve(APP_ROOT, '../..');
+const BIN = path.join(APP_ROOT, 'bin/backing-image-data-source.js');
+const FIXTURE = path.resolve(REPO_ROOT, '../shared/fixtures/longhorn-backupstore-lz4');
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+beforeAll(() => {
+  // The tests run the built binary: build the app and the libraries it references.
+  execFileSync(process.execPath, [path.join(REPO_ROOT, 'node_modules/typescript/bin/tsc'), '--build', path.join(APP_ROOT, 'tsconfig.lib.json')], { stdio: 'inherit' });
+}, 120_000);
+
+const sha512 = (b: Buffer): string => createHash('sha512').update(b).digest('hex');
+
+function runToExit(args: string[]): Promise<{ code: number; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BIN, ...args], { env: { PATH: process.env['PATH'] ?? '' }, timeout: 20_000 }, (err, _stdout, stderr) => {
+      resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stderr });
+    });
+  });
+}
+
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address() as AddressInfo;
+  await new Promise<void>((r) => srv.close(() => r()));
+  return port;
+}
+
+/** Starts the built data source as a child process; stops it (SIGTERM) after the test. */
+async function launch(args: string[], env: Record<string, string> = {}): Promise<{ url: string; disk: string; child: ChildProcess; stderr: () => string }> {
+  const disk = await mkdtemp(path.join(tmpdir(), 'bids-cli-'));
+  cleanups.push(() => rm(disk, { recursive: true, force: true }));
+  const [port, syncPort] = [await freePort(), await freePort()];
+  const child = spawn(process.execPath, [BIN, '--listen', `127.0.0.1:${port}`, '--sync-listen', `127.0.0.1:${syncPort}`, '--disk-path', disk, '--name', 'img1', '--uuid', 'u1', ...args], {
+    env: { PATH: process.env['PATH'] ?? '', ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.setEncoding('utf8').on('data', (s: string) => (stderr += s));
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  cleanups.push(async () => {
+    if (child.exitCode === null) child.kill('SIGTERM');
+    await exited;
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const end = Date.now() + 15_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`data source exited ${child.exitCode}: ${stderr}`);
+    const ok = await fetch(`${url}/v1/file`).then((r) => r.ok, () => false);
+    if (ok) break;
+    if (Date.now() > end) throw new Error(`data source did not start: ${stderr}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { url, disk, child, stderr: () => stderr };
+}
+
+async function waitState(url: string, states: string[], ms = 20_000): Promise<Record<string, unknown>> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const i = (await (await fetch(`${url}/v1/file`)).json()) as Record<string, unknown>;
+    if (states.includes(String(i['state']))) return i;
+    if (Date.now() > end) throw new Error(`state ${String(i['state'])}: ${String(i['message'])}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe('backing-image-data-source CLI (built binary)', () => {
+  it.each([
+    [['--name', 'a', '--uuid', 'b', '--source-type', 'download'], 'missing parameter "url"'],
+    [['--name', 'a', '--uuid', 'b', '--source-type', 'ftp'], 'unknown --source-type "ftp"'],
+    [['--name', 'a', '--uuid', 'b', '--source-type', 'download', '--parameters', 'url'], 'invalid --parameters value "url": expected key=value'],
+    [['--name', 'a', '--uuid', 'b', '--source-type', 'restore', '--parameters', 'backup-url=s3://x', '--parameters', 'concurrent-limit=zero'], 'invalid parameter "concurrent-limit" value "zero"'],
+    [['--name', 'a', '--uuid', 'b', '--source-type', 'clone', '--parameters', 'backing-image=x', '--parameters', 'backing-image-uuid=y', '--parameters', 'encryption=encrypt'], 'missing --credential'],
+    [['--name', 'a', '--uuid', 'b', '--source-type', 'upload', '--bogus', '1'], 'unknown flag --bogus'],
+  ])('exits with status 2 naming the problem: %j', async (args, message) => {
+    const r = await runToExit(args);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(message);
+  });
+
+  it('downloads through HTTP_PROXY to ready-for-transfer, then transfers; its own sync service is never proxied', async () => {
+    const img = Buffer.concat([randomBytes(1 << 20), Buffer.alloc(1 << 20), randomBytes(4096)]);
+    const origin: Server = createHttpServer((_req, res) => res.writeHead(200, { 'content-length': img.length }).end(img));
+    await new Promise<void>((r) => origin.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => origin.close(() => r())));
+    const proxy = await startTestProxy();
+    cleanups.push(() => proxy.close());
+    const originUrl = `http://127.0.0.1:${(origin.address() as AddressInfo).port}/img`;
+    const ds = await launch(['--source-type', 'download', '--parameters', `url=${originUrl}`, '--allow-source-hosts', '127.0.0.1', '--checksum', sha512(img)], {
+      HTTP_PROXY: proxy.url,
+      HTTPS_PROXY: proxy.url,
+    });
+    const i = await waitState(ds.url, ['ready-for-transfer', 'failed']);
+    expect(i).toMatchObject({ state: 'ready-for-transfer', size: img.length, currentChecksum: sha512(img), progress: 100 });
+    expect(proxy.requests.map((r) => r.target)).toEqual([`127.0.0.1:${(origin.address() as AddressInfo).port}`]);
+    const t = await fetch(`${ds.url}/v1/file?action=transfer`, { method: 'POST' });
+    expect(t.status).toBe(200);
+    expect((await waitState(ds.url, ['ready']))['state']).toBe('ready');
+    expect((await readFile(path.join(ds.disk, 'tmp', 'img1-u1'))).equals(img)).toBe(true);
+    expect(proxy.requests).toHaveLength(1);
+    // SIGTERM ends the process cleanly
+    ds.child.kill('SIGTERM');
+    const code = await new Promise<number | null>((r) => ds.child.once('exit', (c) => r(c)));
+    expect(code).toBe(0);
+  });
+
+  it('restores the shared Longhorn fixture (vfs backup URL) with the checksum recorded in backing-image.cfg', async () => {
+    const cfgPath = path.join(FIXTURE, 'backupstore/backing-images/backing-images/fixture-lz4/backing-image.cfg');
+    const cfg = JSON.parse(await readFile(cfgPath, 'utf8')) as { Size: string; Checksum: string };
+    const ds = await launch([
+      '--source-type', 'restore',
+      '--parameters', `backup-url=vfs://${FIXTURE}?backingImage=fixture-lz4`,
+      '--parameters', 'concurrent-limit=2',
+      '--checksum', cfg.Checksum,
+    ]);
+    const i = await waitState(ds.url, ['ready-for-transfer', 'failed'], 30_000);
+    expect(i['message']).toBe('');
+    expect(i['state']).toBe('ready-for-transfer');
+    const stored = await readFile(path.join(ds.disk, 'tmp', 'img1-u1'));
+    // a restore reproduces the backed-up bytes exactly
+    expect(stored.length).toBe(Number(cfg.Size));
+    expect(sha512(stored)).toBe(cfg.Checksum);
+    expect(i['currentChecksum']).toBe(cfg.Checksum);
+  });
+});
