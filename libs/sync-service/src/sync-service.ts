@@ -289,12 +289,20 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         idleTimeoutMs: this.#opts.receiverIdleTimeoutMs,
         punchHole: this.#opts.punchHole ?? punchHole,
         onProgress: (n) => sink.updateProgress(n),
+        // the SHA-512 is computed in file order while receiving, so the file is not read again to verify it
+        computeChecksum: true,
       });
       try {
         const r = await receiver.done;
         // holes are not counted while receiving: the file is complete now
         sink.updateProgress(r.size);
-        return { size: r.size };
+        const s = r.hashStats;
+        this.#log(
+          `received ${f.filePath}: ${r.dataBytes} data bytes, ${r.holeBytes} hole bytes in ${Math.round(r.timings.receiveMs)} ms; ` +
+            `checksum final ${Math.round(r.timings.checksumTailMs)} ms after close` +
+            (s ? ` (in order ${s.inOrderBytes}, holes ${s.holeBytes}, read back ${s.readBackBytes}, post-pass ${s.postPassBytes} bytes)` : ''),
+        );
+        return { size: r.size, sha512: r.sha512 };
       } finally {
         await receiver.closed;
       }

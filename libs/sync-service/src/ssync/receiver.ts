@@ -3,6 +3,7 @@ import { promises as fsp } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { IntervalSet } from './interval-set.js';
 import type { HolePuncher } from './layout.js';
+import { RECEIVE_SLAB_SIZE, ReceivedFileHasher, Slab, type ReceivedHashStats } from './received-hasher.js';
 
 export interface SsyncReceiverOptions {
   /** Port to listen on (0 = any free port, for tests). */
@@ -20,12 +21,37 @@ export interface SsyncReceiverOptions {
   onProgress?: (dataBytes: number) => void;
   /** Used for `sendHole` when the target existed before (a fresh target is already sparse after truncation). */
   punchHole?: HolePuncher;
+  /**
+   * Compute the SHA-512 of the received file while receiving (in file order, on a worker thread; holes hashed from
+   * zeros without reading them). The result then carries `sha512`. Default false.
+   */
+  computeChecksum?: boolean;
+  /** Receive buffer size: bodies are written to the file in positioned writes of up to this many bytes (2 MiB). */
+  slabSize?: number;
 }
 
 export interface SsyncReceiveResult {
   size: number;
   dataBytes: number;
   holeBytes: number;
+  /** SHA-512 (hex) of the whole received file, when `computeChecksum` was set. */
+  sha512?: string;
+  /** How the checksum was computed (when `computeChecksum` was set). */
+  hashStats?: ReceivedHashStats;
+  /** Milliseconds from `open` to `close`, and from `close` until the checksum was final. */
+  timings: { receiveMs: number; checksumTailMs: number };
+}
+
+/** Plain receive buffers for a receiver that does not hash. */
+class SlabPool {
+  readonly #free: Slab[] = [];
+  constructor(readonly slabSize: number) {}
+  async acquire(): Promise<Slab> {
+    return this.#free.pop() ?? new Slab(new SharedArrayBuffer(this.slabSize));
+  }
+  release(s: Slab): void {
+    if (this.#free.length < 8) this.#free.push(s);
+  }
 }
 
 export interface SsyncReceiver {
@@ -91,6 +117,10 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   done.catch(() => undefined);
   let idleTimer: NodeJS.Timeout | undefined;
   const inflight = new Set<Promise<unknown>>();
+  const hasher = opts.computeChecksum ? new ReceivedFileHasher({ fileHandle: () => fh, slabSize: opts.slabSize }) : undefined;
+  const slabs = hasher ?? new SlabPool(opts.slabSize ?? RECEIVE_SLAB_SIZE);
+  let openedAt = 0;
+  let closedAt = 0;
 
   const server = http.createServer();
   server.keepAliveTimeout = 240_000;
@@ -98,7 +128,8 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   const closed = new Promise<void>((res) => (resolveClosed = res));
   server.on('close', () => resolveClosed());
 
-  const finish = async (err: Error | undefined): Promise<void> => {
+  const finish = async (failure: Error | undefined): Promise<void> => {
+    let err = failure;
     if (finished) return;
     finished = true;
     if (idleTimer) clearTimeout(idleTimer);
@@ -106,13 +137,23 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     server.close();
     server.closeAllConnections();
     await Promise.allSettled([...inflight]);
+    let sha512: string | undefined;
+    if (!err && hasher) {
+      try {
+        sha512 = await hasher.digest(size, opts.signal);
+      } catch (e) {
+        err = opts.signal?.aborted ? new SsyncReceiveError('receiving cancelled') : new SsyncReceiveError(`hashing the received file failed: ${(e as Error).message}`);
+      }
+    }
+    await hasher?.close();
     if (fh) {
       const h = fh;
       fh = undefined;
       await h.close().catch(() => undefined);
     }
+    const timings = { receiveMs: closedAt && openedAt ? closedAt - openedAt : 0, checksumTailMs: closedAt ? performance.now() - closedAt : 0 };
     if (err) rejectDone(err);
-    else resolveDone({ size, dataBytes, holeBytes });
+    else resolveDone({ size, dataBytes, holeBytes, sha512, hashStats: hasher ? { ...hasher.stats } : undefined, timings });
   };
 
   const armIdle = () => {
@@ -149,6 +190,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         }
         if (!fh) fh = await fsp.open(opts.filePath, fileAlreadyExists ? 'r+' : 'w+');
         await fh.truncate(end);
+        if (!openedAt) openedAt = performance.now();
         size = end;
         res.setHeader('Content-Type', 'application/json');
         res.end(JSON.stringify(fileAlreadyExists));
@@ -159,18 +201,55 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         const end = intParam(url, 'end');
         checkRange(begin, end);
         const handle = fh!;
+        hasher?.beginWrite(begin, end);
+        // Bodies are gathered into slabs and written with large positioned writes; a written slab goes to the
+        // hasher, which keeps it until its range is hashed in file order.
+        const pieces: Array<{ begin: number; end: number; slab: Slab | null }> = [];
+        let slab: Slab | undefined;
+        let fill = 0;
         let pos = begin;
-        for await (const chunk of req as AsyncIterable<Buffer>) {
-          const n = Math.min(chunk.length, end - pos);
-          if (n <= 0) continue;
+        const writeSlab = async () => {
+          const s = slab!;
           let off = 0;
-          while (off < n) {
-            const { bytesWritten } = await handle.write(chunk, off, n - off, pos);
+          while (off < fill) {
+            const { bytesWritten } = await handle.write(s.buffer, off, fill - off, pos + off);
             off += bytesWritten;
-            pos += bytesWritten;
           }
+          // hold at most one slab per request: an earlier one is released (its range is read back if needed)
+          const prev = pieces[pieces.length - 1];
+          if (prev?.slab) {
+            slabs.release(prev.slab);
+            prev.slab = null;
+          }
+          pieces.push({ begin: pos, end: pos + fill, slab: s });
+          pos += fill;
+          fill = 0;
+          slab = undefined;
+        };
+        try {
+          for await (const chunk of req as AsyncIterable<Buffer>) {
+            const usable = Math.min(chunk.length, end - pos - fill);
+            let off = 0;
+            while (off < usable) {
+              slab ??= await slabs.acquire();
+              const n = Math.min(usable - off, slab.buffer.length - fill);
+              chunk.copy(slab.buffer, fill, off, off + n);
+              fill += n;
+              off += n;
+              if (fill === slab.buffer.length) await writeSlab();
+            }
+          }
+          if (fill > 0) await writeSlab();
+          if (pos !== end) throw new HttpError(400, `short writeData body: got ${pos - begin} of ${end - begin} bytes`);
+        } catch (err) {
+          if (slab) slabs.release(slab);
+          for (const p of pieces) if (p.slab) slabs.release(p.slab);
+          throw err;
+        } finally {
+          hasher?.endWrite(begin);
         }
-        if (pos !== end) throw new HttpError(400, `short writeData body: got ${pos - begin} of ${end - begin} bytes`);
+        if (hasher) for (const p of pieces) hasher.dataWritten(p.begin, p.end, p.slab);
+        else for (const p of pieces) if (p.slab) slabs.release(p.slab);
         coverage.add(begin, end);
         dataBytes += end - begin;
         opts.onProgress?.(dataBytes);
@@ -182,10 +261,16 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         const end = intParam(url, 'end');
         checkRange(begin, end);
         req.resume();
-        if (fileAlreadyExists && end > begin) {
-          if (!opts.punchHole) throw new HttpError(500, 'cannot punch holes into an existing file: no hole puncher');
-          await opts.punchHole(opts.filePath, begin, end - begin);
+        hasher?.beginWrite(begin, end);
+        try {
+          if (fileAlreadyExists && end > begin) {
+            if (!opts.punchHole) throw new HttpError(500, 'cannot punch holes into an existing file: no hole puncher');
+            await opts.punchHole(opts.filePath, begin, end - begin);
+          }
+        } finally {
+          hasher?.endWrite(begin);
         }
+        hasher?.holeRecorded(begin, end);
         coverage.add(begin, end);
         holeBytes += end - begin;
         res.end();
@@ -205,6 +290,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         req.resume();
         if (!fh) throw new HttpError(400, 'file is not open: call open first');
         await fh.sync();
+        closedAt = performance.now();
         res.end();
         const complete = coverage.covers(0, size);
         void finish(

@@ -38,7 +38,8 @@ describe('ssync sender and receiver', () => {
     const r = await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chunkSize: MiB / 2 });
     const got = await rx.done;
     await rx.closed;
-    expect(got).toEqual({ size: 10 * MiB, dataBytes: 4 * MiB, holeBytes: 6 * MiB });
+    expect(got).toMatchObject({ size: 10 * MiB, dataBytes: 4 * MiB, holeBytes: 6 * MiB });
+    expect(got.sha512).toBeUndefined();
     expect(r.dataBytes).toBe(4 * MiB);
     expect(sha(dst)).toBe(sha(src));
     expect((await fsp.stat(dst)).blocks * 512).toBeLessThanOrEqual(4 * MiB + 64 * 1024);
@@ -150,4 +151,83 @@ describe('ssync sender and receiver', () => {
     await expect(rx2.done).rejects.toThrow('receiving cancelled');
     await rx2.closed;
   }, 10_000);
+});
+
+describe('checksum computed while receiving', () => {
+  const call = (port: number, method: string, p: string, body?: Buffer) =>
+    new Promise<number>((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port, method, path: p }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode!));
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+
+  it('equals the SHA-512 of the received file for a parallel sparse transfer, hashing holes without reading them', async () => {
+    const src = await sparseFile('src', 'dhhdddhhhhdd');
+    const dst = path.join(dir, 'dst');
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 12 * MiB, computeChecksum: true });
+    await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chunkSize: MiB / 2, workers: 4 });
+    const got = await rx.done;
+    await rx.closed;
+    expect(got.sha512).toBe(sha(src));
+    expect(sha(dst)).toBe(sha(src));
+    expect(got.hashStats!.holeBytes).toBe(6 * MiB);
+    expect(got.hashStats!.inOrderBytes + got.hashStats!.readBackBytes).toBe(6 * MiB);
+    expect(got.hashStats!.postPassBytes).toBe(0);
+  });
+
+  it('ranges arriving in reverse order beyond the window are read back from the file, still in one pass', async () => {
+    const size = 8 * MiB;
+    const data = randomBytes(size);
+    const dst = path.join(dir, 'dst');
+    // 2 slabs of 512 KiB: most of the 16 ranges cannot be kept in memory until their turn
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size, computeChecksum: true, slabSize: MiB / 2 });
+    expect(await call(rx.port, 'GET', `/v1-ssync/open?begin=0&end=${size}`)).toBe(200);
+    for (let off = size - MiB / 2; off >= 0; off -= MiB / 2) {
+      expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=${off}&end=${off + MiB / 2}`, data.subarray(off, off + MiB / 2))).toBe(200);
+    }
+    expect(await call(rx.port, 'POST', '/v1-ssync/close')).toBe(200);
+    const got = await rx.done;
+    await rx.closed;
+    expect(got.sha512).toBe(createHash('sha512').update(data).digest('hex'));
+    expect(got.hashStats!.readBackBytes).toBeGreaterThan(0);
+    expect(got.hashStats!.inOrderBytes + got.hashStats!.readBackBytes).toBe(size);
+    expect(got.hashStats!.postPassBytes).toBe(0);
+  });
+
+  it('a range written twice with different bytes drops the in-order hash: the post-pass hashes the final file', async () => {
+    const size = 4 * MiB;
+    const first = Buffer.alloc(MiB, 1);
+    const second = randomBytes(MiB);
+    const dst = path.join(dir, 'dst');
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size, computeChecksum: true });
+    expect(await call(rx.port, 'GET', `/v1-ssync/open?begin=0&end=${size}`)).toBe(200);
+    expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=0&end=${MiB}`, first)).toBe(200);
+    expect(await call(rx.port, 'POST', `/v1-ssync/sendHole?begin=${MiB}&end=${3 * MiB}`)).toBe(200);
+    expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=0&end=${MiB}`, second)).toBe(200);
+    expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=${3 * MiB}&end=${4 * MiB}`, first)).toBe(200);
+    expect(await call(rx.port, 'POST', '/v1-ssync/close')).toBe(200);
+    const got = await rx.done;
+    await rx.closed;
+    expect(got.sha512).toBe(sha(dst));
+    expect(readFileSync(dst).subarray(0, MiB).equals(second)).toBe(true);
+    expect(got.hashStats!.postPassBytes).toBe(size);
+  });
+
+  it('a short body fails the request and leaves the hash consistent with what the retry writes', async () => {
+    const size = MiB;
+    const data = randomBytes(size);
+    const dst = path.join(dir, 'dst');
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size, computeChecksum: true });
+    expect(await call(rx.port, 'GET', `/v1-ssync/open?begin=0&end=${size}`)).toBe(200);
+    expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=0&end=${size}`, data.subarray(0, 1000))).toBe(400);
+    expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=0&end=${size}`, data)).toBe(200);
+    expect(await call(rx.port, 'POST', '/v1-ssync/close')).toBe(200);
+    const got = await rx.done;
+    await rx.closed;
+    expect(got.sha512).toBe(createHash('sha512').update(data).digest('hex'));
+    expect(got.hashStats!.postPassBytes).toBe(0);
+  });
 });

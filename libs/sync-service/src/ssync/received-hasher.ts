@@ -1,0 +1,281 @@
+import type { promises as fsp } from 'node:fs';
+import { HashWorker } from '@bis/file-sources';
+
+/** Bytes per slab (one `writeData` body of Longhorn's sender). */
+export const RECEIVE_SLAB_SIZE = 2 << 20;
+/** Slabs per receiver: bounds the in-order window (memory = slabs × slab size). */
+export const RECEIVE_SLABS = 12;
+
+/** A piece of shared memory that holds received bytes until they are written and hashed. */
+export class Slab {
+  readonly buffer: Buffer;
+  constructor(readonly shared: SharedArrayBuffer) {
+    this.buffer = Buffer.from(shared);
+  }
+}
+
+/** What the hasher did, for diagnostics and the benchmark. */
+export interface ReceivedHashStats {
+  /** Data bytes hashed from memory, in order, while receiving. */
+  inOrderBytes: number;
+  /** Hole bytes hashed from the shared zero buffer (never read from disk). */
+  holeBytes: number;
+  /** Data bytes whose slab had to be reused before their turn came: read back from the file. */
+  readBackBytes: number;
+  /** Whole-file bytes read by the post-pass (only when a range arrived twice and the in-order hash was dropped). */
+  postPassBytes: number;
+}
+
+interface Piece {
+  end: number;
+  kind: 'data' | 'hole';
+  /** The slab still holding the bytes, or null: read them back from the file. */
+  slab: Slab | null;
+}
+
+/**
+ * Computes the SHA-512 of a file that a receiver writes in ranges arriving out of order from parallel senders,
+ * while it is being received: ranges are hashed in file order on a worker thread. Data ranges are hashed from the
+ * slab they were written from (bounded window: when every slab is taken, the slab farthest ahead is reclaimed and its
+ * range is read back from the file when its turn comes); holes are hashed from a shared zero buffer and never read.
+ * A range that arrives twice (a retried request) drops the in-order hash: the file is then hashed in one post-pass.
+ */
+export class ReceivedFileHasher {
+  readonly stats: ReceivedHashStats = { inOrderBytes: 0, holeBytes: 0, readBackBytes: 0, postPassBytes: 0 };
+  readonly #worker = new HashWorker(['sha512']);
+  readonly #slabSize: number;
+  readonly #free: Slab[] = [];
+  readonly #waitingForSlab: Array<(s: Slab) => void> = [];
+  readonly #pieces = new Map<number, Piece>();
+  /** Written ranges not yet hashed that still hold a slab (candidates for reclaiming), by begin. */
+  readonly #retained = new Set<number>();
+  /** Ranges being written right now. */
+  readonly #inflight = new Map<number, number>();
+  readonly #zero: SharedArrayBuffer;
+  readonly #fh: () => fsp.FileHandle | undefined;
+  /** Everything before this offset was submitted to the worker. */
+  #next = 0;
+  /** Recorded (written) ranges, to detect a range that arrives twice. Kept as begin → end of merged runs. */
+  readonly #recorded: Array<[number, number]> = [];
+  #valid = true;
+  #pumping: Promise<void> = Promise.resolve();
+  #failure: Error | undefined;
+  #closed = false;
+
+  constructor(opts: { fileHandle: () => fsp.FileHandle | undefined; slabSize?: number; slabs?: number }) {
+    this.#fh = opts.fileHandle;
+    this.#slabSize = opts.slabSize ?? RECEIVE_SLAB_SIZE;
+    const n = Math.max(2, opts.slabs ?? RECEIVE_SLABS);
+    for (let i = 0; i < n; i++) this.#free.push(new Slab(new SharedArrayBuffer(this.#slabSize)));
+    this.#zero = new SharedArrayBuffer(this.#slabSize);
+  }
+
+  get slabSize(): number {
+    return this.#slabSize;
+  }
+
+  /** Whether the in-order hash still stands (false after a range arrived twice). */
+  get inOrder(): boolean {
+    return this.#valid;
+  }
+
+  /** A free slab; reclaims the retained range farthest ahead when none is free, else waits for one. */
+  async acquire(): Promise<Slab> {
+    const s = this.#free.pop();
+    if (s) return s;
+    let far = -1;
+    for (const b of this.#retained) if (b > far) far = b;
+    if (far >= 0) {
+      const p = this.#pieces.get(far)!;
+      const slab = p.slab!;
+      p.slab = null;
+      this.#retained.delete(far);
+      return slab;
+    }
+    return new Promise<Slab>((resolve) => this.#waitingForSlab.push(resolve));
+  }
+
+  /** Gives back a slab whose bytes are no longer needed. */
+  release(s: Slab): void {
+    const w = this.#waitingForSlab.shift();
+    if (w) w(s);
+    else this.#free.push(s);
+  }
+
+  /** Call before writing [begin, end): a range written twice, or by two requests at once, drops the in-order hash. */
+  beginWrite(begin: number, end: number): void {
+    if (end <= begin) return;
+    for (const [b, e] of this.#inflight) if (begin < e && b < end) this.#invalidate();
+    if (this.#overlapsRecorded(begin, end)) this.#invalidate();
+    this.#inflight.set(begin, end);
+  }
+
+  /** The write of [begin, end) is over (failed or not). */
+  endWrite(begin: number): void {
+    this.#inflight.delete(begin);
+  }
+
+  /** [begin, end) was written from `slab` (or, when null, is only on disk). The hasher keeps the slab until hashed. */
+  dataWritten(begin: number, end: number, slab: Slab | null): void {
+    this.#record(begin, end, { end, kind: 'data', slab });
+  }
+
+  /** [begin, end) is a hole (zeros) in the file. */
+  holeRecorded(begin: number, end: number): void {
+    this.#record(begin, end, { end, kind: 'hole', slab: null });
+  }
+
+  #record(begin: number, end: number, piece: Piece): void {
+    if (end <= begin) {
+      if (piece.slab) this.release(piece.slab);
+      return;
+    }
+    this.#addRecorded(begin, end);
+    if (!this.#valid || this.#closed) {
+      if (piece.slab) this.release(piece.slab);
+      return;
+    }
+    this.#pieces.set(begin, piece);
+    if (piece.slab) this.#retained.add(begin);
+    this.#pump();
+  }
+
+  #invalidate(): void {
+    if (!this.#valid) return;
+    this.#valid = false;
+    for (const [b, p] of this.#pieces) {
+      if (p.slab) this.release(p.slab);
+      this.#pieces.delete(b);
+    }
+    this.#retained.clear();
+  }
+
+  #overlapsRecorded(begin: number, end: number): boolean {
+    if (begin < this.#next) return true;
+    for (const [b, e] of this.#recorded) if (begin < e && b < end) return true;
+    return false;
+  }
+
+  #addRecorded(begin: number, end: number): void {
+    const r = this.#recorded;
+    r.push([begin, end]);
+    if (r.length > 64) {
+      r.sort((x, y) => x[0] - y[0]);
+      const merged: Array<[number, number]> = [];
+      for (const x of r) {
+        const last = merged[merged.length - 1];
+        if (last && x[0] <= last[1]) last[1] = Math.max(last[1], x[1]);
+        else merged.push([x[0], x[1]]);
+      }
+      r.length = 0;
+      r.push(...merged);
+    }
+  }
+
+  #pump(): void {
+    this.#pumping = this.#pumping.then(() => this.#drain()).catch((err: unknown) => {
+      this.#failure ??= err as Error;
+    });
+  }
+
+  /** Submits every range that is next in file order. */
+  async #drain(): Promise<void> {
+    const submitted: Array<Promise<void>> = [];
+    while (this.#valid && !this.#closed && !this.#failure) {
+      const begin = this.#next;
+      const p = this.#pieces.get(begin);
+      if (!p) break;
+      this.#pieces.delete(begin);
+      this.#retained.delete(begin);
+      this.#next = p.end;
+      if (p.kind === 'hole') {
+        for (let off = begin; off < p.end; off += this.#slabSize) {
+          const n = Math.min(this.#slabSize, p.end - off);
+          submitted.push(this.#submit(this.#worker.update(this.#zero, 0, n)));
+        }
+        this.stats.holeBytes += p.end - begin;
+      } else if (p.slab) {
+        const slab = p.slab;
+        const n = p.end - begin;
+        submitted.push(this.#submit(this.#worker.update(slab.shared, 0, n).finally(() => this.release(slab))));
+        this.stats.inOrderBytes += n;
+      } else {
+        await this.#readBack(begin, p.end);
+      }
+      // keep the worker's queue short: at most a few slabs' worth of messages outstanding
+      if (submitted.length >= 8) await submitted.shift();
+    }
+    await Promise.all(submitted);
+  }
+
+  /** Records a hashing failure instead of leaving a rejected promise unobserved. */
+  #submit(p: Promise<void>): Promise<void> {
+    return p.catch((err: unknown) => {
+      this.#failure ??= err as Error;
+    });
+  }
+
+  async #readBack(begin: number, end: number): Promise<void> {
+    const fh = this.#fh();
+    if (!fh) throw new Error('the received file is closed');
+    for (let off = begin; off < end; ) {
+      const slab = await this.acquire();
+      try {
+        const n = Math.min(this.#slabSize, end - off);
+        await readFully(fh, slab.buffer, n, off);
+        await this.#worker.update(slab.shared, 0, n);
+        this.stats.readBackBytes += n;
+        off += n;
+      } finally {
+        this.release(slab);
+      }
+    }
+  }
+
+  /**
+   * The SHA-512 (hex) of the first `size` bytes of the file, once every range was recorded. Falls back to one
+   * post-pass over the file when the in-order hash was dropped or did not reach the end.
+   */
+  async digest(size: number, signal?: AbortSignal): Promise<string> {
+    await this.#pumping;
+    if (this.#failure) throw this.#failure;
+    if (!this.#valid || this.#next !== size) {
+      await this.#worker.reset();
+      const fh = this.#fh();
+      if (!fh) throw new Error('the received file is closed');
+      const slab = await this.acquire();
+      try {
+        for (let off = 0; off < size; ) {
+          signal?.throwIfAborted();
+          const n = Math.min(this.#slabSize, size - off);
+          await readFully(fh, slab.buffer, n, off);
+          await this.#worker.update(slab.shared, 0, n);
+          this.stats.postPassBytes += n;
+          off += n;
+        }
+      } finally {
+        this.release(slab);
+      }
+    }
+    signal?.throwIfAborted();
+    const [sha512] = await this.#worker.digest();
+    return sha512!;
+  }
+
+  /** Stops the worker thread; pending work is dropped. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#worker.close();
+    await this.#pumping;
+  }
+}
+
+async function readFully(fh: fsp.FileHandle, buf: Buffer, length: number, position: number): Promise<void> {
+  let got = 0;
+  while (got < length) {
+    const { bytesRead } = await fh.read(buf, got, length - got, position + got);
+    if (bytesRead === 0) throw new Error(`the received file is shorter than expected at ${position + got}`);
+    got += bytesRead;
+  }
+}
