@@ -86,6 +86,11 @@ export class ProcessDataPlane implements DataPlane {
     return () => this.listeners.delete(listener);
   }
 
+  /** Process id of a running workload (for operators and tests). */
+  pidOf(name: string): number | undefined {
+    return this.o.runtime.get(name)?.pid;
+  }
+
   /** Names of the workloads that exist now. */
   workloads(): string[] {
     return this.o.runtime.list().map((w) => w.name);

@@ -62,6 +62,8 @@ export interface StandaloneHandle extends StandaloneSystem {
   storeDir: string;
   logsDir: string;
   backupTargetURL: string;
+  /** Replaces the controllers with fresh ones (workloads keep running): what a controller-manager restart does. */
+  restartControllers(): Promise<void>;
   /** Stops the API, the controllers and every child process; the store is flushed and closed. */
   stop(): Promise<void>;
 }
@@ -171,16 +173,18 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
 
     const log = opts.log;
     const events = new EventRecorder(5000, (l) => log?.info(l));
-    controllers = new ControllerManager({
-      store,
-      dataPlane,
-      nodeID: STANDALONE_NODE,
-      namespace: STANDALONE_NAMESPACE,
-      allowSourceHosts: opts.allowSourceHosts,
-      log,
-      events,
-      ...opts.controllerOptions,
-    });
+    const makeControllers = () =>
+      new ControllerManager({
+        store,
+        dataPlane,
+        nodeID: STANDALONE_NODE,
+        namespace: STANDALONE_NAMESPACE,
+        allowSourceHosts: opts.allowSourceHosts,
+        log,
+        events,
+        ...opts.controllerOptions,
+      });
+    controllers = makeControllers();
     await controllers.start();
 
     const system: StandaloneSystem = { store, controllers, dataPlane, settings, events, namespace: STANDALONE_NAMESPACE, disks };
@@ -194,15 +198,23 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     const actualPort = typeof addr === 'object' && addr ? addr.port : port;
     const url = `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
     let stopped: Promise<void> | undefined;
-    return {
+    const handle: StandaloneHandle = {
       ...system,
       url,
       dataDir,
       storeDir,
       logsDir,
       backupTargetURL,
+      async restartControllers() {
+        await controllers!.stop();
+        controllers = makeControllers();
+        handle.controllers = controllers;
+        system.controllers = controllers;
+        await controllers.start();
+      },
       stop: () => (stopped ??= cleanup()),
     };
+    return handle;
   } catch (err) {
     await cleanup();
     throw err;
