@@ -8,12 +8,14 @@ import {
   EventRecorder,
   NodeKind,
   SettingName,
+  SettingsReader,
   type ControllerManagerOptions,
   type Logger,
   type Node,
 } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { EmbeddedDatastore, isNotFound } from '@bis/datastore';
+import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources, type BackingImageApi } from '@bis/api-resources';
 import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
 import { LocalProcessRuntime } from '@bis/runtime';
 import { ProcessDataPlane, type DataPlaneBinaries } from './process-data-plane.js';
@@ -50,7 +52,7 @@ export interface StandaloneOptions {
   allowSourceHosts?: readonly string[];
   binaries: DataPlaneBinaries;
   log?: Logger;
-  /** Adds resources (the backing-image REST resources) to the API. */
+  /** Adds more resources to the API (the backing-image resources of `@bis/api-resources` are always registered). */
   registerResources?: (registry: ApiRegistry, system: StandaloneSystem) => void;
   controllerOptions?: Partial<Pick<ControllerManagerOptions, 'timing' | 'resyncMs' | 'workers'>>;
 }
@@ -58,6 +60,8 @@ export interface StandaloneOptions {
 export interface StandaloneHandle extends StandaloneSystem {
   /** `http://host:port` of the REST API. */
   url: string;
+  /** The services behind the backing-image REST resources. */
+  api: BackingImageApi;
   dataDir: string;
   storeDir: string;
   logsDir: string;
@@ -189,8 +193,16 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
 
     const system: StandaloneSystem = { store, controllers, dataPlane, settings, events, namespace: STANDALONE_NAMESPACE, disks };
     const registry = new ApiRegistry().addResource(settingsResource(settings));
+    const api = registerBackingImageResources(registry, {
+      store,
+      namespace: STANDALONE_NAMESPACE,
+      settings: new SettingsReader(store, STANDALONE_NAMESPACE),
+      endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
+      downloadUrlPolicy: { allowedHosts: (opts.allowSourceHosts ?? []).filter((h) => !h.includes('/')).map((h) => h.toLowerCase()) },
+    });
     opts.registerResources?.(registry, system);
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
+    await app.register(backingImageHttpPlugin, { api });
     await app.register(restApiPlugin, { registry });
     const { host, port } = parseListen(opts.listen ?? '127.0.0.1:9500');
     await app.listen({ host, port });
@@ -200,6 +212,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     let stopped: Promise<void> | undefined;
     const handle: StandaloneHandle = {
       ...system,
+      api,
       url,
       dataDir,
       storeDir,
