@@ -15,7 +15,10 @@ interface Run {
   stderr: string;
 }
 
-function run(args: string[], env: Record<string, string> = {}): Promise<Run> {
+/** Lock timing for the tests through the CLI's documented knob: Longhorn's protocol, without its 2 s check wait. */
+const FAST_LOCK_ENV = { BACKUPSTORE_LOCK_CHECK_WAIT_MS: '20' };
+
+function run(args: string[], env: Record<string, string> = FAST_LOCK_ENV): Promise<Run> {
   return new Promise((resolve) => {
     execFile(process.execPath, [BIN, ...args], { env: { PATH: process.env['PATH'] ?? '', ...env }, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
       const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
@@ -85,6 +88,24 @@ describe('backup-engine CLI', () => {
     expect(r.stdout).toContain('sha512 290be67edd2c1bf69fca775bbc4e78914c750470f4ac7cfb1771128c8f9a913f4316ec422371500e608326da74ff91bc17170656a87bc606543b467b5e06e033');
   });
 
+  it('keeps Longhorn\'s 2 s lock check wait by default and takes the lock timing knob from the environment', async () => {
+    const target = `vfs://${path.join(work, 'lock-store')}`;
+    let t0 = Date.now();
+    const slow = await run(['gc', '--target', target, '--dry-run'], {});
+    expect(slow.code).toBe(0);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(2000);
+    t0 = Date.now();
+    const fast = await run(['gc', '--target', target, '--dry-run'], { BACKUPSTORE_LOCK_CHECK_WAIT_MS: '0' });
+    expect(fast.code).toBe(0);
+    expect(Date.now() - t0).toBeLessThan(2000);
+    const bad = await run(['gc', '--target', target], { BACKUPSTORE_LOCK_CHECK_WAIT_MS: '2s' });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('invalid BACKUPSTORE_LOCK_CHECK_WAIT_MS "2s": expected a non-negative integer of milliseconds');
+    const inverted = await run(['gc', '--target', target], { BACKUPSTORE_LOCK_REFRESH_MS: '200000' });
+    expect(inverted.code).toBe(2);
+    expect(inverted.stderr).toContain('the refresh interval (200000 ms) must be above 0 and below the lock duration (150000 ms)');
+  });
+
   it('exits 2 on usage errors and 1 when the operation fails', async () => {
     expect((await run([])).code).toBe(2);
     expect((await run(['frobnicate'])).code).toBe(2);
@@ -96,7 +117,7 @@ describe('backup-engine CLI', () => {
     const failed = await run(['inspect', '--backup-url', `vfs://${work}/empty?backingImage=nope`, '--json']);
     expect(failed.code).toBe(1);
     expect(JSON.parse(failed.stdout)).toEqual({ error: expect.stringMatching(/cannot find .*nope\/backing-image.cfg in backupstore/), code: 'NotFound' });
-    const s3 = await run(['ls', '--target', 's3://bucket@us-east-1/'], {});
+    const s3 = await run(['ls', '--target', 's3://bucket@us-east-1/']);
     expect(s3.code).toBe(1);
     expect(s3.stderr).toMatch(/missing AWS_ACCESS_KEY_ID/);
     const badScheme = await run(['ls', '--target', 'file:///tmp']);

@@ -8,10 +8,13 @@ import {
   goIndentTabs,
   inspectBackup,
   listBackingImageBackups,
+  LOCK_TIMING_ENV,
+  lockTimingFromEnv,
   parseCompressionMethod,
   restoreBackup,
   verifyTarget,
   type BackupCredential,
+  type LockTiming,
 } from '@bis/backupstore';
 
 /** Credential keys read from the environment (Longhorn's backup-target secret keys). */
@@ -41,6 +44,11 @@ common options:
   --credential k=v   credential key (repeatable; overrides the environment: ${CREDENTIAL_ENV_KEYS.join(', ')})
   --json             print one JSON document on stdout
   -h, --help
+
+environment:
+  ${CREDENTIAL_ENV_KEYS.join(', ')}  credential keys
+  ${Object.values(LOCK_TIMING_ENV).join(', ')}
+      lock timing in milliseconds (test and operations knob; default Longhorn's 150000, 60000, 2000)
 
 A backup URL is the target URL with ?backingImage=<name>. Targets: s3://bucket@region/path, nfs://server:/path, vfs:///path.
 Exit status: 0 ok, 1 the operation failed, 2 usage error.`;
@@ -154,7 +162,13 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
       ...Object.fromEntries(CREDENTIAL_ENV_KEYS.flatMap((k) => (io.env[k] !== undefined ? [[k, io.env[k] as string]] : []))),
       ...keyValues(values.credential, '--credential'),
     };
-    const common = { credential, signal: io.signal };
+    let lockTiming: LockTiming | undefined;
+    try {
+      lockTiming = lockTimingFromEnv(io.env);
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+    const common = { credential, signal: io.signal, ...(lockTiming ? { lockTiming } : {}) };
     const output = (doc: unknown, text: string) => print(json ? JSON.stringify(doc, null, 2) : text);
     switch (command) {
       case 'backup': {

@@ -1,96 +1,82 @@
-import { Worker } from 'node:worker_threads';
+import { WorkerChannel } from './pipeline.js';
 
 /**
  * The worker's code (CommonJS, loaded with `eval` so it works from sources and from dist alike): a streaming SHA-512
- * fed with data chunks and zero-range lengths, acknowledging each message so the sender can bound what is queued.
+ * fed, in order, with slices of shared memory (hashed in place) or copied bytes, and with zero-range lengths that it
+ * hashes from one shared zero buffer (nothing is read or allocated for holes).
  */
 const WORKER_SOURCE = `
-const { parentPort } = require('node:worker_threads');
+'use strict';
+const { parentPort, workerData } = require('node:worker_threads');
+const memory = workerData && workerData.memory;
 const { createHash } = require('node:crypto');
-const hash = createHash('sha512');
-const zeros = Buffer.alloc(${2 * 1024 * 1024});
+let hash = createHash('sha512');
+const zeros = Buffer.alloc(1024 * 1024);
 parentPort.on('message', (m) => {
-  if (m.type === 'data') {
-    hash.update(m.data);
-    parentPort.postMessage({ type: 'ack', bytes: m.data.byteLength });
-  } else if (m.type === 'zeros') {
-    let left = m.length;
-    while (left > 0) { const n = Math.min(left, zeros.length); hash.update(zeros.subarray(0, n)); left -= n; }
-    parentPort.postMessage({ type: 'ack', bytes: 0 });
-  } else if (m.type === 'digest') {
-    parentPort.postMessage({ type: 'digest', hex: hash.digest('hex') });
+  try {
+    if (m.op === 'slot') {
+      hash.update(new Uint8Array(memory, m.offset, m.length));
+      parentPort.postMessage({ id: m.id });
+    } else if (m.op === 'bytes') {
+      hash.update(new Uint8Array(m.bytes));
+      parentPort.postMessage({ id: m.id });
+    } else if (m.op === 'zeros') {
+      let left = m.length;
+      while (left > 0) { const n = Math.min(left, zeros.length); hash.update(zeros.subarray(0, n)); left -= n; }
+      parentPort.postMessage({ id: m.id });
+    } else if (m.op === 'digest') {
+      parentPort.postMessage({ id: m.id, hex: hash.digest('hex') });
+      hash = createHash('sha512');
+    } else {
+      parentPort.postMessage({ id: m.id, error: 'unknown image hash operation ' + String(m.op) });
+    }
+  } catch (e) {
+    parentPort.postMessage({ id: m.id, error: e && e.message ? e.message : String(e) });
   }
 });
 `;
 
-type WorkerMessage = { type: 'ack'; bytes: number } | { type: 'digest'; hex: string };
-
 /**
  * SHA-512 of a whole image, computed in order on a worker thread so that it runs beside the block pipeline instead of
- * on the event loop. `update` copies the bytes (the caller keeps its buffer); at most `maxQueuedBytes` wait in the
- * worker's queue before `update` waits.
+ * on the event loop. Updates are hashed in the order they are submitted; each returns a promise that resolves once
+ * its bytes are hashed, so a caller passing a view of shared memory reuses that memory only then (the window of
+ * memory in flight is the caller's, e.g. the slots of a {@link SlotPool}). Views of non-shared memory are copied.
  */
 export class ImageHasher {
-  private readonly worker: Worker;
-  private queued = 0;
-  private waiters: (() => void)[] = [];
-  private digestResolve: ((hex: string) => void) | undefined;
-  private failure: Error | undefined;
-  private closed = false;
+  private readonly channel: WorkerChannel;
 
-  constructor(private readonly maxQueuedBytes = 64 * 1024 * 1024) {
-    this.worker = new Worker(WORKER_SOURCE, { eval: true });
-    this.worker.unref();
-    this.worker.on('message', (m: WorkerMessage) => {
-      if (m.type === 'ack') {
-        this.queued -= m.bytes;
-        const ws = this.waiters;
-        this.waiters = [];
-        for (const w of ws) w();
-      } else {
-        this.digestResolve?.(m.hex);
-      }
-    });
-    this.worker.on('error', (err) => {
-      this.failure = err;
-      for (const w of this.waiters) w();
-    });
+  /** `memory`: shared memory (e.g. a {@link SlotPool}'s) whose views are hashed in place, never copied. */
+  constructor(private readonly memory?: SharedArrayBuffer) {
+    this.channel = new WorkerChannel(WORKER_SOURCE, { memory }, 'image SHA-512');
   }
 
-  private async room(): Promise<void> {
-    while (this.queued > this.maxQueuedBytes && !this.failure) await new Promise<void>((r) => this.waiters.push(r));
-    if (this.failure) throw this.failure;
-  }
-
-  async update(data: Uint8Array): Promise<void> {
-    await this.room();
+  /** Hashes `data` after everything submitted before it; resolves when done (then `data` may be reused). */
+  update(data: Uint8Array): Promise<void> {
+    if (data.byteLength === 0) return Promise.resolve();
+    if (this.memory !== undefined && data.buffer === this.memory) {
+      return this.channel.send({ op: 'slot', offset: data.byteOffset, length: data.byteLength }).then(() => undefined);
+    }
     const copy = new Uint8Array(data);
-    this.queued += copy.byteLength;
-    this.worker.postMessage({ type: 'data', data: copy }, [copy.buffer]);
+    return this.channel.send({ op: 'bytes', bytes: copy.buffer }, [copy.buffer]).then(() => undefined);
   }
 
-  /** Feeds `length` zero bytes (a hole). */
-  async zeros(length: number): Promise<void> {
-    if (length <= 0) return;
-    await this.room();
-    this.worker.postMessage({ type: 'zeros', length });
+  /** Feeds `length` zero bytes (a hole or an all-zero block). */
+  zeros(length: number): Promise<void> {
+    if (length <= 0) return Promise.resolve();
+    return this.channel.send({ op: 'zeros', length }).then(() => undefined);
   }
 
-  /** The hex digest; the hasher is closed afterwards. */
+  /** The hex digest of everything submitted; the hasher is closed afterwards. */
   async digest(): Promise<string> {
-    if (this.failure) throw this.failure;
-    const hex = await new Promise<string>((resolve, reject) => {
-      this.digestResolve = resolve;
-      this.worker.once('error', reject);
-      this.worker.postMessage({ type: 'digest' });
-    });
-    await this.close();
-    return hex;
+    try {
+      const r = await this.channel.send({ op: 'digest' });
+      return String(r['hex']);
+    } finally {
+      await this.close();
+    }
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await this.worker.terminate();
+    await this.channel.close();
   }
 }

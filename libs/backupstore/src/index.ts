@@ -44,6 +44,8 @@ export {
   RESTORE_LOCK,
   DELETION_LOCK,
   LONGHORN_LOCK_TIMING,
+  LOCK_TIMING_ENV,
+  lockTimingFromEnv,
   type LockTiming,
 } from './lock.js';
 export type { StoreAccessOptions } from './engine/common.js';

@@ -21,6 +21,43 @@ export interface LockTiming {
 
 export const LONGHORN_LOCK_TIMING: LockTiming = { durationMs: 150_000, refreshMs: 60_000, checkWaitMs: 2_000 };
 
+/** Environment variables that override {@link LONGHORN_LOCK_TIMING} (milliseconds): a test and operations knob. */
+export const LOCK_TIMING_ENV = {
+  durationMs: 'BACKUPSTORE_LOCK_DURATION_MS',
+  refreshMs: 'BACKUPSTORE_LOCK_REFRESH_MS',
+  checkWaitMs: 'BACKUPSTORE_LOCK_CHECK_WAIT_MS',
+} as const satisfies Record<keyof LockTiming, string>;
+
+/**
+ * Lock timing from the environment: Longhorn's defaults, with each of {@link LOCK_TIMING_ENV} that is set (a
+ * non-negative integer of milliseconds) replacing its value. Returns undefined when none is set. Every process that
+ * shares a store must agree on the duration (it decides when another holder's lock is stale); the check wait only
+ * shortens the window in which two processes see each other's lock files, which is why tests shorten it.
+ * Throws a BackupStoreError (InvalidArgument) naming the variable for a bad value.
+ */
+export function lockTimingFromEnv(env: Readonly<Record<string, string | undefined>>): LockTiming | undefined {
+  let timing: LockTiming | undefined;
+  for (const key of Object.keys(LOCK_TIMING_ENV) as (keyof LockTiming)[]) {
+    const name = LOCK_TIMING_ENV[key];
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(Number(raw.trim()))) {
+      throw new BackupStoreError('InvalidArgument', `invalid ${name} ${JSON.stringify(raw)}: expected a non-negative integer of milliseconds`);
+    }
+    timing = { ...(timing ?? LONGHORN_LOCK_TIMING), [key]: Number(raw.trim()) };
+  }
+  if (timing) {
+    if (timing.durationMs === 0) throw new BackupStoreError('InvalidArgument', `invalid ${LOCK_TIMING_ENV.durationMs} 0: locks would expire at once`);
+    if (timing.refreshMs === 0 || timing.refreshMs >= timing.durationMs) {
+      throw new BackupStoreError(
+        'InvalidArgument',
+        `invalid lock timing: the refresh interval (${timing.refreshMs} ms) must be above 0 and below the lock duration (${timing.durationMs} ms)`,
+      );
+    }
+  }
+  return timing;
+}
+
 interface SeenLock extends LockFileContent {
   serverTime: number;
 }

@@ -10,8 +10,16 @@ export interface BackupStoreDriver {
   readonly url: string;
   /** Whole object. Throws a BackupStoreError with code NotFound when it does not exist. */
   read(path: string, signal?: AbortSignal): Promise<Buffer>;
-  /** Atomic replace: readers see the old or the new content, never a partial object. */
-  write(path: string, data: Uint8Array | string, signal?: AbortSignal): Promise<void>;
+  /**
+   * Optional: reads a whole object into `target` (no allocation per object) and returns its length. Throws a
+   * BackupStoreError with code NotFound when it does not exist, and Corrupt when it is larger than `target`.
+   */
+  readInto?(path: string, target: Uint8Array, signal?: AbortSignal): Promise<number>;
+  /**
+   * Atomic replace: readers see the old or the new content, never a partial object. An array is written as the
+   * concatenation of its pieces (vectored where the store allows it).
+   */
+  write(path: string, data: Uint8Array | string | readonly Uint8Array[], signal?: AbortSignal): Promise<void>;
   exists(path: string, signal?: AbortSignal): Promise<boolean>;
   /** Names (files and directories) directly under `dir`, without the prefix; [] when `dir` does not exist. */
   list(dir: string, signal?: AbortSignal): Promise<string[]>;

@@ -12,6 +12,18 @@ function ioError(op: string, p: string, err: unknown): BackupStoreError {
   return new BackupStoreError('Io', `${op} ${p}: ${(err as Error).message}`, { cause: err });
 }
 
+async function writevFully(fh: fs.FileHandle, pieces: readonly Uint8Array[]): Promise<void> {
+  let rest = pieces.filter((b) => b.byteLength > 0);
+  while (rest.length > 0) {
+    let { bytesWritten } = await fh.writev(rest as Uint8Array[]);
+    while (rest.length > 0 && bytesWritten >= (rest[0] as Uint8Array).byteLength) {
+      bytesWritten -= (rest[0] as Uint8Array).byteLength;
+      rest = rest.slice(1);
+    }
+    if (bytesWritten > 0 && rest.length > 0) rest = [(rest[0] as Uint8Array).subarray(bytesWritten), ...rest.slice(1)];
+  }
+}
+
 /** Longhorn's `fsops` over a local (or mounted) directory: the vfs and nfs drivers. */
 export class FileSystemDriver implements BackupStoreDriver {
   constructor(
@@ -38,8 +50,38 @@ export class FileSystemDriver implements BackupStoreDriver {
     }
   }
 
+  async readInto(p: string, target: Uint8Array, signal?: AbortSignal): Promise<number> {
+    throwIfAborted(signal);
+    let fh: fs.FileHandle;
+    try {
+      fh = await fs.open(this.resolve(p), 'r');
+    } catch (err) {
+      if (isErrno(err, 'ENOENT')) throw new BackupStoreError('NotFound', `cannot find ${p} in backupstore`, { cause: err });
+      throw ioError('read', p, err);
+    }
+    try {
+      const { size } = await fh.stat();
+      if (size > target.byteLength) {
+        throw new BackupStoreError('Corrupt', `${p} holds ${size} bytes, more than the ${target.byteLength} a stored block can have`);
+      }
+      let got = 0;
+      while (got < size) {
+        const { bytesRead } = await fh.read(target, got, size - got, got);
+        if (bytesRead === 0) break;
+        got += bytesRead;
+      }
+      if (got !== size) throw new BackupStoreError('Io', `read ${p}: the file shrank from ${size} to ${got} bytes while it was read`);
+      return got;
+    } catch (err) {
+      if (err instanceof BackupStoreError) throw err;
+      throw ioError('read', p, err);
+    } finally {
+      await fh.close().catch(() => undefined);
+    }
+  }
+
   /** Writes `<dst>.tmp.<nanos>` then renames it over `<dst>`, creating parents with mode 0700. */
-  async write(p: string, data: Uint8Array | string, signal?: AbortSignal): Promise<void> {
+  async write(p: string, data: Uint8Array | string | readonly Uint8Array[], signal?: AbortSignal): Promise<void> {
     throwIfAborted(signal);
     const dst = this.resolve(p);
     const tmp = `${dst}.tmp.${process.hrtime.bigint()}${randomBytes(2).toString('hex')}`;
@@ -47,7 +89,8 @@ export class FileSystemDriver implements BackupStoreDriver {
       await fs.mkdir(path.dirname(dst), { recursive: true, mode: 0o700 });
       const fh = await fs.open(tmp, 'w', 0o600);
       try {
-        await fh.writeFile(data);
+        if (Array.isArray(data)) await writevFully(fh, data as readonly Uint8Array[]);
+        else await fh.writeFile(data as Uint8Array | string);
         await fh.sync();
       } finally {
         await fh.close();

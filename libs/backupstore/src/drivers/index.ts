@@ -3,11 +3,12 @@ import { parseTargetUrl } from '../url.js';
 import type { BackupCredential, BackupStoreDriver } from './driver.js';
 import { FileSystemDriver } from './filesystem.js';
 import { DEFAULT_MOUNT_ROOT, ensureNfsMounted } from './nfs.js';
-import { S3Driver, type S3DriverOptions } from './s3.js';
+import type { S3DriverOptions } from './s3.js';
 
 export type { BackupCredential, BackupStoreDriver } from './driver.js';
 export { FileSystemDriver } from './filesystem.js';
-export { S3Driver, type S3DriverOptions } from './s3.js';
+// The S3 driver (and the AWS SDK behind it) is loaded only when an s3:// target is opened.
+export type { S3DriverOptions } from './s3.js';
 export { DEFAULT_MOUNT_ROOT, ensureNfsMounted, nfsMountPoint } from './nfs.js';
 
 export interface DriverOptions {
@@ -24,8 +25,10 @@ export async function openDriver(
 ): Promise<BackupStoreDriver> {
   const location = parseTargetUrl(targetUrl);
   switch (location.scheme) {
-    case 's3':
+    case 's3': {
+      const { S3Driver } = await import('./s3.js');
       return new S3Driver(location, credential, options.s3);
+    }
     case 'vfs':
       return new FileSystemDriver(location.path, `vfs://${location.path}`);
     case 'nfs': {

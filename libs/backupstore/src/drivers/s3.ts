@@ -129,9 +129,33 @@ export class S3Driver implements BackupStoreDriver {
     }
   }
 
-  async write(p: string, data: Uint8Array | string, signal?: AbortSignal): Promise<void> {
+  async readInto(p: string, target: Uint8Array, signal?: AbortSignal): Promise<number> {
     throwIfAborted(signal);
-    const body = typeof data === 'string' ? Buffer.from(data) : data;
+    try {
+      const out = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), { abortSignal: signal });
+      if (!out.Body) throw new BackupStoreError('Io', `s3 get ${this.key(p)}: empty response body`);
+      if (out.ContentLength !== undefined && out.ContentLength > target.byteLength) {
+        (out.Body as unknown as { destroy?: () => void }).destroy?.();
+        throw new BackupStoreError('Corrupt', `${p} holds ${out.ContentLength} bytes, more than the ${target.byteLength} a stored block can have`);
+      }
+      let got = 0;
+      for await (const chunk of out.Body as AsyncIterable<Uint8Array>) {
+        if (got + chunk.byteLength > target.byteLength) {
+          throw new BackupStoreError('Corrupt', `${p} holds more than the ${target.byteLength} bytes a stored block can have`);
+        }
+        target.set(chunk, got);
+        got += chunk.byteLength;
+      }
+      return got;
+    } catch (err) {
+      if (isNotFound(err)) throw new BackupStoreError('NotFound', `cannot find ${p} in backupstore`, { cause: err });
+      this.fail('get', p, err, signal);
+    }
+  }
+
+  async write(p: string, data: Uint8Array | string | readonly Uint8Array[], signal?: AbortSignal): Promise<void> {
+    throwIfAborted(signal);
+    const body = typeof data === 'string' ? Buffer.from(data) : Array.isArray(data) ? Buffer.concat(data as readonly Uint8Array[]) : (data as Uint8Array);
     try {
       await this.client.send(
         new PutObjectCommand({ Bucket: this.bucket, Key: this.key(p), Body: body, ContentLength: body.byteLength }),

@@ -1,7 +1,8 @@
 import { promises as fs } from 'node:fs';
-import { getDataExtents, isAllZero, iterateBlocks, mapBlocks } from '@bis/block-mapping';
+import { getDataExtents, mapBlocks } from '@bis/block-mapping';
 import { compressBlock } from '../compression.js';
 import { ImageHasher } from '../image-hash.js';
+import { BlockWorkerPool, SlotPool, type PreparedBlock, type Slot } from '../pipeline.js';
 import {
   encodeBackingImageConfig,
   goTimestamp,
@@ -18,7 +19,6 @@ import {
   BACKUP_BLOCK_SIZE,
   backingImageConfigPath,
   BackupStoreError,
-  blockChecksumAsync,
   blockPath,
   throwIfAborted,
 } from '../names.js';
@@ -104,12 +104,11 @@ const uploadsInFlight = new Map<string, Promise<boolean>>();
 /** Backups running in this process, keyed by store URL and name. */
 const backupsInFlight = new Set<string>();
 
-/** Uploads a block unless the store has it; resolves true when this call wrote it. */
+/** Uploads a block unless the store has it; resolves true when this call wrote it. `stored` produces its stored bytes. */
 function uploadBlockOnce(
   driver: BackupStoreDriver,
   checksum: string,
-  data: Buffer,
-  method: CompressionMethod,
+  stored: () => Promise<Uint8Array | Uint8Array[]>,
   signal: AbortSignal | undefined,
   onWritten: (storedBytes: number) => void,
 ): Promise<boolean> {
@@ -119,9 +118,9 @@ function uploadBlockOnce(
   const upload = (async () => {
     const p = blockPath(checksum);
     if (await driver.exists(p, signal)) return false;
-    const stored = await compressBlock(method, data);
-    await driver.write(p, stored, signal);
-    onWritten(stored.byteLength);
+    const bytes = await stored();
+    await driver.write(p, bytes, signal);
+    onWritten(Array.isArray(bytes) ? bytes.reduce((n, b) => n + b.byteLength, 0) : bytes.byteLength);
     return true;
   })();
   uploadsInFlight.set(key, upload);
@@ -324,7 +323,15 @@ async function runBackup(
   });
 }
 
-/** Reads the mapped blocks in order, hashes the whole image, and uploads the data blocks the store lacks. */
+/** Extra slots beyond `concurrency`: blocks read ahead, and blocks waiting for the in-order whole-image hash. */
+const READ_AHEAD_SLOTS = 4;
+
+/**
+ * Reads the mapped blocks in order into a fixed set of shared slots; block worker threads check each for zeros, name
+ * it (SHA-512) and frame it when it does not compress; at most `concurrency` uploads run at once; the whole-image
+ * SHA-512 is fed in offset order on its own thread (holes and zero blocks from a shared zero buffer). Memory is
+ * bounded by the slot count, whatever the image size.
+ */
 async function uploadBlocks(
   driver: BackupStoreDriver,
   opts: CreateBackupOptions,
@@ -336,64 +343,120 @@ async function uploadBlocks(
 ): Promise<{ blocks: BlockEntry[]; sha512: string }> {
   const { signal } = opts;
   const mappings = mapBlocks(await getDataExtents(opts.filePath, { signal }), size, BACKUP_BLOCK_SIZE);
-  const image = new ImageHasher();
-  let hashed = 0;
-  const hashHoleUntil = async (end: number) => {
-    if (end > hashed) await image.zeros(end - hashed);
-    hashed = Math.max(hashed, end);
-  };
   const blocks: BlockEntry[] = [];
-  const inFlight = new Set<Promise<void>>();
-  let pendingBytes = 0;
   let failure: { err: unknown } | undefined;
+  const fail = (err: unknown) => {
+    failure ??= { err };
+  };
+  const pool = new SlotPool(concurrency + READ_AHEAD_SLOTS);
+  const workers = new BlockWorkerPool(pool, concurrency);
+  const image = new ImageHasher(pool.memory);
+  const uploads = new Semaphore(concurrency);
+  const fh = await fs.open(opts.filePath, 'r');
+  let posted = 0; // image bytes submitted to the whole-image hash, in order
+  let pendingBytes = 0; // bytes of blocks read but not finished
+  let order: Promise<void> = Promise.resolve();
+  const settled = new Set<Promise<void>>();
   const progress = () => {
-    status.processedBytes = hashed - pendingBytes;
+    status.processedBytes = Math.max(0, posted - pendingBytes);
     status.progress = size === 0 ? 95 : Math.floor((status.processedBytes / size) * 95);
     report({ ...status });
   };
-  const handle = async (offset: number, data: Buffer) => {
-    const checksum = await blockChecksumAsync(data);
-    const wrote = await uploadBlockOnce(driver, checksum, data, method, signal, (stored) => {
-      status.uploadedBlocks++;
-      status.uploadedBytes += stored;
-    });
-    if (!wrote) status.reusedBlocks++;
-    blocks.push({ offset, blockChecksum: checksum });
-  };
-
-  try {
-  for await (const block of iterateBlocks(opts.filePath, { mappings, signal })) {
-    if (failure) break;
-    await hashHoleUntil(block.offset);
-    await image.update(block.data);
-    hashed += block.size;
-    if (isAllZero(block.data)) {
+  const handle = async (offset: number, length: number, slot: Slot, prepared: PreparedBlock): Promise<void> => {
+    if (prepared.zero) {
       status.zeroBlocks++;
-      progress();
-      continue;
+      return;
     }
-    while (inFlight.size >= concurrency && !failure) await Promise.race(inFlight);
-    if (failure) break;
-    pendingBytes += block.size;
-    const task: Promise<void> = handle(block.offset, block.data)
-      .catch((err: unknown) => {
-        failure ??= { err };
-      })
-      .finally(() => {
-        inFlight.delete(task);
-        pendingBytes -= block.size;
+    const data = slot.data.subarray(0, length);
+    const stored = (): Promise<Uint8Array | Uint8Array[]> =>
+      prepared.frame.length > 0 ? Promise.resolve(prepared.frame) : compressBlock(method, data);
+    await uploads.run(async () => {
+      const wrote = await uploadBlockOnce(driver, prepared.checksum, stored, signal, (bytes) => {
+        status.uploadedBlocks++;
+        status.uploadedBytes += bytes;
+      });
+      if (!wrote) status.reusedBlocks++;
+    });
+    blocks.push({ offset, blockChecksum: prepared.checksum });
+  };
+  try {
+    for (const m of mappings) {
+      const slot = await pool.acquire();
+      if (failure || signal?.aborted) {
+        pool.release(slot);
+        break;
+      }
+      try {
+        await readFully(fh, slot.data, m.size, m.offset, opts.filePath);
+      } catch (err) {
+        pool.release(slot);
+        fail(err);
+        break;
+      }
+      pendingBytes += m.size;
+      const prepared = workers.prepare(slot, m.size, method === 'lz4');
+      const uploaded = prepared.then((p) => handle(m.offset, m.size, slot, p));
+      // The whole-image hash takes the blocks in offset order: holes before the block, then the block itself.
+      const step = order.then(async () => {
+        const p = await prepared;
+        const gap = image.zeros(m.offset - posted);
+        const own = p.zero ? image.zeros(m.size) : image.update(slot.data.subarray(0, m.size));
+        posted = m.offset + m.size;
+        return { done: Promise.all([gap, own]) }; // wrapped: the next block is submitted without waiting for this hash
+      });
+      order = step.then(() => undefined);
+      order.catch(() => undefined);
+      const hashed = step.then((s) => s.done);
+      const finished: Promise<void> = Promise.all([uploaded, hashed]).then(
+        () => undefined,
+        (err: unknown) => fail(err),
+      );
+      settled.add(finished);
+      void finished.finally(() => {
+        settled.delete(finished);
+        pool.release(slot);
+        pendingBytes -= m.size;
         if (!failure) progress();
       });
-    inFlight.add(task);
-  }
-  await Promise.all(inFlight);
-  if (failure) throw failure.err;
-  if (signal?.aborted) throw abortError(signal);
-  await hashHoleUntil(size);
-  progress();
-  return { blocks, sha512: await image.digest() };
+    }
+    await Promise.all(settled);
+    if (failure) throw failure.err;
+    throwIfAborted(signal);
+    await order;
+    await image.zeros(size - posted);
+    posted = size;
+    progress();
+    return { blocks, sha512: await image.digest() };
   } finally {
-    await Promise.allSettled(inFlight);
-    await image.close();
+    await Promise.allSettled([...settled]);
+    await fh.close().catch(() => undefined);
+    await Promise.all([image.close(), workers.close()]);
+  }
+}
+
+/** Reads exactly `length` bytes at `position` into the start of `target`. */
+async function readFully(fh: fs.FileHandle, target: Buffer, length: number, position: number, file: string): Promise<void> {
+  let got = 0;
+  while (got < length) {
+    const { bytesRead } = await fh.read(target, got, length - got, position + got);
+    if (bytesRead === 0) throw new BackupStoreError('Io', `${file} ended at ${position + got} bytes while reading the block at ${position}`);
+    got += bytesRead;
+  }
+}
+
+/** At most `limit` tasks at once. */
+class Semaphore {
+  private active = 0;
+  private readonly waiting: (() => void)[] = [];
+  constructor(private readonly limit: number) {}
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    if (this.active >= this.limit) await new Promise<void>((r) => this.waiting.push(r));
+    this.active++;
+    try {
+      return await task();
+    } finally {
+      this.active--;
+      this.waiting.shift()?.();
+    }
   }
 }
