@@ -7,7 +7,7 @@ import type { Logger } from '@bis/controllers';
 import { startStandalone, type StandaloneHandle } from '@bis/standalone';
 
 export const USAGE = `usage: controller-manager standalone [--data-dir <dir>] [--listen <host:port>] [--disks <n>]
-       [--allow-source-hosts <hosts or CIDRs, comma-separated>] [--verbose]
+       [--allow-source-hosts <hosts or CIDRs, comma-separated>] [--max-data-sources <n>] [--verbose]
 
 Starts the whole backing-image system on this machine (embedded store, one node with <n> disk directories,
 a filesystem backup target, the controllers, the data-plane processes and the REST API).
@@ -43,6 +43,7 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
         listen: { type: 'string', default: '127.0.0.1:9500' },
         disks: { type: 'string', default: '3' },
         'allow-source-hosts': { type: 'string', default: '' },
+        'max-data-sources': { type: 'string', default: '8' },
         verbose: { type: 'boolean', default: false },
       },
       strict: true,
@@ -54,6 +55,11 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
   const disks = Number(values.disks);
   if (!Number.isInteger(disks) || disks < 1 || disks > 64) {
     io.err(`controller-manager: invalid --disks "${values.disks}": a number from 1 to 64`);
+    return 2;
+  }
+  const maxDataSources = Number(values['max-data-sources']);
+  if (!Number.isInteger(maxDataSources) || maxDataSources < 1) {
+    io.err(`controller-manager: invalid --max-data-sources "${values['max-data-sources']}": a positive number`);
     return 2;
   }
   const dataDir = path.resolve(values['data-dir']!);
@@ -78,7 +84,7 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
   };
   const allow = values['allow-source-hosts']!.split(',').map((s) => s.trim()).filter(Boolean);
   const binaries = defaultBinaries();
-  const handle = await startStandalone({ dataDir, listen: values.listen!, disks, allowSourceHosts: allow, binaries, log });
+  const handle = await startStandalone({ dataDir, listen: values.listen!, disks, allowSourceHosts: allow, binaries, log, maxDataSources });
   const origStop = handle.stop;
   handle.stop = async () => {
     await origStop();

@@ -219,6 +219,22 @@ describe('backing image controllers over the embedded store', () => {
     await expect(h.cm.actions.restoreBackup(bbi.metadata.name, { dataEngine: 'v1' })).rejects.toThrow('backing image orig already exists');
   });
 
+  it('defers data sources beyond the data plane capacity and still converges every image', async () => {
+    h = await startHarness();
+    h.sim.maxDataSources = 1;
+    const sums = ['ia', 'ib', 'ic'].map((n) => h!.sim.serve(`http://127.0.0.1:8080/${n}`, `${n}-content`.repeat(50)));
+    for (const [i, n] of ['ia', 'ib', 'ic'].entries()) await h.cm.actions.create({ name: n, sourceType: 'download', parameters: { url: `http://127.0.0.1:8080/${n}` }, expectedChecksum: sums[i], minNumberOfCopies: 1 });
+    let maxSeen = 0;
+    const timer = setInterval(() => (maxSeen = Math.max(maxSeen, h!.sim.dataSources.size)), 5);
+    try {
+      for (const n of ['ia', 'ib', 'ic']) await waitReady(n, 1, 15_000);
+    } finally {
+      clearInterval(timer);
+    }
+    expect(maxSeen).toBe(1);
+    expect(['ia', 'ib', 'ic'].map((n) => h!.sim.downloads.get(`http://127.0.0.1:8080/${n}`))).toEqual([1, 1, 1]);
+  });
+
   it('rejects invalid creations with clear messages', async () => {
     h = await startHarness();
     await expect(h.cm.actions.create({ name: 'x1', sourceType: 'nope' })).rejects.toThrow('spec.sourceType: Unsupported value: "nope"');

@@ -93,7 +93,11 @@ export interface DataPlane {
   managerClient(address: string): ManagerApi;
 
   dataSourceStatus(bids: BackingImageDataSource): Promise<WorkloadStatus>;
-  startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<void>;
+  /**
+   * Starts the data-source workload of a BIDS (no-op when it exists). Answers `deferred` when the data plane has no
+   * capacity for one more right now (the controller tries again later without counting a retry).
+   */
+  startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<'started' | 'deferred'>;
   deleteDataSource(bidsName: string): Promise<void>;
   dataSourceClient(address: string): DataSourceApi;
 

@@ -186,11 +186,17 @@ export class BackingImageDataSourceController extends Controller {
           credentials: {},
         };
         status.runningParameters = launch.parameters;
+        let started: 'started' | 'deferred' = 'started';
         try {
-          await this.ctx.dataPlane.startDataSource(bids, launch);
+          started = await this.ctx.dataPlane.startDataSource(bids, launch);
         } catch (err) {
           status.currentState = 'failed';
           status.message = `failed to start the data source: ${errMessage(err)}`;
+        }
+        if (started === 'deferred') {
+          status.message = 'waiting for the data plane to have room for one more data source';
+          this.queue.addAfter(name, 1000);
+          return;
         }
         this.retryBackoff.next(name);
         this.ctx.events.record(EventSource.BackingImageDataSource, bids, 'Normal', 'Create', `Starting the data source of ${name} on node ${spec.nodeID} disk ${spec.diskUUID}`);

@@ -32,6 +32,8 @@ export interface ProcessDataPlaneOptions {
   binaries: DataPlaneBinaries;
   nodeID: string;
   logsDir: string;
+  /** At most this many data-source processes at once (default 8); more are deferred. */
+  maxDataSources?: number;
   /** Hosts/CIDRs the data sources may download from although private or loopback. */
   allowSourceHosts?: readonly string[];
   host?: string;
@@ -201,9 +203,11 @@ export class ProcessDataPlane implements DataPlane {
     return this.toStatus(w, this.o.runtime.get(w));
   }
 
-  async startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<void> {
+  async startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<'started' | 'deferred'> {
     const name = dataSourceWorkloadName(bids.metadata.name);
-    if (this.o.runtime.get(name)) return;
+    if (this.o.runtime.get(name)) return 'started';
+    const running = this.o.runtime.list({ [COMPONENT]: 'backing-image-data-source' }).length;
+    if (running >= (this.o.maxDataSources ?? 8)) return 'deferred';
     this.ports.release(name);
     const [http, sync] = (await this.ports.reserve(name, 2)) as [number, number];
     const ep: Endpoint = { address: `${this.host}:${http}`, syncAddress: `${this.host}:${sync}`, diskUUID: bids.spec?.diskUUID ?? '' };
@@ -227,6 +231,7 @@ export class ProcessDataPlane implements DataPlane {
       'longhorn.io/backing-image-data-source': bids.metadata.name,
       'longhorn.io/disk-uuid': ep.diskUUID,
     });
+    return 'started';
   }
 
   async deleteDataSource(bidsName: string): Promise<void> {

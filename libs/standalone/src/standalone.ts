@@ -51,6 +51,8 @@ export interface StandaloneOptions {
   /** Hosts or CIDRs download URLs may point to although loopback or private (e.g. `127.0.0.1`). */
   allowSourceHosts?: readonly string[];
   binaries: DataPlaneBinaries;
+  /** At most this many data-source processes at once (default 8). */
+  maxDataSources?: number;
   log?: Logger;
   /** Adds more resources to the API (the backing-image resources of `@bis/api-resources` are always registered). */
   registerResources?: (registry: ApiRegistry, system: StandaloneSystem) => void;
@@ -157,7 +159,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
 
   const store = await EmbeddedDatastore.open({ dataDir: storeDir });
   const runtime = new LocalProcessRuntime({ probeIntervalMs: 200, terminationGracePeriodMs: 10_000 });
-  const dataPlane = new ProcessDataPlane({ runtime, binaries: opts.binaries, nodeID: STANDALONE_NODE, logsDir, allowSourceHosts: opts.allowSourceHosts });
+  const dataPlane = new ProcessDataPlane({ runtime, binaries: opts.binaries, nodeID: STANDALONE_NODE, logsDir, allowSourceHosts: opts.allowSourceHosts, maxDataSources: opts.maxDataSources });
   let app: FastifyInstance | undefined;
   let controllers: ControllerManager | undefined;
   const cleanup = async () => {

@@ -230,8 +230,12 @@ export class SimDataPlane implements DataPlane {
     return { phase: d.failed ? 'failed' : 'ready', nodeID: d.nodeID, diskUUID: d.diskUUID, ip: '127.0.0.1', address: d.address, syncAddress: '', message: d.failed };
   }
 
-  async startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<void> {
-    if (this.dataSources.has(bids.metadata.name)) return;
+  /** At most this many data sources at once (`deferred` beyond). */
+  maxDataSources = Number.POSITIVE_INFINITY;
+
+  async startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<'started' | 'deferred'> {
+    if (this.dataSources.has(bids.metadata.name)) return 'started';
+    if (this.dataSources.size >= this.maxDataSources) return 'deferred';
     const d: SimDataSource = { name: bids.metadata.name, nodeID: bids.spec!.nodeID!, diskUUID: bids.spec!.diskUUID!, address: `127.0.0.1:${(this.port += 2)}`, launch, state: '', size: 0, progress: 0, checksum: '', message: '', timers: [] };
     this.dataSources.set(d.name, d);
     const after = (ms: number, fn: () => void) => {
@@ -243,7 +247,7 @@ export class SimDataPlane implements DataPlane {
     };
     if (launch.sourceType === 'upload') {
       d.state = 'pending';
-      return;
+      return 'started';
     }
     let content: SimContent | undefined;
     if (launch.sourceType === 'download') {
@@ -256,6 +260,7 @@ export class SimDataPlane implements DataPlane {
       content = b ? { size: b.size, data: b.data } : undefined;
     }
     this.produce(d, content, after);
+    return 'started';
   }
 
   private produce(d: SimDataSource, content: SimContent | undefined, after: (ms: number, fn: () => void) => void): void {
