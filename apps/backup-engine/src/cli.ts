@@ -26,6 +26,9 @@ export const CREDENTIAL_ENV_KEYS = [
   'AWS_CERT',
   'AWS_REGION',
   'VIRTUAL_HOSTED_STYLE',
+  'HTTP_PROXY',
+  'HTTPS_PROXY',
+  'NO_PROXY',
 ] as const;
 
 export const USAGE = `usage: backup-engine <command> [options]

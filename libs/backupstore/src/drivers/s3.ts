@@ -11,7 +11,9 @@ import {
   S3Client,
   type ListObjectsV2CommandOutput,
 } from '@aws-sdk/client-s3';
+import { HttpProxyAgent, HttpsProxyAgent } from 'hpagent';
 import { BackupStoreError, throwIfAborted } from '../names.js';
+import { proxyFor } from './proxy.js';
 import type { S3TargetLocation } from '../url.js';
 import type { BackupCredential, BackupStoreDriver } from './driver.js';
 
@@ -38,7 +40,8 @@ function isAbort(err: unknown): boolean {
 /**
  * S3 driver. Configuration comes only from the per-call credential (Longhorn's keys): `AWS_ACCESS_KEY_ID`,
  * `AWS_SECRET_ACCESS_KEY`, optional `AWS_SESSION_TOKEN`, `AWS_ENDPOINTS` (one URL), `AWS_CERT` (PEM bundle added to
- * the default roots), `VIRTUAL_HOSTED_STYLE` (`true`/`false`; default: path style when an endpoint is set).
+ * the default roots), `VIRTUAL_HOSTED_STYLE` (`true`/`false`; default: path style when an endpoint is set),
+ * `HTTP_PROXY` / `HTTPS_PROXY` / `NO_PROXY` (Go's rules, see `proxy.ts`; requests are tunnelled with CONNECT).
  */
 export class S3Driver implements BackupStoreDriver {
   readonly url: string;
@@ -46,6 +49,8 @@ export class S3Driver implements BackupStoreDriver {
   private readonly bucket: string;
   private readonly prefix: string;
   private readonly agent: HttpAgent | HttpsAgent;
+  /** The proxy in use (`scheme://host:port`, no credentials), or '' for direct connections. */
+  readonly proxy: string;
 
   constructor(location: S3TargetLocation, credential: BackupCredential, options: S3DriverOptions = {}) {
     this.bucket = location.bucket;
@@ -78,10 +83,22 @@ export class S3Driver implements BackupStoreDriver {
     }
     const maxSockets = options.maxSockets ?? 32;
     const useHttp = endpoint.startsWith('http://');
-    this.agent = useHttp
-      ? new HttpAgent({ keepAlive: true, maxSockets })
-      : new HttpsAgent({ keepAlive: true, maxSockets, ...(cert !== '' ? { ca: [...rootCertificates, cert] } : {}) });
     const region = location.region !== '' ? location.region : (credential['AWS_REGION'] ?? credential['AWS_DEFAULT_REGION'] ?? 'us-east-1');
+    // The one host this driver talks to, for HTTP_PROXY / HTTPS_PROXY / NO_PROXY.
+    const host = endpoint !== ''
+      ? new URL(endpoint)
+      : new URL(forcePathStyle ? `https://s3.${region}.amazonaws.com` : `https://${location.bucket}.s3.${region}.amazonaws.com`);
+    if (!forcePathStyle && endpoint !== '') host.hostname = `${location.bucket}.${host.hostname}`;
+    const proxy = proxyFor(host, credential);
+    this.proxy = proxy ? `${proxy.protocol}//${proxy.host}` : '';
+    const tls = cert !== '' ? { ca: [...rootCertificates, cert] } : {};
+    this.agent = useHttp
+      ? proxy
+        ? new HttpProxyAgent({ keepAlive: true, maxSockets, proxy })
+        : new HttpAgent({ keepAlive: true, maxSockets })
+      : proxy
+        ? new HttpsProxyAgent({ keepAlive: true, maxSockets, proxy, ...tls })
+        : new HttpsAgent({ keepAlive: true, maxSockets, ...tls });
     this.client = new S3Client({
       region,
       ...(endpoint !== '' ? { endpoint } : {}),

@@ -9,6 +9,8 @@ import { restoreBackup } from './restore.js';
 import { deleteBackup, inspectBackup, listBackingImageBackups, verifyTarget } from './maintenance.js';
 import { FAST_LOCKS, patternBlock, sha512File, tempDir, writeImage, type Piece } from '../test-support/images.js';
 import { S3_TEST_CREDENTIAL, startS3Server, type S3TestServer } from '../test-support/s3-server.js';
+import { startConnectProxy } from '../test-support/connect-proxy.js';
+import { bypassesProxy, proxyFor } from '../drivers/proxy.js';
 
 let work: string;
 let server: S3TestServer;
@@ -120,5 +122,80 @@ describe('S3 outage', () => {
     } finally {
       await s.stop();
     }
+  });
+});
+
+describe('S3 through a proxy (HTTP_PROXY / HTTPS_PROXY / NO_PROXY credential keys)', () => {
+  // The endpoint's host name does not resolve: only the proxy (which sends every tunnel to s3rver) can reach it.
+  const unresolvable = () => `http://s3.invalid:${server.port}`;
+
+  it('backs up and restores through the proxy, with proxy credentials, per call', async () => {
+    const proxy = await startConnectProxy(server.port, 'bis:s3cr3t');
+    try {
+      const authed = proxy.url.replace('http://', 'http://bis:s3cr3t@');
+      const cred = { ...S3_TEST_CREDENTIAL, AWS_ENDPOINTS: unresolvable(), HTTP_PROXY: authed, NO_PROXY: 'example.com,10.0.0.0/8' };
+      const image = path.join(work, 'proxied.img');
+      const src = await writeImage(image, [{ kind: 'data', seed: 61 }, { kind: 'hole' }, { kind: 'random' }], 99);
+      const r = await createBackup({ target: TARGET, name: 'proxied', filePath: image, credential: cred, lockTiming: FAST_LOCKS });
+      expect(r.sha512).toBe(src.sha512);
+      const out = path.join(work, 'proxied.out');
+      expect((await restoreBackup({ backupUrl: r.backupUrl, output: out, credential: cred, lockTiming: FAST_LOCKS })).sha512).toBe(src.sha512);
+      expect(await sha512File(out)).toBe(src.sha512);
+      expect(proxy.tunnels.length).toBeGreaterThan(0);
+      expect(new Set(proxy.tunnels)).toEqual(new Set([`s3.invalid:${server.port}`]));
+      expect(proxy.authorizations[0]).toBe(`Basic ${Buffer.from('bis:s3cr3t').toString('base64')}`);
+      // Another call without the proxy keys in its credential connects directly (nothing is process-wide).
+      const before = proxy.tunnels.length;
+      expect((await listBackingImageBackups(TARGET, { credential })).map((e) => e.name)).toContain('proxied');
+      expect(proxy.tunnels.length).toBe(before);
+      // Wrong proxy credentials: a clear failure naming the operation.
+      const wrong = { ...cred, HTTP_PROXY: proxy.url.replace('http://', 'http://bis:nope@') };
+      await expect(listBackingImageBackups(TARGET, { credential: wrong, driverOptions: { s3: { maxAttempts: 1 } } })).rejects.toMatchObject({
+        code: 'Io',
+        message: expect.stringMatching(/^s3 list .* failed.*407/),
+      });
+    } finally {
+      await proxy.stop();
+    }
+  });
+
+  it('NO_PROXY and the loopback rule connect directly; HTTPS_PROXY is not used for http endpoints', async () => {
+    const proxy = await startConnectProxy(server.port);
+    try {
+      const direct = { ...S3_TEST_CREDENTIAL, AWS_ENDPOINTS: unresolvable(), HTTP_PROXY: proxy.url, NO_PROXY: '.invalid' };
+      await expect(listBackingImageBackups(TARGET, { credential: direct, driverOptions: { s3: { maxAttempts: 1 } } })).rejects.toThrow(
+        /ENOTFOUND|getaddrinfo/,
+      );
+      const httpsOnly = { ...S3_TEST_CREDENTIAL, AWS_ENDPOINTS: unresolvable(), HTTPS_PROXY: proxy.url };
+      await expect(listBackingImageBackups(TARGET, { credential: httpsOnly, driverOptions: { s3: { maxAttempts: 1 } } })).rejects.toThrow(
+        /ENOTFOUND|getaddrinfo/,
+      );
+      // Like Go's httpproxy, loopback endpoints never go through a proxy.
+      const loopback = { ...credential, HTTP_PROXY: proxy.url };
+      expect(Array.isArray(await listBackingImageBackups(TARGET, { credential: loopback }))).toBe(true);
+      expect(proxy.tunnels).toEqual([]);
+      await expect(listBackingImageBackups(TARGET, { credential: { ...credential, HTTP_PROXY: 'ftp://x' } })).rejects.toThrow(
+        'HTTP_PROXY "ftp://x": only http:// and https:// proxies are supported',
+      );
+    } finally {
+      await proxy.stop();
+    }
+  });
+
+  it('matches NO_PROXY entries as Go does', () => {
+    expect(bypassesProxy('s3.example.com', 443, 'example.com')).toBe(true);
+    expect(bypassesProxy('example.com', 443, '.example.com')).toBe(false);
+    expect(bypassesProxy('a.example.com', 443, '.example.com')).toBe(true);
+    expect(bypassesProxy('notexample.com', 443, 'example.com')).toBe(false);
+    expect(bypassesProxy('minio.local', 9000, 'minio.local:9000')).toBe(true);
+    expect(bypassesProxy('minio.local', 9001, 'minio.local:9000')).toBe(false);
+    expect(bypassesProxy('10.1.2.3', 80, '10.0.0.0/8')).toBe(true);
+    expect(bypassesProxy('11.1.2.3', 80, '10.0.0.0/8')).toBe(false);
+    expect(bypassesProxy('192.168.1.5', 80, '192.168.1.5')).toBe(true);
+    expect(bypassesProxy('anything', 1, ' * ')).toBe(true);
+    expect(bypassesProxy('localhost', 80, '')).toBe(true);
+    expect(bypassesProxy('127.0.0.1', 80, '')).toBe(true);
+    expect(proxyFor(new URL('https://s3.us-east-1.amazonaws.com'), { https_proxy: 'proxy.corp:3128' })?.href).toBe('http://proxy.corp:3128/');
+    expect(proxyFor(new URL('http://s3.example.com'), { HTTPS_PROXY: 'http://p:1' })).toBeUndefined();
   });
 });

@@ -11,7 +11,9 @@ export const S3_TEST_CREDENTIAL = { AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCE
 
 /** A real S3-protocol server (s3rver) on loopback, storing into `directory`. `port` 0 picks a free port. */
 export async function startS3Server(directory: string, bucket: string, port = 0): Promise<S3TestServer> {
-  const server = new S3rver({ port, address: '127.0.0.1', silent: true, directory, configureBuckets: [{ name: bucket }] });
+  // serviceEndpoint 'invalid': a request for host `s3.invalid` (which never resolves, RFC 2606, so only a proxy can
+  // reach this server by that name) is path-style, like one for 127.0.0.1.
+  const server = new S3rver({ port, address: '127.0.0.1', silent: true, directory, serviceEndpoint: 'invalid', configureBuckets: [{ name: bucket }] });
   const addr = await server.run();
   return {
     port: addr.port,

@@ -7,6 +7,7 @@ declare module 's3rver' {
     silent?: boolean;
     directory: string;
     configureBuckets?: { name: string }[];
+    serviceEndpoint?: string;
   }
   export default class S3rver {
     constructor(options: S3rverOptions);
