@@ -50,14 +50,14 @@ export function backupsPage(): TemplateResult {
                 <td>${b.size ? formatBytes(b.size) : '—'}</td>
                 <td>${badge(b.state)} ${b.state === 'InProgress' ? progressBar(b.progress) : nothing} ${b.error ? html`<span class="icon info" title=${b.error}>ⓘ</span>` : nothing}</td>
                 <td>${b.created ? new Date(b.created).toLocaleString() : '—'}</td>
-                <td class="row-actions">
+                <td><div class="row-actions">
                   <button class="restore" ?disabled=${b.state !== 'Completed' || exists} title=${exists ? `backing image ${b.backingImageName} exists; delete it to restore` : 'create the backing image from this backup'}
                     @click=${() => act(`Restoring ${b.backingImageName} from ${b.name}.`, () => client.restoreBackup(b.name))}>Restore</button>
                   ${confirmDelete === b.name
                     ? html`<button class="danger confirm-delete" @click=${() => act(`Deleted backup ${b.name}.`, () => client.deleteBackup(b.name))}>Really delete</button>
                         <button @click=${() => ((confirmDelete = ''), changed())}>Cancel</button>`
                     : html`<button class="danger delete" @click=${() => ((confirmDelete = b.name), changed())}>Delete</button>`}
-                </td>
+                </div></td>
               </tr>`;
             })}
       </tbody>

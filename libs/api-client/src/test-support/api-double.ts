@@ -346,7 +346,7 @@ export async function startApiDouble(opts: ApiDoubleOptions = {}): Promise<ApiDo
           state: 'InProgress',
           progress: 0,
           error: '',
-          url: `vfs://${dir}/backupstore?backingImage=${img.name}`,
+          url: `vfs:///backupstore?backingImage=${img.name}`,
           created: '',
           size: img.size,
           checksum: img.currentChecksum,
@@ -450,7 +450,7 @@ export async function startApiDouble(opts: ApiDoubleOptions = {}): Promise<ApiDo
   });
   app.get('/v1/backuptargets', async (req) =>
     collection('backupTarget', base(req), 'backuptargets', [
-      { id: 'default', type: 'backupTarget', links: { self: `${base(req)}/v1/backuptargets/default` }, actions: {}, name: 'default', backupTargetURL: `vfs://${dir}/backupstore`, available: true, message: '', pollInterval: '5m0s' },
+      { id: 'default', type: 'backupTarget', links: { self: `${base(req)}/v1/backuptargets/default` }, actions: {}, name: 'default', backupTargetURL: 'vfs:///backupstore', available: true, message: '', pollInterval: '5m0s' },
     ]),
   );
   const node = (b: string): Record<string, unknown> => ({
@@ -463,7 +463,7 @@ export async function startApiDouble(opts: ApiDoubleOptions = {}): Promise<ApiDo
     allowScheduling: nodeState.allowScheduling,
     evictionRequested: nodeState.evictionRequested,
     tags: [],
-    disks: Object.fromEntries(disks.map((u, i) => [`disk-${i + 1}`, { path: join(dir, `disk-${i + 1}`), diskUUID: u, allowScheduling: true, evictionRequested: false, storageAvailable: 10 << 30, storageMaximum: 20 << 30, tags: [] }])),
+    disks: Object.fromEntries(disks.map((u, i) => [`disk-${i + 1}`, { path: join(dir, `disk-${i + 1}`), diskUUID: u, allowScheduling: true, evictionRequested: false, storageAvailable: 10 * 2 ** 30, storageMaximum: 20 * 2 ** 30, tags: [] }])),
   });
   const nodeState = { allowScheduling: true, evictionRequested: false };
   app.get('/v1/nodes', async (req) => collection('node', base(req), 'nodes', [node(base(req))]));

@@ -1,11 +1,11 @@
 import net from 'node:net';
 
 /**
- * A TCP proxy on loopback that forwards to `target` and cuts the connection (both ways, without a response) once
- * a connection has sent more than `cutAfterBytes` upstream, for the first `cuts` such connections: a dropped
- * upload in the middle of a request body.
+ * A TCP proxy on loopback that forwards to `target` and, once a connection has sent more than `cutAfterBytes`
+ * upstream, for the first `cuts` such connections, either cuts it (both ways, without a response: a dropped
+ * upload in the middle of a request body) or, with `stall`, stops forwarding its bytes (a hung network).
  */
-export async function startFlakyProxy(target: string, opts: { cutAfterBytes: number; cuts: number }): Promise<{ url: string; cutsDone(): number; close(): Promise<void> }> {
+export async function startFlakyProxy(target: string, opts: { cutAfterBytes: number; cuts: number; stall?: boolean }): Promise<{ url: string; cutsDone(): number; close(): Promise<void> }> {
   const t = new URL(target);
   let done = 0;
   const sockets = new Set<net.Socket>();
@@ -13,10 +13,14 @@ export async function startFlakyProxy(target: string, opts: { cutAfterBytes: num
     const upstream = net.connect(Number(t.port), t.hostname);
     sockets.add(client).add(upstream);
     let sent = 0;
+    let tripped = false;
     client.on('data', (chunk: Buffer) => {
+      if (tripped) return;
       if (done < opts.cuts && sent + chunk.length > opts.cutAfterBytes) {
+        tripped = true;
         upstream.write(chunk.subarray(0, Math.max(0, opts.cutAfterBytes - sent)), () => {
           done++;
+          if (opts.stall) return client.pause();
           client.destroy();
           upstream.destroy();
         });

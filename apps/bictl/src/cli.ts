@@ -1,0 +1,571 @@
+import { createHash } from 'node:crypto';
+import { createWriteStream, openAsBlob } from 'node:fs';
+import { rename, rm, stat } from 'node:fs/promises';
+import { Readable, Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { parseArgs } from 'node:util';
+import {
+  ApiClientError,
+  BisClient,
+  describeCopies,
+  describeSource,
+  formatBytes,
+  isNotFound,
+  parseExpectedChecksum,
+  summariseCopies,
+  type BackingImage,
+  type BackupBackingImage,
+  type CreateBackingImageRequest,
+  type Node,
+} from '@bis/api-client';
+import { render, table, type OutputFormat } from './output.js';
+import { ProgressBar } from './progress.js';
+
+/** Exit codes scripts can rely on (docs/bictl.md). */
+export const Exit = { ok: 0, failed: 1, usage: 2, notFound: 3, timeout: 4, unreachable: 5, interrupted: 130 } as const;
+
+export class UsageError extends Error {}
+class CommandFailed extends Error {
+  constructor(
+    message: string,
+    readonly code: number = Exit.failed,
+  ) {
+    super(message);
+  }
+}
+
+export interface Io {
+  stdout: NodeJS.WriteStream;
+  stderr: NodeJS.WriteStream;
+  env: NodeJS.ProcessEnv;
+  /** Aborted on SIGINT/SIGTERM. */
+  signal: AbortSignal;
+}
+
+const OPTIONS = {
+  server: { type: 'string' },
+  output: { type: 'string', short: 'o' },
+  help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean' },
+  timeout: { type: 'string' },
+  wait: { type: 'boolean' },
+  url: { type: 'string' },
+  'from-image': { type: 'string' },
+  checksum: { type: 'string' },
+  'min-copies': { type: 'string' },
+  'node-selector': { type: 'string' },
+  'disk-selector': { type: 'string' },
+  disk: { type: 'string', multiple: true },
+  target: { type: 'string' },
+} as const;
+type OptionName = keyof typeof OPTIONS;
+type Values = { [K in OptionName]?: (typeof OPTIONS)[K] extends { multiple: true } ? string[] : (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
+
+interface Command {
+  usage: string;
+  summary: string;
+  args: [min: number, max: number];
+  options: OptionName[];
+  run(ctx: Ctx, args: string[]): Promise<void>;
+}
+
+interface Ctx {
+  client: BisClient;
+  io: Io;
+  v: Values;
+  format: OutputFormat;
+  timeoutMs: number;
+  print(s: string): void;
+  note(s: string): void;
+}
+
+export const USAGE_HEADER = `bictl: manage backing images through the REST API.
+
+Usage: bictl <group> <command> [arguments] [options]
+
+Global options:
+  --server URL        REST API (default: $BICTL_SERVER, else http://127.0.0.1:9500)
+  -o, --output FMT    table (default), json or yaml
+  --timeout DUR       limit for --wait (default 10m; e.g. 90s, 5m, 1h)
+  -h, --help          help for bictl or a command
+  --version           print the version
+
+Exit codes: 0 ok, 1 failed, 2 usage error, 3 not found, 4 timed out, 5 server unreachable, 130 interrupted.
+`;
+
+function parseDuration(s: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(s.trim());
+  if (!m) throw new UsageError(`invalid duration "${s}": use e.g. 90s, 5m or 1h`);
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h'];
+}
+
+function positiveInt(s: string, what: string): number {
+  const n = Number(s);
+  if (!/^\d+$/.test(s.trim()) || !Number.isInteger(n) || n < 1) throw new UsageError(`${what} must be a whole number of at least 1, got "${s}"`);
+  return n;
+}
+
+const tags = (s: string | undefined): string[] => (s ?? '').split(',').map((t) => t.trim()).filter(Boolean);
+
+function checksumOption(v: Values): string {
+  if (!v.checksum) return '';
+  try {
+    return parseExpectedChecksum(v.checksum)?.wire ?? '';
+  } catch (err) {
+    throw new UsageError(`--checksum: ${(err as Error).message}`);
+  }
+}
+
+// ---- rendering ------------------------------------------------------------------------------------------------
+
+function imageRows(list: BackingImage[]): string {
+  return table(
+    ['name', 'size', 'virtual-size', 'source', 'state', 'copies', 'progress'],
+    list.map((bi) => {
+      const s = summariseCopies(bi);
+      return [bi.name, bi.size ? formatBytes(bi.size) : '-', bi.virtualSize ? formatBytes(bi.virtualSize) : '-', describeSource(bi), s.phase, `${s.ready}/${s.total}`, s.total ? `${s.progress}%` : '-'];
+    }),
+  );
+}
+
+function imageDetail(bi: BackingImage): string {
+  const s = summariseCopies(bi);
+  const kv: [string, string][] = [
+    ['Name', bi.name],
+    ['UUID', bi.uuid || '-'],
+    ['State', `${s.phase} (${describeCopies(s)})`],
+    ['Source', describeSource(bi)],
+    ['Size', bi.size ? `${formatBytes(bi.size)} (${bi.size})` : '-'],
+    ['Virtual size', bi.virtualSize ? `${formatBytes(bi.virtualSize)} (${bi.virtualSize})` : '-'],
+    ['Min copies', String(bi.minNumberOfCopies)],
+    ['Expected checksum', bi.expectedChecksum || '-'],
+    ['Current checksum', bi.currentChecksum || '-'],
+    ['Node selector', bi.nodeSelector?.join(',') || '-'],
+    ['Disk selector', bi.diskSelector?.join(',') || '-'],
+  ];
+  for (const [k, val] of Object.entries(bi.parameters ?? {})) kv.push([`Parameter ${k}`, val]);
+  const w = Math.max(...kv.map(([k]) => k.length));
+  const head = kv.map(([k, val]) => `${(k + ':').padEnd(w + 2)}${val}`).join('\n') + '\n';
+  const disks = Object.entries(bi.diskFileStatusMap);
+  if (!disks.length) return head;
+  return `${head}\n${table(['disk', 'state', 'progress', 'message'], disks.map(([d, f]) => [d, f.state || 'not-started', `${f.progress}%`, f.message]))}`;
+}
+
+function backupRows(list: BackupBackingImage[]): string {
+  return table(
+    ['name', 'backing-image', 'target', 'size', 'state', 'progress', 'created'],
+    list.map((b) => [b.name, b.backingImageName, b.backupTargetName, b.size ? formatBytes(b.size) : '-', b.state || 'Pending', `${b.progress}%`, b.created || '-']),
+  );
+}
+
+function nodeRows(list: Node[]): string {
+  const rows: string[][] = [];
+  for (const n of list) {
+    const disks = Object.entries(n.disks ?? {});
+    if (!disks.length) rows.push([n.name, String(n.allowScheduling), String(n.evictionRequested), '-', '-', '-']);
+    for (const [name, d] of disks) rows.push([n.name, String(n.allowScheduling), String(n.evictionRequested), name, d.diskUUID, d.storageAvailable !== undefined ? formatBytes(d.storageAvailable) : '-']);
+  }
+  return table(['node', 'schedulable', 'eviction', 'disk', 'disk-uuid', 'available'], rows);
+}
+
+// ---- waiting --------------------------------------------------------------------------------------------------
+
+async function waitReady(ctx: Ctx, name: string): Promise<BackingImage> {
+  const bar = new ProgressBar(ctx.io.stderr, name);
+  try {
+    return await ctx.client.waitForBackingImage(name, (bi) => !!bi.currentChecksum && summariseCopies(bi).ready >= Math.max(1, bi.minNumberOfCopies), {
+      timeoutMs: ctx.timeoutMs,
+      signal: ctx.io.signal,
+      failed: (bi) => {
+        const s = summariseCopies(bi);
+        if (s.deleting) return `backing image ${name} is being deleted`;
+        if (!s.allFailed) return undefined;
+        const msg = Object.values(bi.diskFileStatusMap).find((f) => f.message)?.message;
+        return `every copy of backing image ${name} failed${msg ? `: ${msg}` : ''}`;
+      },
+      onUpdate: (bi) => {
+        const s = summariseCopies(bi);
+        bar.percent(s.progress, `${describeCopies(s)}`);
+      },
+    });
+  } finally {
+    bar.done();
+  }
+}
+
+async function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => (clearTimeout(t), reject(signal.reason)), { once: true });
+  });
+}
+
+// ---- commands -------------------------------------------------------------------------------------------------
+
+const CREATE_OPTS: OptionName[] = ['checksum', 'min-copies', 'node-selector', 'disk-selector', 'wait', 'timeout'];
+
+function createRequest(v: Values, name: string, req: Pick<CreateBackingImageRequest, 'sourceType' | 'parameters'>): CreateBackingImageRequest {
+  return {
+    name,
+    ...req,
+    expectedChecksum: checksumOption(v),
+    minNumberOfCopies: v['min-copies'] ? positiveInt(v['min-copies'], '--min-copies') : undefined,
+    nodeSelector: tags(v['node-selector']),
+    diskSelector: tags(v['disk-selector']),
+    dataEngine: 'v1',
+  };
+}
+
+export const COMMANDS: Record<string, Command> = {
+  'image ls': {
+    usage: 'image ls',
+    summary: 'list backing images',
+    args: [0, 0],
+    options: [],
+    run: async (ctx) => {
+      const list = await ctx.client.listBackingImages({ signal: ctx.io.signal });
+      ctx.print(render(ctx.format, list, () => (list.length ? imageRows(list) : 'No backing images.\n')));
+    },
+  },
+  'image get': {
+    usage: 'image get NAME',
+    summary: 'show a backing image with its copies',
+    args: [1, 1],
+    options: [],
+    run: async (ctx, [name]) => {
+      const bi = await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
+      ctx.print(render(ctx.format, bi, () => imageDetail(bi)));
+    },
+  },
+  'image create': {
+    usage: 'image create NAME (--url URL | --from-image IMAGE) [--checksum SUM] [--min-copies N] [--node-selector TAGS] [--disk-selector TAGS] [--wait]',
+    summary: 'create a backing image from a URL or by cloning another one',
+    args: [1, 1],
+    options: ['url', 'from-image', ...CREATE_OPTS],
+    run: async (ctx, [name]) => {
+      const { v } = ctx;
+      if (!!v.url === !!v['from-image']) throw new UsageError('give exactly one source: --url URL or --from-image IMAGE');
+      if (v.url && !/^https?:\/\//i.test(v.url)) throw new UsageError(`--url must be an http:// or https:// URL, got "${v.url}"`);
+      const req: Pick<CreateBackingImageRequest, 'sourceType' | 'parameters'> = v.url
+        ? { sourceType: 'download', parameters: { url: v.url } }
+        : { sourceType: 'clone', parameters: { 'backing-image': v['from-image'] as string, encryption: 'ignore' } };
+      let bi = await ctx.client.createBackingImage(createRequest(v, name, req), { signal: ctx.io.signal });
+      if (v.wait) bi = await waitReady(ctx, bi.name);
+      ctx.print(render(ctx.format, bi, () => (v.wait ? `backing image ${bi.name} is ready (${describeCopies(summariseCopies(bi))})\n` : `backing image ${bi.name} created\n`)));
+    },
+  },
+  'image upload': {
+    usage: 'image upload NAME FILE [--checksum SUM] [--min-copies N] [--node-selector TAGS] [--disk-selector TAGS] [--wait]',
+    summary: 'create a backing image from a local file (run it again to resume an interrupted upload)',
+    args: [2, 2],
+    options: CREATE_OPTS,
+    run: async (ctx, [name, file]) => {
+      const st = await stat(file).catch(() => undefined);
+      if (!st?.isFile()) throw new UsageError(`${file} is not a readable file`);
+      if (st.size === 0) throw new UsageError(`${file} is empty`);
+      let existing: BackingImage | undefined;
+      try {
+        existing = await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
+      if (existing) {
+        if (existing.sourceType !== 'upload') throw new CommandFailed(`backing image ${name} exists with source type ${existing.sourceType}; choose another name`);
+        if (existing.currentChecksum) throw new CommandFailed(`backing image ${name} has already been uploaded`);
+        ctx.note(`resuming the upload of ${name}`);
+      } else {
+        await ctx.client.createBackingImage(createRequest(ctx.v, name, { sourceType: 'upload', parameters: {} }), { signal: ctx.io.signal });
+      }
+      const bar = new ProgressBar(ctx.io.stderr, name);
+      let at = 0;
+      try {
+        await ctx.client.uploadBackingImage(name, await openAsBlob(file), {
+          signal: ctx.io.signal,
+          onProgress: (p) => {
+            at = p.offset;
+            bar.bytes(p.offset, p.size, p.offset === p.size);
+          },
+        });
+      } catch (err) {
+        bar.done();
+        if (err instanceof ApiClientError && err.kind === 'aborted') throw new CommandFailed(`upload interrupted at ${at} of ${st.size} bytes; run the same command again to resume`, Exit.interrupted);
+        throw err;
+      }
+      bar.done();
+      const bi = ctx.v.wait ? await waitReady(ctx, name) : await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
+      ctx.print(render(ctx.format, bi, () => `uploaded ${formatBytes(st.size)} to backing image ${name}${ctx.v.wait ? ` (${describeCopies(summariseCopies(bi))})` : ''}\n`));
+    },
+  },
+  'image rm': {
+    usage: 'image rm NAME... [--wait]',
+    summary: 'delete backing images',
+    args: [1, Infinity],
+    options: ['wait', 'timeout'],
+    run: async (ctx, names) => {
+      for (const name of names) await ctx.client.deleteBackingImage(name, { signal: ctx.io.signal });
+      if (ctx.v.wait) {
+        const deadline = Date.now() + ctx.timeoutMs;
+        for (const name of names) {
+          for (;;) {
+            try {
+              await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
+            } catch (err) {
+              if (isNotFound(err)) break;
+              throw err;
+            }
+            if (Date.now() > deadline) throw new CommandFailed(`timed out waiting for backing image ${name} to be deleted`, Exit.timeout);
+            await sleep(500, ctx.io.signal);
+          }
+        }
+      }
+      ctx.print(render(ctx.format, { deleted: names }, () => names.map((n) => `backing image ${n} ${ctx.v.wait ? 'deleted' : 'is being deleted'}\n`).join('')));
+    },
+  },
+  'image cleanup': {
+    usage: 'image cleanup NAME --disk DISK_UUID [--disk DISK_UUID]...',
+    summary: 'remove the copies on the given disks',
+    args: [1, 1],
+    options: ['disk'],
+    run: async (ctx, [name]) => {
+      const disks = ctx.v.disk ?? [];
+      if (!disks.length) throw new UsageError('give the disks to clean up with --disk DISK_UUID');
+      const bi = await ctx.client.cleanupBackingImage(name, disks, { signal: ctx.io.signal });
+      ctx.print(render(ctx.format, bi, () => `cleaning up ${disks.length} cop${disks.length > 1 ? 'ies' : 'y'} of backing image ${name}\n`));
+    },
+  },
+  'image min-copies': {
+    usage: 'image min-copies NAME N',
+    summary: 'set the minimum number of copies',
+    args: [2, 2],
+    options: [],
+    run: async (ctx, [name, n]) => {
+      const bi = await ctx.client.updateMinNumberOfCopies(name, positiveInt(n, 'N'), { signal: ctx.io.signal });
+      ctx.print(render(ctx.format, bi, () => `backing image ${name} now keeps at least ${bi.minNumberOfCopies} copies\n`));
+    },
+  },
+  'image download': {
+    usage: 'image download NAME FILE   (FILE "-" writes to stdout)',
+    summary: 'download the image file, verifying its SHA-512',
+    args: [2, 2],
+    options: [],
+    run: async (ctx, [name, file]) => {
+      const bi = await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
+      const res = await ctx.client.download(name, { signal: ctx.io.signal });
+      if (!res.body) throw new CommandFailed(`the server sent no data for ${name}`);
+      const total = Number(res.headers.get('content-length') ?? -1);
+      const bar = new ProgressBar(ctx.io.stderr, name);
+      const hash = createHash('sha512');
+      let done = 0;
+      const meter = new Transform({
+        transform(chunk: Buffer, _enc, cb) {
+          hash.update(chunk);
+          done += chunk.length;
+          bar.bytes(done, total);
+          cb(null, chunk);
+        },
+      });
+      const toStdout = file === '-';
+      const part = `${file}.part`;
+      try {
+        await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>), meter, toStdout ? ctx.io.stdout : createWriteStream(part), { end: !toStdout, signal: ctx.io.signal });
+        bar.bytes(done, total, true);
+        bar.done();
+        if (total >= 0 && done !== total) throw new CommandFailed(`download of ${name} ended after ${done} of ${total} bytes`);
+        const sum = hash.digest('hex');
+        if (bi.currentChecksum && sum !== bi.currentChecksum) throw new CommandFailed(`downloaded data of ${name} has SHA-512 ${sum}, expected ${bi.currentChecksum}`);
+        if (!toStdout) await rename(part, file);
+      } catch (err) {
+        bar.done();
+        if (!toStdout) await rm(part, { force: true });
+        throw err;
+      }
+      if (!toStdout) ctx.note(`downloaded ${formatBytes(done)} to ${file} (SHA-512 verified)`);
+    },
+  },
+  'backup create': {
+    usage: 'backup create IMAGE [--target TARGET] [--wait]',
+    summary: 'back up a backing image to a backup target',
+    args: [1, 1],
+    options: ['target', 'wait', 'timeout'],
+    run: async (ctx, [image]) => {
+      const before = new Set((await ctx.client.listBackups({ signal: ctx.io.signal })).map((b) => b.name));
+      await ctx.client.backupBackingImage(image, ctx.v.target, { signal: ctx.io.signal });
+      const deadline = Date.now() + (ctx.v.wait ? ctx.timeoutMs : 10_000);
+      const bar = new ProgressBar(ctx.io.stderr, image);
+      let bk: BackupBackingImage | undefined;
+      try {
+        for (;;) {
+          bk = (await ctx.client.listBackups({ signal: ctx.io.signal })).find((b) => b.backingImageName === image && !before.has(b.name)) ?? bk;
+          if (bk && !ctx.v.wait) break;
+          if (bk?.state === 'Completed') break;
+          if (bk?.state === 'Error') throw new CommandFailed(`backup ${bk.name} failed: ${bk.error || 'unknown error'}`);
+          if (bk) bar.percent(bk.progress, bk.state || 'Pending');
+          if (Date.now() > deadline) {
+            if (!bk) break;
+            throw new CommandFailed(`timed out waiting for backup ${bk.name} (state ${bk.state || 'Pending'}, ${bk.progress}%)`, Exit.timeout);
+          }
+          await sleep(500, ctx.io.signal);
+        }
+      } finally {
+        bar.done();
+      }
+      ctx.print(render(ctx.format, bk ?? { backingImage: image }, () => (bk ? `backup ${bk.name} of ${image} ${bk.state === 'Completed' ? 'completed' : 'started'}\n` : `backup of ${image} requested\n`)));
+    },
+  },
+  'backup ls': {
+    usage: 'backup ls',
+    summary: 'list backups of backing images',
+    args: [0, 0],
+    options: [],
+    run: async (ctx) => {
+      const list = await ctx.client.listBackups({ signal: ctx.io.signal });
+      ctx.print(render(ctx.format, list, () => (list.length ? backupRows(list) : 'No backups.\n')));
+    },
+  },
+  'backup get': {
+    usage: 'backup get NAME',
+    summary: 'show a backup',
+    args: [1, 1],
+    options: [],
+    run: async (ctx, [name]) => {
+      const b = await ctx.client.getBackup(name, { signal: ctx.io.signal });
+      ctx.print(render(ctx.format, b, () => backupRows([b])));
+    },
+  },
+  'backup restore': {
+    usage: 'backup restore NAME [--wait]',
+    summary: 'create the backing image again from a backup',
+    args: [1, 1],
+    options: ['wait', 'timeout'],
+    run: async (ctx, [name]) => {
+      const b = await ctx.client.getBackup(name, { signal: ctx.io.signal });
+      await ctx.client.restoreBackup(name, {}, { signal: ctx.io.signal });
+      const bi = ctx.v.wait ? await waitReady(ctx, b.backingImageName) : undefined;
+      ctx.print(render(ctx.format, bi ?? { backingImage: b.backingImageName, backup: name }, () => `backing image ${b.backingImageName} ${bi ? 'restored' : 'is being restored'} from ${name}\n`));
+    },
+  },
+  'backup rm': {
+    usage: 'backup rm NAME...',
+    summary: 'delete backups (the data in the backup target too)',
+    args: [1, Infinity],
+    options: [],
+    run: async (ctx, names) => {
+      for (const n of names) await ctx.client.deleteBackup(n, { signal: ctx.io.signal });
+      ctx.print(render(ctx.format, { deleted: names }, () => names.map((n) => `backup ${n} deleted\n`).join('')));
+    },
+  },
+  'node ls': {
+    usage: 'node ls',
+    summary: 'list nodes and their disks',
+    args: [0, 0],
+    options: [],
+    run: async (ctx) => {
+      const list = await ctx.client.listNodes({ signal: ctx.io.signal });
+      ctx.print(render(ctx.format, list, () => nodeRows(list)));
+    },
+  },
+  'node evict': {
+    usage: 'node evict NAME',
+    summary: 'stop scheduling on a node and move its copies away',
+    args: [1, 1],
+    options: [],
+    run: async (ctx, [name]) => {
+      const n = await ctx.client.evictNode(name, { signal: ctx.io.signal });
+      ctx.print(render(ctx.format, n, () => `eviction requested for node ${name}\n`));
+    },
+  },
+};
+
+export function helpText(): string {
+  const w = Math.max(...Object.keys(COMMANDS).map((k) => k.length));
+  return `${USAGE_HEADER}\nCommands:\n${Object.entries(COMMANDS)
+    .map(([k, c]) => `  ${k.padEnd(w + 2)}${c.summary}`)
+    .join('\n')}\n\nRun "bictl <group> <command> --help" for a command's arguments.\n`;
+}
+
+/** Runs one invocation; resolves the exit code. */
+export async function run(argv: string[], io: Io, version: string): Promise<number> {
+  let v: Values;
+  let positionals: string[];
+  try {
+    const parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
+    v = parsed.values as Values;
+    positionals = parsed.positionals;
+  } catch (err) {
+    io.stderr.write(`bictl: ${(err as Error).message}\nRun "bictl --help" for usage.\n`);
+    return Exit.usage;
+  }
+  if (v.version) {
+    io.stdout.write(`bictl ${version}\n`);
+    return Exit.ok;
+  }
+  const key = positionals.slice(0, 2).join(' ');
+  const cmd = COMMANDS[key];
+  if (!cmd) {
+    if (v.help || positionals.length === 0) {
+      io.stdout.write(helpText());
+      return v.help ? Exit.ok : Exit.usage;
+    }
+    io.stderr.write(`bictl: unknown command "${key}"\nRun "bictl --help" for the list of commands.\n`);
+    return Exit.usage;
+  }
+  if (v.help) {
+    io.stdout.write(`Usage: bictl ${cmd.usage}\n\n${cmd.summary}\n`);
+    return Exit.ok;
+  }
+  const args = positionals.slice(2);
+  const allowed = new Set<string>(['server', 'output', 'help', 'version', ...cmd.options]);
+  try {
+    for (const k of Object.keys(v)) if (!allowed.has(k)) throw new UsageError(`option --${k} does not apply to "bictl ${key}"`);
+    if (args.length < cmd.args[0] || args.length > cmd.args[1]) throw new UsageError(`wrong number of arguments\nUsage: bictl ${cmd.usage}`);
+    const format = (v.output ?? 'table') as OutputFormat;
+    if (!['table', 'json', 'yaml'].includes(format)) throw new UsageError(`-o must be table, json or yaml, got "${v.output}"`);
+    const server = v.server ?? io.env['BICTL_SERVER'] ?? 'http://127.0.0.1:9500';
+    if (!/^https?:\/\/[^/]/i.test(server)) throw new UsageError(`--server must be an http(s) URL, got "${server}"`);
+    const ctx: Ctx = {
+      client: new BisClient({ server }),
+      io,
+      v,
+      format,
+      timeoutMs: v.timeout ? parseDuration(v.timeout) : 600_000,
+      print: (s) => io.stdout.write(s),
+      note: (s) => io.stderr.write(`${s}\n`),
+    };
+    await cmd.run(ctx, args);
+    return Exit.ok;
+  } catch (err) {
+    return reportError(err, io);
+  }
+}
+
+function reportError(err: unknown, io: Io): number {
+  if (err instanceof UsageError) {
+    io.stderr.write(`bictl: ${err.message}\n`);
+    return Exit.usage;
+  }
+  if (err instanceof CommandFailed) {
+    io.stderr.write(`bictl: ${err.message}\n`);
+    return err.code;
+  }
+  if (err instanceof ApiClientError) {
+    io.stderr.write(`bictl: ${err.message}\n`);
+    switch (err.kind) {
+      case 'not-found':
+        return Exit.notFound;
+      case 'timeout':
+        return Exit.timeout;
+      case 'network':
+        return Exit.unreachable;
+      case 'aborted':
+        return Exit.interrupted;
+      default:
+        return Exit.failed;
+    }
+  }
+  if (io.signal.aborted) {
+    io.stderr.write('bictl: interrupted\n');
+    return Exit.interrupted;
+  }
+  io.stderr.write(`bictl: ${err instanceof Error ? err.message : String(err)}\n`);
+  return Exit.failed;
+}

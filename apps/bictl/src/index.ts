@@ -1,0 +1,1 @@
+export { run, COMMANDS, Exit, helpText } from './cli.js';
