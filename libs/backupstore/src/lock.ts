@@ -92,9 +92,15 @@ export class BackupStoreLock {
     await this.driver.write(this.path, encodeLockFile({ name: this.name, type: this.type, acquired }));
   }
 
-  async acquire(operation: string, signal?: AbortSignal): Promise<void> {
+  /**
+   * `announced` is called once this process's lock file is on the store (before the check wait): from then on any
+   * conflicting operation that starts will see it, so a caller may begin work whose result it keeps only if the
+   * acquisition succeeds.
+   */
+  async acquire(operation: string, signal?: AbortSignal, announced?: () => void): Promise<void> {
     throwIfAborted(signal);
     await this.writeSelf(false);
+    announced?.();
     try {
       const self: SeenLock = {
         name: this.name,

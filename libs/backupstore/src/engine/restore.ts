@@ -5,9 +5,9 @@ import { isAllZero } from '@bis/block-mapping';
 import { decompressAndVerifyBlock } from '../compression.js';
 import { ImageHasher } from '../image-hash.js';
 import { BlockWorkerPool, SlotPool, type Slot } from '../pipeline.js';
-import { effectiveCompressionMethod, type BackingImageBackupConfig } from '../config.js';
+import { decodeBackingImageConfig, effectiveCompressionMethod, type BackingImageBackupConfig } from '../config.js';
 import type { BackupStoreDriver } from '../drivers/driver.js';
-import { RESTORE_LOCK, withLock } from '../lock.js';
+import { BackupStoreLock, LONGHORN_LOCK_TIMING, RESTORE_LOCK } from '../lock.js';
 import {
   abortError,
   BACKUP_BLOCK_SIZE,
@@ -17,7 +17,7 @@ import {
   throwIfAborted,
 } from '../names.js';
 import { parseBackupUrl } from '../url.js';
-import { assertConcurrency, loadConfig, throttle, withDriver, type StoreAccessOptions } from './common.js';
+import { assertConcurrency, throttle, withDriver, type StoreAccessOptions } from './common.js';
 
 export interface RestoreBackupOptions extends StoreAccessOptions {
   /** `<target>?backingImage=<name>` */
@@ -139,53 +139,101 @@ export async function restoreBackup(opts: RestoreBackupOptions): Promise<Restore
   const { name, targetUrl } = parseBackupUrl(opts.backupUrl);
   const report = throttle(opts.onProgress);
   try {
-    return await withDriver(targetUrl, opts, (driver) =>
-      withLock(driver, RESTORE_LOCK, 'backup restore', opts.lockTiming, signal, async () => {
-        const config = await loadConfig(driver, name, signal);
-        if (config.completeTime === '') {
-          throw new BackupStoreError('InProgress', `backup backing image ${name} is still in progress or failed: it cannot be restored`);
-        }
-        effectiveCompressionMethod(config);
-        checkBlockList(config);
-        const output = path.resolve(opts.output);
-        const tmp = path.join(path.dirname(output), `.${path.basename(output)}.restore-${randomBytes(4).toString('hex')}`);
-        const fh = await fs.open(tmp, 'wx', 0o644);
-        let renamed = false;
-        try {
-          await fh.truncate(config.size);
-          const sha512 = await restoreBlocks(driver, config, fh, concurrency, signal, (hashed, force) =>
-            report(
-              {
-                name,
-                processedBytes: hashed,
-                totalBytes: config.size,
-                progress: config.size === 0 ? 100 : Math.floor((hashed / config.size) * 100),
-              },
-              force,
-            ),
-          );
-          if (config.checksum !== '' && sha512 !== config.checksum) {
-            throw new BackupStoreError(
-              'ChecksumMismatch',
-              `restored image ${name} has SHA-512 ${sha512}, but the backup records ${config.checksum}`,
-            );
-          }
-          await fh.sync();
-          await fh.close();
-          throwIfAborted(signal);
-          await fs.rename(tmp, output);
-          renamed = true;
-          report({ name, processedBytes: config.size, totalBytes: config.size, progress: 100 }, true);
-          return { name, size: config.size, sha512, blockCount: config.blocks.length };
-        } finally {
-          await fh.close().catch(() => undefined);
-          if (!renamed) await fs.rm(tmp, { force: true }).catch(() => undefined);
-        }
-      }),
-    );
+    return await withDriver(targetUrl, opts, async (driver) => {
+      // The restore starts as soon as this process's lock file is on the store and runs during the lock's check
+      // wait; its output is kept only if the lock is then acquired and the config is unchanged. Safe because only
+      // the local temporary file is written before that, and a deletion that could remove blocks under this
+      // restore either already holds the lock or has priority, so the acquisition fails and the work is dropped.
+      const lock = new BackupStoreLock(driver, RESTORE_LOCK, opts.lockTiming ?? LONGHORN_LOCK_TIMING);
+      let announce: () => void = () => undefined;
+      const announced = new Promise<void>((resolve) => (announce = resolve));
+      const locked = lock.acquire('backup restore', signal, announce);
+      locked.catch(() => undefined);
+      try {
+        await Promise.race([announced, locked]);
+        const speculation = new AbortController();
+        locked.catch((err: unknown) => speculation.abort(err));
+        const work = signal ? AbortSignal.any([signal, speculation.signal]) : speculation.signal;
+        let configText = '';
+        const attempt = await restoreOnce(driver, name, opts, concurrency, work, report, (text) => (configText = text), async () => {
+          await locked;
+          const now = (await driver.read(backingImageConfigPath(name), signal)).toString('utf8');
+          return now === configText;
+        }).catch(async (err: unknown) => {
+          await locked; // a lost lock explains (and replaces) whatever the dropped work ran into
+          throw err;
+        });
+        if (attempt) return attempt;
+        // The config changed during the check wait: start again, now under the lock.
+        return await restoreOnce(driver, name, opts, concurrency, signal, report, () => undefined, async () => true).then((r) => {
+          if (!r) throw new BackupStoreError('Io', `backup backing image ${name} changed while it was restored`);
+          return r;
+        });
+      } finally {
+        await lock.release().catch(() => undefined);
+      }
+    });
   } catch (err) {
     if (signal?.aborted && !(err instanceof BackupStoreError && err.code === 'Aborted')) throw abortError(signal);
     throw err;
+  }
+}
+
+/**
+ * One restore into a temporary file. `commit` is awaited before the file is renamed into place; when it returns false
+ * the file is dropped and the result is undefined.
+ */
+async function restoreOnce(
+  driver: BackupStoreDriver,
+  name: string,
+  opts: RestoreBackupOptions,
+  concurrency: number,
+  signal: AbortSignal | undefined,
+  report: (p: RestoreProgress, force?: boolean) => void,
+  sawConfig: (text: string) => void,
+  commit: () => Promise<boolean>,
+): Promise<RestoreResult | undefined> {
+  const cfgPath = backingImageConfigPath(name);
+  const text = (await driver.read(cfgPath, signal)).toString('utf8');
+  sawConfig(text);
+  const config = decodeBackingImageConfig(text, cfgPath);
+  if (config.completeTime === '') {
+    throw new BackupStoreError('InProgress', `backup backing image ${name} is still in progress or failed: it cannot be restored`);
+  }
+  effectiveCompressionMethod(config);
+  checkBlockList(config);
+  const output = path.resolve(opts.output);
+  const tmp = path.join(path.dirname(output), `.${path.basename(output)}.restore-${randomBytes(4).toString('hex')}`);
+  const fh = await fs.open(tmp, 'wx', 0o644);
+  let renamed = false;
+  try {
+    await fh.truncate(config.size);
+    const sha512 = await restoreBlocks(driver, config, fh, concurrency, signal, (hashed, force) =>
+      report(
+        {
+          name,
+          processedBytes: hashed,
+          totalBytes: config.size,
+          progress: config.size === 0 ? 100 : Math.floor((hashed / config.size) * 100),
+        },
+        force,
+      ),
+    );
+    if (config.checksum !== '' && sha512 !== config.checksum) {
+      throw new BackupStoreError('ChecksumMismatch', `restored image ${name} has SHA-512 ${sha512}, but the backup records ${config.checksum}`);
+    }
+    await fh.sync();
+    await fh.close();
+    throwIfAborted(signal);
+    if (!(await commit())) return undefined;
+    throwIfAborted(signal);
+    await fs.rename(tmp, output);
+    renamed = true;
+    report({ name, processedBytes: config.size, totalBytes: config.size, progress: 100 }, true);
+    return { name, size: config.size, sha512, blockCount: config.blocks.length };
+  } finally {
+    await fh.close().catch(() => undefined);
+    if (!renamed) await fs.rm(tmp, { force: true }).catch(() => undefined);
   }
 }
 

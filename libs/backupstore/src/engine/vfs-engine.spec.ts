@@ -202,6 +202,42 @@ describe('locks', () => {
     await expect(createBackup({ target, name: 'locked', filePath: img, lockTiming: FAST_LOCKS })).resolves.toMatchObject({ blockCount: 1 });
   });
 
+  it('a restore works during its lock check wait but keeps nothing when a delete holds the lock', async () => {
+    const { root, target } = await freshStore('lock-restore');
+    const img = path.join(work, 'lock-restore.img');
+    const src = await writeImage(img, [{ kind: 'data', seed: 33 }, { kind: 'random' }]);
+    const r = await createBackup({ target, name: 'held', filePath: img, lockTiming: FAST_LOCKS });
+    // A delete holds the lock and has already swept a block: the restore must report the lock, not the block.
+    const lockFile = path.join(root, lockDir(), 'lock-fedcba9876543210.lck');
+    await fs.mkdir(path.dirname(lockFile), { recursive: true });
+    await fs.writeFile(lockFile, encodeLockFile({ name: 'lock-fedcba9876543210', type: DELETION_LOCK, acquired: true }));
+    const swept = path.join(root, blockPath(blockChecksum(patternBlock(33))));
+    const kept = await fs.readFile(swept);
+    await fs.rm(swept);
+    const out = path.join(work, 'lock-restore.out');
+    await expect(restoreBackup({ backupUrl: r.backupUrl, output: out, lockTiming: { ...FAST_LOCKS, checkWaitMs: 300 } })).rejects.toThrow(
+      /failed to acquire lock .* when performing backup restore, please try again later/,
+    );
+    await expect(fs.stat(out)).rejects.toThrow();
+    expect((await fs.readdir(work)).filter((f) => f.includes('.restore-'))).toEqual([]);
+    expect(await fs.readdir(path.dirname(lockFile))).toEqual(['lock-fedcba9876543210.lck']);
+    await fs.rm(lockFile);
+    await fs.writeFile(swept, kept);
+
+    // A config rewritten during the check wait: the speculative result (which matched the old config) is dropped and
+    // the restore runs again from the new config; here the new one records another checksum, so it must fail.
+    const cfg = path.join(root, backingImageConfigPath('held'));
+    const restoring = restoreBackup({ backupUrl: r.backupUrl, output: out, lockTiming: { ...FAST_LOCKS, checkWaitMs: 400 } });
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    const text = await fs.readFile(cfg, 'utf8');
+    await fs.writeFile(cfg, text.replace(src.sha512, 'f'.repeat(128)));
+    await expect(restoring).rejects.toMatchObject({ code: 'ChecksumMismatch' });
+    await expect(fs.stat(out)).rejects.toThrow();
+    await fs.writeFile(cfg, text);
+    expect((await restoreBackup({ backupUrl: r.backupUrl, output: out, lockTiming: FAST_LOCKS })).sha512).toBe(src.sha512);
+    expect(await sha512File(out)).toBe(src.sha512);
+  });
+
   it('a delete conflicts with a running backup, and the other way round', async () => {
     const { target } = await freshStore('lock2');
     const img = path.join(work, 'lock2.img');
