@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Benchmark: Sync A->B of a sparse image between two backing-image-manager daemons, against `cp --sparse=always`
 // of the same file in the same run; then fan-out of the image from one disk to 4 disks at once.
-// Usage: node tools/bench/bim-sync.mjs [sizeGiB=2]   (builds the daemon first with tsc -b)
+// Usage: node tools/bench/bim-sync.mjs [sizeGiB=2] [runs=3]   (builds the daemon first with tsc -b)
+// Prints per run: cp --sparse=always, sha512sum of the image (the hash floor), Sync A->B until B is ready (with the
+// receiver's own stage timings from its log: open->close and close->checksum final), fan-out to 4 disks; then medians.
 import { spawn, execFileSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { randomBytes } from 'node:crypto';
@@ -21,7 +23,7 @@ const size = Number(process.argv[2] ?? 2) * GiB;
 const SEG = 8 * MiB; // alternating 8 MiB data / 8 MiB hole => 50 % holes
 const root = await fsp.mkdtemp(path.join(os.tmpdir(), 'bim-bench-'));
 const daemons = [];
-let range = 45000;
+let range = 46000 + Math.floor(Math.random() * 180) * 100; // spread: other benchmarks may run at the same time
 
 async function disk(name) {
   const d = path.join(root, name);
@@ -30,11 +32,17 @@ async function disk(name) {
   return d;
 }
 async function daemon(d) {
-  const child = spawn(process.execPath, [BIN, 'daemon', '--listen', '127.0.0.1:0', '--sync-listen', '127.0.0.1:0', '--disk-path', d, '--port-range', `${range}-${range + 9}`, '--advertise-address', '127.0.0.1'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [BIN, 'daemon', '--listen', '127.0.0.1:0', '--sync-listen', '127.0.0.1:0', '--disk-path', d, '--port-range', `${range}-${range + 9}`, '--advertise-address', '127.0.0.1'], { stdio: ['ignore', 'pipe', 'pipe'] });
   range += 10;
+  const received = [];
+  createInterface({ input: child.stderr }).on('line', (l) => {
+    const m = /received .* in (\d+) ms; checksum final (\d+) ms after close \(in order (\d+), holes (\d+), read back (\d+), post-pass (\d+) bytes\)/.exec(l);
+    if (m) received.push({ receiveMs: +m[1], tailMs: +m[2], inOrder: +m[3], holes: +m[4], readBack: +m[5], postPass: +m[6] });
+    else if (/fail|error/i.test(l)) process.stderr.write(`[${path.basename(d)}] ${l}\n`);
+  });
   const line = await new Promise((r) => createInterface({ input: child.stdout }).once('line', r));
   const { grpcPort } = JSON.parse(line);
-  const x = { d, child, addr: `127.0.0.1:${grpcPort}`, client: new ManagerClient(`127.0.0.1:${grpcPort}`), maxRssMB: () => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))[1]) / 1024 };
+  const x = { d, child, received, addr: `127.0.0.1:${grpcPort}`, client: new ManagerClient(`127.0.0.1:${grpcPort}`), maxRssMB: () => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))[1]) / 1024 };
   daemons.push(x);
   return x;
 }
@@ -47,6 +55,15 @@ async function waitReady(x, name, uuid) {
   }
 }
 const sh = (cmd, args) => execFileSync(cmd, args, { stdio: 'inherit' });
+const runs = Number(process.argv[3] ?? 3);
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
+const stop = async (x) => {
+  x.client.close();
+  x.child.kill('SIGTERM');
+  await new Promise((r) => (x.child.exitCode !== null ? r() : x.child.once('exit', r)));
+  daemons.splice(daemons.indexOf(x), 1);
+  await fsp.rm(x.d, { recursive: true, force: true });
+};
 
 try {
   const A = await disk('A');
@@ -71,41 +88,57 @@ try {
   ds.close();
   spec.checksum = ra.status.checksum;
   const backingA = path.join(A, 'backing-images', 'bench-u1', 'backing');
-
-  sh('sync', []);
-  const cpDst = path.join(root, 'cp-copy');
-  t = performance.now();
-  sh('cp', ['--sparse=always', backingA, cpDst]);
-  sh('sync', []);
-  const cpS = (performance.now() - t) / 1000;
-  await fsp.rm(cpDst);
-
-  const b = await daemon(await disk('B'));
-  sh('sync', []);
-  t = performance.now();
-  await b.client.sync({ spec, fromAddress: a.addr });
-  await waitReady(b, 'bench', 'u1');
-  sh('sync', []);
-  const syncS = (performance.now() - t) / 1000;
-  const stB = await fsp.stat(path.join(root, 'B', 'backing-images', 'bench-u1', 'backing'));
-
-  const fan = [];
-  for (const n of ['C', 'D', 'E', 'F']) fan.push(await daemon(await disk(n)));
-  sh('sync', []);
-  t = performance.now();
-  // at most 3 sends per file: C, D, E from A and F from B (ready already), as the control plane spreads senders
-  await Promise.all(fan.map((x, i) => x.client.sync({ spec, fromAddress: i < 3 ? a.addr : b.addr })));
-  await Promise.all(fan.map((x) => waitReady(x, 'bench', 'u1')));
-  sh('sync', []);
-  const fanS = (performance.now() - t) / 1000;
-
   const mbps = (s) => (dataBytes / 1e6 / s).toFixed(0);
-  console.log(`image ${size / GiB} GiB, ${dataBytes / GiB} GiB data, 50 % holes (8 MiB segments)`);
-  console.log(`cp --sparse=always + sync: ${cpS.toFixed(2)} s = ${mbps(cpS)} MB/s of data`);
-  console.log(`Sync A->B (ready, SHA-512 verified on B) + sync: ${syncS.toFixed(2)} s = ${mbps(syncS)} MB/s of data; ratio to cp ${(cpS / syncS).toFixed(2)}x`);
-  console.log(`B allocated ${(stB.blocks * 512 / GiB).toFixed(3)} GiB of ${size / GiB} GiB`);
-  console.log(`fan-out to 4 disks at once (A -> C,D,E; B -> F): ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy`);
-  for (const x of daemons) console.log(`max RSS daemon ${path.basename(x.d)}: ${x.maxRssMB().toFixed(0)} MB`);
+  console.log(`image ${size / GiB} GiB, ${dataBytes / GiB} GiB data, 50 % holes (8 MiB segments); ${runs} runs; load ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+
+  const rows = [];
+  for (let run = 1; run <= runs; run++) {
+    sh('sync', []);
+    const cpDst = path.join(root, 'cp-copy');
+    t = performance.now();
+    sh('cp', ['--sparse=always', backingA, cpDst]);
+    sh('sync', []);
+    const cpS = (performance.now() - t) / 1000;
+    await fsp.rm(cpDst);
+
+    t = performance.now();
+    const shaOut = execFileSync('sha512sum', [backingA]).toString().split(' ')[0];
+    const shaS = (performance.now() - t) / 1000;
+    if (shaOut !== spec.checksum) throw new Error('sha512sum differs from the daemon checksum');
+
+    const b = await daemon(await disk(`B${run}`));
+    sh('sync', []);
+    t = performance.now();
+    await b.client.sync({ spec, fromAddress: a.addr });
+    await waitReady(b, 'bench', 'u1');
+    const readyS = (performance.now() - t) / 1000;
+    sh('sync', []);
+    const syncS = (performance.now() - t) / 1000;
+    const stB = await fsp.stat(path.join(b.d, 'backing-images', 'bench-u1', 'backing'));
+    const rec = b.received[0] ?? { receiveMs: NaN, tailMs: NaN };
+
+    const fan = [];
+    for (const n of ['C', 'D', 'E', 'F']) fan.push(await daemon(await disk(`${n}${run}`)));
+    sh('sync', []);
+    t = performance.now();
+    // at most 3 sends per file: C, D, E from A and F from B (ready already), as the control plane spreads senders
+    await Promise.all(fan.map((x, i) => x.client.sync({ spec, fromAddress: i < 3 ? a.addr : b.addr })));
+    await Promise.all(fan.map((x) => waitReady(x, 'bench', 'u1')));
+    sh('sync', []);
+    const fanS = (performance.now() - t) / 1000;
+    const rss = [a, b, ...fan].map((x) => x.maxRssMB());
+    const row = { cpS, shaS, readyS, syncS, receiveS: rec.receiveMs / 1000, tailS: rec.tailMs / 1000, fanS, maxRss: Math.max(...rss), allocB: stB.blocks * 512 / GiB, readBack: rec.readBack, postPass: rec.postPass };
+    rows.push(row);
+    console.log(
+      `run ${run}: cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | ` +
+        `Sync A->B ready ${readyS.toFixed(2)} s, + sync ${syncS.toFixed(2)} s (${mbps(syncS)} MB/s of data, ${(cpS / syncS).toFixed(2)}x cp) ` +
+        `[receiver open->close ${row.receiveS.toFixed(2)} s, checksum final ${row.tailS.toFixed(2)} s after close, read back ${rec.readBack} B, post-pass ${rec.postPass} B] | ` +
+        `B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,
+    );
+    for (const x of [...fan, b]) await stop(x);
+  }
+  const m = (k) => median(rows.map((r) => r[k]));
+  console.log(`median of ${runs}: cp ${m('cpS').toFixed(2)} s (${mbps(m('cpS'))} MB/s) | sha512sum ${m('shaS').toFixed(2)} s | Sync ready ${m('readyS').toFixed(2)} s, +sync ${m('syncS').toFixed(2)} s (${mbps(m('syncS'))} MB/s, ${(m('cpS') / m('syncS')).toFixed(2)}x cp) | receive ${m('receiveS').toFixed(2)} s, checksum tail ${m('tailS').toFixed(2)} s | fan-out ${m('fanS').toFixed(2)} s (${(m('fanS') / m('syncS')).toFixed(2)}x one copy) | max RSS ${m('maxRss').toFixed(0)} MB`);
 } finally {
   for (const x of daemons) { x.client.close(); x.child.kill('SIGTERM'); }
   await Promise.all(daemons.map((x) => new Promise((r) => (x.child.exitCode !== null ? r() : x.child.once('exit', r)))));

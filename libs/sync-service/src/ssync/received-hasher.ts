@@ -4,7 +4,7 @@ import { HashWorker } from '@bis/file-sources';
 /** Bytes per slab (one `writeData` body of Longhorn's sender). */
 export const RECEIVE_SLAB_SIZE = 2 << 20;
 /** Slabs per receiver: bounds the in-order window (memory = slabs × slab size). */
-export const RECEIVE_SLABS = 12;
+export const RECEIVE_SLABS = 8;
 
 /** A piece of shared memory that holds received bytes until they are written and hashed. */
 export class Slab {
@@ -45,7 +45,9 @@ export class ReceivedFileHasher {
   readonly #worker = new HashWorker(['sha512']);
   readonly #slabSize: number;
   readonly #free: Slab[] = [];
-  readonly #waitingForSlab: Array<(s: Slab) => void> = [];
+  readonly #waitingForSlab: Array<{ begin: number; resolve: (s: Slab) => void }> = [];
+  /** Used only to read ranges back from the file and for the post-pass. */
+  readonly #readSlab: Slab;
   readonly #pieces = new Map<number, Piece>();
   /** Written ranges not yet hashed that still hold a slab (candidates for reclaiming), by begin. */
   readonly #retained = new Set<number>();
@@ -58,7 +60,10 @@ export class ReceivedFileHasher {
   /** Recorded (written) ranges, to detect a range that arrives twice. Kept as begin → end of merged runs. */
   readonly #recorded: Array<[number, number]> = [];
   #valid = true;
-  #pumping: Promise<void> = Promise.resolve();
+  /** Slabs submitted to the worker and not hashed yet. */
+  #hashing = 0;
+  readonly #outstanding = new Set<Promise<void>>();
+  #readingBack = false;
   #failure: Error | undefined;
   #closed = false;
 
@@ -68,6 +73,7 @@ export class ReceivedFileHasher {
     const n = Math.max(2, opts.slabs ?? RECEIVE_SLABS);
     for (let i = 0; i < n; i++) this.#free.push(new Slab(new SharedArrayBuffer(this.#slabSize)));
     this.#zero = new SharedArrayBuffer(this.#slabSize);
+    this.#readSlab = new Slab(new SharedArrayBuffer(this.#slabSize));
   }
 
   get slabSize(): number {
@@ -79,27 +85,48 @@ export class ReceivedFileHasher {
     return this.#valid;
   }
 
-  /** A free slab; reclaims the retained range farthest ahead when none is free, else waits for one. */
-  async acquire(): Promise<Slab> {
+  /**
+   * A free slab for bytes that go to `begin`. When none is free the request waits (the bounded window's
+   * back-pressure); a released slab goes to the waiter nearest the start of the file. Only when the worker has nothing
+   * to hash (every taken slab waits behind a range that has not arrived) and the request lies before a retained
+   * range, the slab of the retained range farthest ahead is reclaimed: that range is read back from the file later.
+   */
+  async acquire(begin: number): Promise<Slab> {
     const s = this.#free.pop();
     if (s) return s;
-    let far = -1;
-    for (const b of this.#retained) if (b > far) far = b;
-    if (far >= 0) {
-      const p = this.#pieces.get(far)!;
-      const slab = p.slab!;
-      p.slab = null;
-      this.#retained.delete(far);
-      return slab;
-    }
-    return new Promise<Slab>((resolve) => this.#waitingForSlab.push(resolve));
+    const reclaimed = this.#hashing === 0 ? this.#reclaim(begin) : undefined;
+    if (reclaimed) return reclaimed;
+    return new Promise<Slab>((resolve) => {
+      this.#waitingForSlab.push({ begin, resolve });
+      this.#waitingForSlab.sort((x, y) => x.begin - y.begin);
+    });
   }
 
   /** Gives back a slab whose bytes are no longer needed. */
   release(s: Slab): void {
     const w = this.#waitingForSlab.shift();
-    if (w) w(s);
+    if (w) w.resolve(s);
     else this.#free.push(s);
+    // the worker went idle behind a gap: a waiter before a retained range reclaims that range's slab
+    while (this.#hashing === 0 && this.#waitingForSlab.length > 0) {
+      const first = this.#waitingForSlab[0]!;
+      const slab = this.#reclaim(first.begin);
+      if (!slab) break;
+      this.#waitingForSlab.shift();
+      first.resolve(slab);
+    }
+  }
+
+  /** Takes the slab of the retained range farthest ahead, if it lies after `begin`; it will be read back later. */
+  #reclaim(begin: number): Slab | undefined {
+    let far = -1;
+    for (const b of this.#retained) if (b > far) far = b;
+    if (far <= begin) return undefined;
+    const p = this.#pieces.get(far)!;
+    const slab = p.slab!;
+    p.slab = null;
+    this.#retained.delete(far);
+    return slab;
   }
 
   /** Call before writing [begin, end): a range written twice, or by two requests at once, drops the in-order hash. */
@@ -172,15 +199,12 @@ export class ReceivedFileHasher {
     }
   }
 
+  /**
+   * Submits, synchronously, every range that is next in file order, so that a range whose turn has come never waits
+   * in the window. A range that must be read back from the file is hashed asynchronously; the drain resumes after it.
+   */
   #pump(): void {
-    this.#pumping = this.#pumping.then(() => this.#drain()).catch((err: unknown) => {
-      this.#failure ??= err as Error;
-    });
-  }
-
-  /** Submits every range that is next in file order. */
-  async #drain(): Promise<void> {
-    const submitted: Array<Promise<void>> = [];
+    if (this.#readingBack) return;
     while (this.#valid && !this.#closed && !this.#failure) {
       const begin = this.#next;
       const p = this.#pieces.get(begin);
@@ -191,44 +215,56 @@ export class ReceivedFileHasher {
       if (p.kind === 'hole') {
         for (let off = begin; off < p.end; off += this.#slabSize) {
           const n = Math.min(this.#slabSize, p.end - off);
-          submitted.push(this.#submit(this.#worker.update(this.#zero, 0, n)));
+          this.#track(this.#worker.update(this.#zero, 0, n));
         }
         this.stats.holeBytes += p.end - begin;
       } else if (p.slab) {
         const slab = p.slab;
         const n = p.end - begin;
-        submitted.push(this.#submit(this.#worker.update(slab.shared, 0, n).finally(() => this.release(slab))));
+        this.#hashing++;
+        this.#track(
+          this.#worker.update(slab.shared, 0, n).finally(() => {
+            this.#hashing--;
+            this.release(slab);
+          }),
+        );
         this.stats.inOrderBytes += n;
       } else {
-        await this.#readBack(begin, p.end);
+        this.#readingBack = true;
+        this.#track(
+          this.#readBack(begin, p.end).finally(() => {
+            this.#readingBack = false;
+            this.#pump();
+          }),
+        );
+        return;
       }
-      // keep the worker's queue short: at most a few slabs' worth of messages outstanding
-      if (submitted.length >= 8) await submitted.shift();
     }
-    await Promise.all(submitted);
   }
 
-  /** Records a hashing failure instead of leaving a rejected promise unobserved. */
-  #submit(p: Promise<void>): Promise<void> {
-    return p.catch((err: unknown) => {
+  /** Keeps a worker operation until it settles (digest waits for all); a failure is recorded, never left unobserved. */
+  #track(p: Promise<void>): void {
+    const q = p.catch((err: unknown) => {
       this.#failure ??= err as Error;
     });
+    this.#outstanding.add(q);
+    void q.finally(() => this.#outstanding.delete(q));
+  }
+
+  async #settled(): Promise<void> {
+    while (this.#outstanding.size > 0) await Promise.all([...this.#outstanding]);
   }
 
   async #readBack(begin: number, end: number): Promise<void> {
     const fh = this.#fh();
     if (!fh) throw new Error('the received file is closed');
+    const slab = this.#readSlab;
     for (let off = begin; off < end; ) {
-      const slab = await this.acquire();
-      try {
-        const n = Math.min(this.#slabSize, end - off);
-        await readFully(fh, slab.buffer, n, off);
-        await this.#worker.update(slab.shared, 0, n);
-        this.stats.readBackBytes += n;
-        off += n;
-      } finally {
-        this.release(slab);
-      }
+      const n = Math.min(this.#slabSize, end - off);
+      await readFully(fh, slab.buffer, n, off);
+      await this.#worker.update(slab.shared, 0, n);
+      this.stats.readBackBytes += n;
+      off += n;
     }
   }
 
@@ -237,24 +273,20 @@ export class ReceivedFileHasher {
    * post-pass over the file when the in-order hash was dropped or did not reach the end.
    */
   async digest(size: number, signal?: AbortSignal): Promise<string> {
-    await this.#pumping;
+    await this.#settled();
     if (this.#failure) throw this.#failure;
     if (!this.#valid || this.#next !== size) {
       await this.#worker.reset();
       const fh = this.#fh();
       if (!fh) throw new Error('the received file is closed');
-      const slab = await this.acquire();
-      try {
-        for (let off = 0; off < size; ) {
-          signal?.throwIfAborted();
-          const n = Math.min(this.#slabSize, size - off);
-          await readFully(fh, slab.buffer, n, off);
-          await this.#worker.update(slab.shared, 0, n);
-          this.stats.postPassBytes += n;
-          off += n;
-        }
-      } finally {
-        this.release(slab);
+      const slab = this.#readSlab;
+      for (let off = 0; off < size; ) {
+        signal?.throwIfAborted();
+        const n = Math.min(this.#slabSize, size - off);
+        await readFully(fh, slab.buffer, n, off);
+        await this.#worker.update(slab.shared, 0, n);
+        this.stats.postPassBytes += n;
+        off += n;
       }
     }
     signal?.throwIfAborted();
@@ -267,7 +299,7 @@ export class ReceivedFileHasher {
     if (this.#closed) return;
     this.#closed = true;
     await this.#worker.close();
-    await this.#pumping;
+    await this.#settled();
   }
 }
 

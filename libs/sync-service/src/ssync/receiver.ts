@@ -46,7 +46,7 @@ export interface SsyncReceiveResult {
 class SlabPool {
   readonly #free: Slab[] = [];
   constructor(readonly slabSize: number) {}
-  async acquire(): Promise<Slab> {
+  async acquire(_begin: number): Promise<Slab> {
     return this.#free.pop() ?? new Slab(new SharedArrayBuffer(this.slabSize));
   }
   release(s: Slab): void {
@@ -231,7 +231,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
             const usable = Math.min(chunk.length, end - pos - fill);
             let off = 0;
             while (off < usable) {
-              slab ??= await slabs.acquire();
+              slab ??= await slabs.acquire(pos);
               const n = Math.min(usable - off, slab.buffer.length - fill);
               chunk.copy(slab.buffer, fill, off, off + n);
               fill += n;
