@@ -95,6 +95,7 @@ describe('block workers and the image hasher', () => {
       const frame = await compressFrame(random, { contentChecksum: true });
       frame.copy(slot.stored);
       expect(await workers.check(slot, frame.length)).toEqual({ fast: true, checksum: blockChecksum(random), zero: false, dataOffset: 11, dataLength: BLOCK });
+      expect(await workers.check(slot, frame.length, false)).toEqual({ fast: true, checksum: '', zero: false, dataOffset: 11, dataLength: BLOCK });
       random.copy(slot.stored);
       expect(await workers.check(slot, 777)).toMatchObject({ fast: true, checksum: blockChecksum(random.subarray(0, 777)), dataOffset: 0 });
       const packed = await compressFrame(patternBlock(6), { contentChecksum: true });
@@ -149,6 +150,12 @@ describe('backup and restore through the pipeline', () => {
       `decompression verification failed for block ${blockPath(blockChecksum(bytes.subarray(0, BLOCK)))}: `,
     );
     await expect(fs.stat(out + '2')).rejects.toThrow();
+    // Without a recorded whole-image checksum every block is verified on the way, with the same message.
+    const cfgPath = path.join(store, 'backupstore/backing-images/backing-images/frames/backing-image.cfg');
+    await fs.writeFile(cfgPath, (await fs.readFile(cfgPath, 'utf8')).replace(`"Checksum":"${src.sha512}"`, '"Checksum":""'));
+    await expect(restoreBackup({ backupUrl: r.backupUrl, output: out + '3', lockTiming: FAST_LOCKS })).rejects.toThrow(
+      `decompression verification failed for block ${blockPath(blockChecksum(bytes.subarray(0, BLOCK)))}: checksum verification failed for block`,
+    );
   });
 
   it('a stored block larger than any valid block is refused, not read whole', async () => {

@@ -134,7 +134,8 @@ parentPort.on('message', (m) => {
       else range = [0, view.length];
       if (!range) { parentPort.postMessage({ id: m.id, fast: false }); return; }
       const data = view.subarray(range[0], range[0] + range[1]);
-      parentPort.postMessage({ id: m.id, fast: true, checksum: blockName(data), zero: isZero(data), dataOffset: range[0], dataLength: range[1] });
+      const checksum = m.verify ? blockName(data) : '';
+      parentPort.postMessage({ id: m.id, fast: true, checksum, zero: isZero(data), dataOffset: range[0], dataLength: range[1] });
     } else {
       parentPort.postMessage({ id: m.id, error: 'unknown block worker operation ' + String(m.op) });
     }
@@ -269,11 +270,11 @@ export class BlockWorkerPool {
 
   /**
    * For restore: when the stored bytes (`storedLength` in `slot.stored`) are raw or an uncompressed LZ4 frame, the
-   * block's data range inside `slot.stored`, its SHA-512 name and whether it is all zeros; otherwise `fast: false`
-   * and the caller decompresses it.
+   * block's data range inside `slot.stored`, its SHA-512 name (with `verify`; '' otherwise) and whether it is all
+   * zeros; otherwise `fast: false` and the caller decompresses it.
    */
-  async check(slot: Slot, storedLength: number): Promise<CheckedBlock> {
-    const r = await this.channel().send({ op: 'check', ...this.where(slot.stored.subarray(0, storedLength)) });
+  async check(slot: Slot, storedLength: number, verify = true): Promise<CheckedBlock> {
+    const r = await this.channel().send({ op: 'check', ...this.where(slot.stored.subarray(0, storedLength)), verify });
     if (r['fast'] !== true) return { fast: false };
     return {
       fast: true,

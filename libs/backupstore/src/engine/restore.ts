@@ -89,9 +89,10 @@ async function readStoredBlock(
 }
 
 /**
- * Fetches one block into its slot and verifies it against its name. Raw blocks and uncompressed LZ4 frames are
- * verified in place on a block worker; anything else is decompressed (libuv pool) into `slot.data`. Returns the
- * block's data (a view of the slot) and whether it is all zeros.
+ * Fetches one block into its slot and (with `verify`) checks it against its name. Raw blocks and uncompressed LZ4
+ * frames are used (and verified) in place on a block worker; anything else is decompressed (libuv pool) into
+ * `slot.data`, and always verified, because the name decides between encodings. Returns the block's data (a view of
+ * the slot) and whether it is all zeros.
  */
 async function fetchBlock(
   driver: BackupStoreDriver,
@@ -100,15 +101,16 @@ async function fetchBlock(
   offset: number,
   checksum: string,
   slot: Slot,
+  verify: boolean,
   signal: AbortSignal | undefined,
 ): Promise<{ data: Buffer; zero: boolean }> {
   const p = blockPath(checksum);
   const storedLength = await readStoredBlock(driver, config, offset, p, slot, signal);
   throwIfAborted(signal);
-  const checked = await workers.check(slot, storedLength);
+  const checked = await workers.check(slot, storedLength, verify);
   let data: Buffer;
   let zero: boolean;
-  if (checked.fast && checked.checksum === checksum) {
+  if (checked.fast && (!verify || checked.checksum === checksum)) {
     data = slot.stored.subarray(checked.dataOffset, checked.dataOffset + checked.dataLength);
     zero = checked.zero;
   } else {
@@ -207,8 +209,7 @@ async function restoreOnce(
   const fh = await fs.open(tmp, 'wx', 0o644);
   let renamed = false;
   try {
-    await fh.truncate(config.size);
-    const sha512 = await restoreBlocks(driver, config, fh, concurrency, signal, (hashed, force) =>
+    const progress = (hashed: number, force?: boolean) =>
       report(
         {
           name,
@@ -217,8 +218,17 @@ async function restoreOnce(
           progress: config.size === 0 ? 100 : Math.floor((hashed / config.size) * 100),
         },
         force,
-      ),
-    );
+      );
+    await fh.truncate(config.size);
+    // With a recorded whole-image checksum, that end-to-end check covers every block, so the blocks' own names are
+    // not recomputed on the way. Only when it fails is the restore run again with every block verified, which names
+    // the bad block with Longhorn's message (or resolves an ambiguous encoding by its name).
+    let sha512 = await restoreBlocks(driver, config, fh, concurrency, config.checksum === '', signal, progress);
+    if (config.checksum !== '' && sha512 !== config.checksum) {
+      await fh.truncate(0);
+      await fh.truncate(config.size);
+      sha512 = await restoreBlocks(driver, config, fh, concurrency, true, signal, progress);
+    }
     if (config.checksum !== '' && sha512 !== config.checksum) {
       throw new BackupStoreError('ChecksumMismatch', `restored image ${name} has SHA-512 ${sha512}, but the backup records ${config.checksum}`);
     }
@@ -238,15 +248,16 @@ async function restoreOnce(
 }
 
 /**
- * Fetches, verifies and writes the blocks (`concurrency` at once, each into a slot of a fixed shared pool) and feeds
- * the whole-image SHA-512 in offset order on its own thread (holes and zero blocks from a shared zero buffer, which
- * are not written). Returns the image's SHA-512.
+ * Fetches, (with `verifyBlocks`) verifies and writes the blocks (`concurrency` at once, each into a slot of a fixed
+ * shared pool) and feeds the whole-image SHA-512 in offset order on its own thread (holes and zero blocks from a
+ * shared zero buffer, which are not written). Returns the image's SHA-512.
  */
 async function restoreBlocks(
   driver: BackupStoreDriver,
   config: BackingImageBackupConfig,
   fh: fs.FileHandle,
   concurrency: number,
+  verifyBlocks: boolean,
   signal: AbortSignal | undefined,
   progress: (hashed: number, force?: boolean) => void,
 ): Promise<string> {
@@ -273,7 +284,7 @@ async function restoreBlocks(
         break;
       }
       fetching++;
-      const ready = fetchBlock(driver, workers, config, b.offset, b.blockChecksum, slot, signal)
+      const ready = fetchBlock(driver, workers, config, b.offset, b.blockChecksum, slot, verifyBlocks, signal)
         .then(async (block) => {
           throwIfAborted(signal);
           if (!block.zero) {
