@@ -154,7 +154,7 @@ describe('backup and restore through the pipeline', () => {
     const cfgPath = path.join(store, 'backupstore/backing-images/backing-images/frames/backing-image.cfg');
     await fs.writeFile(cfgPath, (await fs.readFile(cfgPath, 'utf8')).replace(`"Checksum":"${src.sha512}"`, '"Checksum":""'));
     await expect(restoreBackup({ backupUrl: r.backupUrl, output: out + '3', lockTiming: FAST_LOCKS })).rejects.toThrow(
-      `decompression verification failed for block ${blockPath(blockChecksum(bytes.subarray(0, BLOCK)))}: checksum verification failed for block`,
+      `decompression verification failed for block ${blockPath(blockChecksum(bytes.subarray(0, BLOCK)))}: `,
     );
   });
 
