@@ -23,7 +23,7 @@ const size = Number(process.argv[2] ?? 2) * GiB;
 const SEG = 8 * MiB; // alternating 8 MiB data / 8 MiB hole => 50 % holes
 const root = await fsp.mkdtemp(path.join(os.tmpdir(), 'bim-bench-'));
 const daemons = [];
-let range = 46000 + Math.floor(Math.random() * 180) * 100; // spread: other benchmarks may run at the same time
+let range = 22000 + Math.floor(Math.random() * 100) * 100; // below the ephemeral range; spread: other benchmarks may run at the same time
 
 async function disk(name) {
   const d = path.join(root, name);

@@ -3,6 +3,8 @@ import { Server, ServerCredentials } from '@grpc/grpc-js';
 import { BackingImageManagerServiceService } from '@bis/bimrpc';
 import { createFileSources } from '@bis/file-sources';
 import { ManagerService, checkDiskConfig } from '@bis/manager';
+import type { LockTiming } from '@bis/backupstore';
+import { backupstoreRestore, backupstoreRunner } from './backup-runner.js';
 import {
   PortAllocator,
   SyncService,
@@ -24,6 +26,8 @@ export interface DaemonConfig {
   allowSourceHosts: string[];
   watchIntervalMs: number;
   monitorIntervalMs: number;
+  /** Backupstore lock timing for BackupCreate (default Longhorn's). */
+  backupLockTiming?: LockTiming;
   log: (message: string) => void;
 }
 
@@ -50,7 +54,10 @@ export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
 
   const sync = new SyncService({
     diskPath: cfg.diskPath,
-    sources: createFileSources({ allowSourceHosts: cfg.allowSourceHosts }),
+    sources: createFileSources({
+      allowSourceHosts: cfg.allowSourceHosts,
+      restoreBackup: backupstoreRestore({ lockTiming: cfg.backupLockTiming }),
+    }),
     receiverHost: cfg.advertiseHost === '0.0.0.0' ? undefined : cfg.advertiseHost,
     monitorIntervalMs: cfg.monitorIntervalMs,
     log: cfg.log,
@@ -65,6 +72,7 @@ export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
     syncAddress: `${cfg.advertiseHost}:${syncPort}`,
     receiverHost: cfg.advertiseHost,
     watchIntervalMs: cfg.watchIntervalMs,
+    backup: backupstoreRunner({ lockTiming: cfg.backupLockTiming }),
     log: cfg.log,
   });
   const grpc = new Server();

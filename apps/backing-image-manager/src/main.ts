@@ -1,10 +1,12 @@
 import { parseArgs } from 'node:util';
 import { DEFAULT_DISK_PATH } from '@bis/sync-service';
+import { LOCK_TIMING_ENV, lockTimingFromEnv } from '@bis/backupstore';
 import { startDaemon } from './daemon.js';
 
 const USAGE = `usage: backing-image-manager daemon --listen <host:port> --sync-listen <host:port> --disk-path <dir>
        [--disk-uuid <uuid>] [--port-range 30001-31000] [--advertise-address <ip>] [--allow-source-host <host>]...
-       [--watch-interval-ms 1000] [--monitor-interval-ms 2000]`;
+       [--watch-interval-ms 1000] [--monitor-interval-ms 2000]
+environment: ${Object.values(LOCK_TIMING_ENV).join(', ')} (backupstore lock timing in ms; default Longhorn's)`;
 
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
@@ -40,6 +42,7 @@ async function main(argv: string[]): Promise<number> {
     allowSourceHosts: values['allow-source-host']!,
     watchIntervalMs: Number(values['watch-interval-ms']),
     monitorIntervalMs: Number(values['monitor-interval-ms']),
+    backupLockTiming: lockTimingFromEnv(process.env),
     log,
   });
   process.stdout.write(`${JSON.stringify({ ready: true, grpcPort: daemon.grpcPort, syncPort: daemon.syncPort })}\n`);

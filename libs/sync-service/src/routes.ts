@@ -73,7 +73,7 @@ async function sendError(reply: FastifyReply, err: unknown): Promise<void> {
 /** Longhorn's `/v1/files` routes as an encapsulated fastify plugin. */
 export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: FastifyInstance, opts) => {
   const svc = opts.service;
-  await app.register(multipart, { limits: { fileSize: Number.MAX_SAFE_INTEGER, files: 1 } });
+  await app.register(multipart, { limits: { fileSize: Number.MAX_SAFE_INTEGER, files: 16 } });
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
     const text = String(body).trim();
@@ -214,16 +214,20 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
   });
 };
 
-/** The upload's bytes: the multipart part named `chunk` (earlier parts are skipped), or a raw body. */
+/**
+ * The upload's bytes: the first multipart file part named `chunk` (parts before it are read and skipped, as Longhorn
+ * does), or a raw body.
+ */
 async function uploadBody(req: FastifyRequest): Promise<Readable> {
   if (req.isMultipart()) {
-    const part = await req.file();
-    if (!part) throw new SyncServiceError('no file part in the multipart upload');
-    if (part.fieldname !== 'chunk') {
+    const files = req.files();
+    for (;;) {
+      const next = await files.next();
+      if (next.done || !next.value) throw new SyncServiceError('no file part named chunk in the multipart upload');
+      const part = next.value;
+      if (part.fieldname === 'chunk') return part.file;
       part.file.resume();
-      throw new SyncServiceError(`the upload's file part is named ${part.fieldname}: expected chunk`);
     }
-    return part.file;
   }
   if (req.body instanceof Readable) return req.body;
   throw new SyncServiceError('no upload body');

@@ -31,7 +31,8 @@ export interface DaemonProcess {
   stop(): Promise<number | null>;
 }
 
-let nextRange = 40000 + Math.floor(Math.random() * 200) * 100;
+// receive ports below the kernel's ephemeral range (32768+), spread so that parallel test runs rarely collide
+let nextRange = 21000 + Math.floor(Math.random() * 110) * 100;
 
 /** Creates a disk directory with `longhorn-disk.cfg`. */
 export async function makeDisk(root: string, name: string, diskUUID = `disk-${name}`): Promise<string> {
@@ -42,7 +43,7 @@ export async function makeDisk(root: string, name: string, diskUUID = `disk-${na
 }
 
 /** Runs `backing-image-manager daemon` on loopback; rejects with its stderr when it exits before being ready. */
-export async function startDaemonProcess(disk: string, extraArgs: string[] = []): Promise<DaemonProcess> {
+export async function startDaemonProcess(disk: string, extraArgs: string[] = [], env: Record<string, string> = {}): Promise<DaemonProcess> {
   const range = `${nextRange}-${nextRange + 9}`;
   nextRange += 10;
   const child = spawn(
@@ -58,7 +59,7 @@ export async function startDaemonProcess(disk: string, extraArgs: string[] = [])
       '--monitor-interval-ms', '500',
       ...extraArgs,
     ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } },
   );
   let err = '';
   child.stderr!.on('data', (c: Buffer) => (err += c.toString()));
