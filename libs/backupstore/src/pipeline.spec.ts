@@ -11,7 +11,7 @@ import { LONGHORN_LOCK_TIMING, lockTimingFromEnv } from './lock.js';
 import { blockChecksum, blockPath } from './names.js';
 import { createBackup } from './engine/backup.js';
 import { restoreBackup } from './engine/restore.js';
-import { BLOCK, FAST_LOCKS, patternBlock, sha512File, tempDir, writeImage } from './test-support/images.js';
+import { BLOCK, FAST_LOCKS, patternBlock, sha512File, tempDir, writeImage, type Piece } from './test-support/images.js';
 
 let work: string;
 beforeAll(async () => {
@@ -156,6 +156,19 @@ describe('backup and restore through the pipeline', () => {
     await expect(restoreBackup({ backupUrl: r.backupUrl, output: out + '3', lockTiming: FAST_LOCKS })).rejects.toThrow(
       `decompression verification failed for block ${blockPath(blockChecksum(bytes.subarray(0, BLOCK)))}: `,
     );
+  });
+
+  it('hashes the source during the lock check wait, whatever part of the image that covers', async () => {
+    const image = path.join(work, 'prehash.img');
+    const pieces = Array.from({ length: 20 }, (_, i) => (i % 5 === 2 ? { kind: 'hole' } : i % 5 === 3 ? { kind: 'zeros' } : { kind: 'data', seed: 500 + i })) as Piece[];
+    const src = await writeImage(image, pieces, 1000);
+    for (const checkWaitMs of [0, 15, 400]) {
+      const store = path.join(work, `prehash-${checkWaitMs}`);
+      const r = await createBackup({ target: `vfs://${store}`, name: 'pre', filePath: image, concurrency: 2, lockTiming: { ...FAST_LOCKS, checkWaitMs } });
+      expect(r).toMatchObject({ sha512: src.sha512, blockCount: 13, zeroBlocks: 4 });
+      const out = path.join(work, `prehash-${checkWaitMs}.out`);
+      expect((await restoreBackup({ backupUrl: r.backupUrl, output: out, lockTiming: FAST_LOCKS })).sha512).toBe(src.sha512);
+    }
   });
 
   it('a stored block larger than any valid block is refused, not read whole', async () => {

@@ -1,5 +1,5 @@
 import { promises as fs } from 'node:fs';
-import { getDataExtents, mapBlocks } from '@bis/block-mapping';
+import { getDataExtents, mapBlocks, type BlockMapping } from '@bis/block-mapping';
 import { compressBlock } from '../compression.js';
 import { ImageHasher } from '../image-hash.js';
 import { BlockWorkerPool, SlotPool, type PreparedBlock, type Slot } from '../pipeline.js';
@@ -215,7 +215,11 @@ async function runBackup(
     }
     backupsInFlight.add(runningKey);
     const lock = new BackupStoreLock(driver, BACKUP_LOCK, timing);
+    // The source image is read and its whole-image SHA-512 started while the lock is being acquired (reading the
+    // source needs no lock); the store is written only once the lock is held.
+    let source: BackupSource | undefined;
     try {
+      source = await BackupSource.open(opts.filePath, st.size, concurrency, signal);
       await lock.acquire('backup create', signal);
       const cfgPath = backingImageConfigPath(opts.name);
       const existing = await loadConfigIfExists(driver, opts.name, signal);
@@ -273,7 +277,7 @@ async function runBackup(
       markerRefresh.unref();
       let completed = false;
       try {
-        const { blocks, sha512 } = await uploadBlocks(driver, opts, method, concurrency, st.size, status, report);
+        const { blocks, sha512 } = await uploadBlocks(driver, source, opts, method, concurrency, st.size, status, report);
         if (opts.checksum && opts.checksum !== sha512) {
           throw new BackupStoreError(
             'ChecksumMismatch',
@@ -318,6 +322,7 @@ async function runBackup(
       }
     } finally {
       backupsInFlight.delete(runningKey);
+      await source?.close();
       await lock.release().catch(() => undefined);
     }
   });
@@ -334,6 +339,7 @@ const READ_AHEAD_SLOTS = 4;
  */
 async function uploadBlocks(
   driver: BackupStoreDriver,
+  source: BackupSource,
   opts: CreateBackupOptions,
   method: CompressionMethod,
   concurrency: number,
@@ -342,18 +348,16 @@ async function uploadBlocks(
   report: (p: BackupProgress, force?: boolean) => void,
 ): Promise<{ blocks: BlockEntry[]; sha512: string }> {
   const { signal } = opts;
-  const mappings = mapBlocks(await getDataExtents(opts.filePath, { signal }), size, BACKUP_BLOCK_SIZE);
+  const { mappings, pool, workers, image, fh } = source;
   const blocks: BlockEntry[] = [];
   let failure: { err: unknown } | undefined;
   const fail = (err: unknown) => {
     failure ??= { err };
   };
-  const pool = new SlotPool(concurrency + READ_AHEAD_SLOTS);
-  const workers = new BlockWorkerPool(pool, concurrency);
-  const image = new ImageHasher(pool.memory);
+  // Blocks before `prehashed.next` are already in the whole-image hash (hashed during the lock wait).
+  const prehashed = await source.stopPrehash();
   const uploads = new Semaphore(concurrency);
-  const fh = await fs.open(opts.filePath, 'r');
-  let posted = 0; // image bytes submitted to the whole-image hash, in order
+  let posted = prehashed.posted; // image bytes submitted to the whole-image hash, in order
   let pendingBytes = 0; // bytes of blocks read but not finished
   let order: Promise<void> = Promise.resolve();
   const settled = new Set<Promise<void>>();
@@ -380,7 +384,7 @@ async function uploadBlocks(
     blocks.push({ offset, blockChecksum: prepared.checksum });
   };
   try {
-    for (const m of mappings) {
+    for (const [index, m] of mappings.entries()) {
       const slot = await pool.acquire();
       if (failure || signal?.aborted) {
         pool.release(slot);
@@ -399,10 +403,12 @@ async function uploadBlocks(
       // The whole-image hash takes the blocks in offset order: holes before the block, then the block itself.
       const step = order.then(async () => {
         const p = await prepared;
+        if (index < prehashed.next) return { done: Promise.resolve() };
         const gap = image.zeros(m.offset - posted);
         const own = p.zero ? image.zeros(m.size) : image.update(slot.data.subarray(0, m.size));
         posted = m.offset + m.size;
-        return { done: Promise.all([gap, own]) }; // wrapped: the next block is submitted without waiting for this hash
+        // Wrapped: the next block is submitted without waiting for this one's hash.
+        return { done: Promise.all([gap, own]).then(() => undefined) };
       });
       order = step.then(() => undefined);
       order.catch(() => undefined);
@@ -429,8 +435,74 @@ async function uploadBlocks(
     return { blocks, sha512: await image.digest() };
   } finally {
     await Promise.allSettled([...settled]);
-    await fh.close().catch(() => undefined);
-    await Promise.all([image.close(), workers.close()]);
+  }
+}
+
+/**
+ * The source side of a backup: the image's block mappings, an open handle, the slot pool, the block workers and the
+ * whole-image hasher. Opened before the store lock is acquired: until `stopPrehash`, it reads the mapped blocks in
+ * order into free slots and feeds them to the whole-image hash, so that the lock's check wait is not idle time.
+ */
+class BackupSource {
+  private stopRequested = false;
+  private prehash: Promise<{ next: number; posted: number }> = Promise.resolve({ next: 0, posted: 0 });
+
+  private constructor(
+    readonly mappings: readonly BlockMapping[],
+    readonly fh: fs.FileHandle,
+    readonly pool: SlotPool,
+    readonly workers: BlockWorkerPool,
+    readonly image: ImageHasher,
+    private readonly file: string,
+  ) {}
+
+  static async open(file: string, size: number, concurrency: number, signal: AbortSignal | undefined): Promise<BackupSource> {
+    const mappings = mapBlocks(await getDataExtents(file, { signal }), size, BACKUP_BLOCK_SIZE);
+    const fh = await fs.open(file, 'r');
+    const pool = new SlotPool(concurrency + READ_AHEAD_SLOTS);
+    const source = new BackupSource(mappings, fh, pool, new BlockWorkerPool(pool, concurrency), new ImageHasher(pool.memory), file);
+    source.prehash = source.runPrehash(signal);
+    source.prehash.catch(() => undefined);
+    return source;
+  }
+
+  private async runPrehash(signal: AbortSignal | undefined): Promise<{ next: number; posted: number }> {
+    let next = 0;
+    let posted = 0;
+    const hashing: Promise<void>[] = [];
+    try {
+      while (next < this.mappings.length && !this.stopRequested && !signal?.aborted) {
+        const m = this.mappings[next] as BlockMapping;
+        const slot = await this.pool.acquire();
+        if (this.stopRequested) {
+          this.pool.release(slot);
+          break;
+        }
+        await readFully(this.fh, slot.data, m.size, m.offset, this.file);
+        const gap = this.image.zeros(m.offset - posted);
+        const own = this.image.update(slot.data.subarray(0, m.size));
+        hashing.push(Promise.all([gap, own]).finally(() => this.pool.release(slot)).then(() => undefined));
+        posted = m.offset + m.size;
+        next++;
+      }
+    } finally {
+      await Promise.allSettled(hashing);
+    }
+    await Promise.all(hashing);
+    return { next, posted };
+  }
+
+  /** Stops reading ahead; resolves when every block read so far is hashed (their slots are free again). */
+  stopPrehash(): Promise<{ next: number; posted: number }> {
+    this.stopRequested = true;
+    return this.prehash;
+  }
+
+  async close(): Promise<void> {
+    this.stopRequested = true;
+    await this.prehash.catch(() => undefined);
+    await this.fh.close().catch(() => undefined);
+    await Promise.all([this.image.close(), this.workers.close()]);
   }
 }
 
