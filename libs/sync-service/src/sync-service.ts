@@ -4,6 +4,7 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { FileEvent, FileState } from '@bis/state-machine';
 import {
+  convertRawToQcow2,
   ChecksumFormatError,
   ChecksumMismatchError,
   assertChecksumMatches,
@@ -269,11 +270,8 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   async receiveFromPeer(p: ReceiveFromPeerParams): Promise<void> {
     if (!p.filePath || !p.uuid) throw new SyncServiceError('no file path or uuid for receiving from peer');
     const fileType = p.fileType ?? '';
-    if (fileType === 'qcow2') {
-      throw new SyncServiceError('invalid file type qcow2 for receiving: converting a received raw file to qcow2 is not supported');
-    }
-    if (fileType !== '' && fileType !== 'raw') {
-      throw new SyncServiceError(`invalid file type "${fileType}" for receiving: must be raw`);
+    if (fileType !== '' && fileType !== 'raw' && fileType !== 'qcow2') {
+      throw new SyncServiceError(`invalid file type "${fileType}" for receiving: must be raw or qcow2`);
     }
     requireMultipleOf512(p.size);
     if (!Number.isSafeInteger(p.port) || p.port < 0 || p.port > 65535) {
@@ -302,11 +300,34 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
             `checksum final ${Math.round(r.timings.checksumTailMs)} ms after close` +
             (s ? ` (in order ${s.inOrderBytes}, holes ${s.holeBytes}, read back ${s.readBackBytes}, post-pass ${s.postPassBytes} bytes)` : ''),
         );
-        return { size: r.size, sha512: r.sha512 };
+        if (fileType !== 'qcow2') return { size: r.size, sha512: r.sha512 };
+        return await this.#convertReceivedToQcow2(f, sink, r.size);
       } finally {
         await receiver.closed;
       }
     });
+  }
+
+  /**
+   * `file-type=qcow2`: the peer sent raw bytes; convert them (`qemu-img convert -f raw -O qcow2`, no fixed time
+   * limit, cancellable) into `<tmp>.qcow2tmp` and put that in place of `<tmp>`. The stored file is the qcow2 image, so
+   * its size becomes the record's size and its SHA-512 is computed from the converted file.
+   */
+  async #convertReceivedToQcow2(f: SyncingFile, sink: ProgressSink, rawSize: number): Promise<WorkResult> {
+    const tmp = tmpPathOf(f.filePath);
+    const scratch = `${tmp}.qcow2tmp`;
+    try {
+      await convertRawToQcow2({ source: tmp, dest: scratch, signal: f.signal });
+      await fsp.rename(scratch, tmp);
+    } finally {
+      await removeFile(scratch);
+    }
+    const st = await statFile(tmp);
+    sink.setSize(st.size);
+    sink.updateProgress(st.size);
+    const sha512 = await hashFile(tmp, { signal: f.signal });
+    this.#log(`converted the received ${rawSize}-byte raw image ${f.filePath} to qcow2 (${st.size} bytes)`);
+    return { size: st.size, sha512, virtualSize: rawSize };
   }
 
   async restoreFromBackupURL(p: RestoreFromBackupURLParams): Promise<void> {
