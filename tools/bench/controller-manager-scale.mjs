@@ -1,0 +1,213 @@
+#!/usr/bin/env node
+// Scale benchmark of the standalone system: N backing images × 3 disks from a local HTTP server converge to ready.
+// Reports convergence time, REST list latency (p50/p99, during convergence and at rest), max RSS of the
+// controller-manager process and of the data-plane processes, and a reference: curl fetching the same N images to
+// 3 directories (xargs -P 8) measured in the same run.
+//
+// usage: node tools/bench/controller-manager-scale.mjs [--images 1000] [--size-kib 64] [--disks 3] [--copies 3]
+//        [--max-data-sources 8] [--keep]
+// Needs: npx nx run-many -t build -p controller-manager backing-image-manager backing-image-data-source
+import { spawn, execFileSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtempSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync, statSync } from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const { values } = parseArgs({
+  options: {
+    images: { type: 'string', default: '1000' },
+    'size-kib': { type: 'string', default: '64' },
+    disks: { type: 'string', default: '3' },
+    copies: { type: 'string', default: '3' },
+    'max-data-sources': { type: 'string', default: '8' },
+    keep: { type: 'boolean', default: false },
+  },
+});
+const N = Number(values.images);
+const SIZE = Number(values['size-kib']) * 1024;
+const COPIES = Number(values.copies);
+const tmp = mkdtempSync(path.join(os.tmpdir(), 'bis-scale-'));
+const srcDir = path.join(tmp, 'src');
+mkdirSync(srcDir);
+const sums = [];
+for (let i = 0; i < N; i++) {
+  const buf = randomBytes(SIZE);
+  writeFileSync(path.join(srcDir, `img-${i}.raw`), buf);
+  sums.push(createHash('sha512').update(buf).digest('hex'));
+}
+
+let gets = 0;
+const server = http.createServer((req, res) => {
+  const file = path.join(srcDir, path.basename(req.url ?? ''));
+  try {
+    const data = readFileSync(file);
+    res.writeHead(200, { 'content-length': data.length, 'content-type': 'application/octet-stream' });
+    if (req.method === 'GET') gets++;
+    res.end(req.method === 'HEAD' ? undefined : data);
+  } catch {
+    res.writeHead(404).end();
+  }
+});
+await new Promise((r) => server.listen(0, '127.0.0.1', r));
+const port = server.address().port;
+const url = (i) => `http://127.0.0.1:${port}/img-${i}.raw`;
+
+// Reference: curl fetching every image into `copies` directories, 8 in parallel.
+const refDir = path.join(tmp, 'ref');
+const list = path.join(tmp, 'urls.txt');
+const lines = [];
+for (let c = 0; c < COPIES; c++) {
+  mkdirSync(path.join(refDir, `d${c}`), { recursive: true });
+  for (let i = 0; i < N; i++) lines.push(`-o ${path.join(refDir, `d${c}`, `img-${i}.raw`)} ${url(i)}`);
+}
+writeFileSync(list, lines.join('\n') + '\n');
+const refStart = performance.now();
+// Async: the image server runs in this process, so the event loop must stay free.
+await new Promise((resolve, reject) => {
+  const p = spawn('sh', ['-c', `xargs -P 8 -L 1 curl -sf < ${list}`], { stdio: 'inherit' });
+  p.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`curl reference failed with ${code}`))));
+});
+const refMs = performance.now() - refStart;
+const gets0 = gets;
+
+// The system under test.
+const apiPort = 20000 + Math.floor(Math.random() * 20000);
+const base = `http://127.0.0.1:${apiPort}`;
+const cm = spawn(process.execPath, [
+  path.join(root, 'apps/controller-manager/bin/controller-manager.js'), 'standalone',
+  '--data-dir', path.join(tmp, 'data'), '--listen', `127.0.0.1:${apiPort}`, '--disks', values.disks,
+  '--allow-source-hosts', '127.0.0.1', '--max-data-sources', values['max-data-sources'],
+], { stdio: ['ignore', 'pipe', 'inherit'] });
+let out = '';
+cm.stdout.on('data', (d) => (out += d));
+const t0 = performance.now();
+while (!out.includes('Press Ctrl-C')) {
+  if (cm.exitCode !== null) throw new Error(`controller-manager exited: ${out}`);
+  await new Promise((r) => setTimeout(r, 100));
+}
+const startMs = performance.now() - t0;
+
+const status = (pid) => {
+  try {
+    const s = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const kb = (k) => Number((s.match(new RegExp(`${k}:\\s+(\\d+)`)) ?? [0, 0])[1]);
+    return { hwm: kb('VmHWM'), rss: kb('VmRSS') };
+  } catch {
+    return { hwm: 0, rss: 0 };
+  }
+};
+const children = (pid) => {
+  try {
+    return execFileSync('pgrep', ['-P', String(pid)]).toString().trim().split('\n').filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+};
+let maxDataPlaneRss = 0;
+const sampleDataPlane = () => {
+  const kids = children(cm.pid);
+  const total = kids.reduce((a, k) => a + status(k).rss, 0);
+  maxDataPlaneRss = Math.max(maxDataPlaneRss, total);
+  return kids.length;
+};
+
+async function req(method, p, body) {
+  const r = await fetch(`${base}${p}`, { method, headers: body ? { 'content-type': 'application/json' } : {}, body: body ? JSON.stringify(body) : undefined });
+  const text = await r.text();
+  if (r.status !== 200) throw new Error(`${method} ${p}: ${r.status} ${text}`);
+  return JSON.parse(text);
+}
+const pct = (a, p) => {
+  const s = [...a].sort((x, y) => x - y);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+};
+
+const c0 = performance.now();
+let next = 0;
+await Promise.all(
+  Array.from({ length: 16 }, async () => {
+    while (next < N) {
+      const i = next++;
+      await req('POST', '/v1/backingimages', { name: `img-${i}`, sourceType: 'download', parameters: { url: url(i) }, expectedChecksum: sums[i], minNumberOfCopies: COPIES });
+    }
+  }),
+);
+const createMs = performance.now() - c0;
+
+const busyLat = [];
+let ready = 0;
+let failed = 0;
+let lastReport = 0;
+for (;;) {
+  const t = performance.now();
+  const list = await req('GET', '/v1/backingimages');
+  busyLat.push(performance.now() - t);
+  ready = 0;
+  failed = 0;
+  for (const b of list.data) {
+    const st = Object.values(b.diskFileStatusMap ?? {});
+    if (st.filter((s) => s.state === 'ready').length >= COPIES && b.currentChecksum === sums[Number(b.name.slice(4))]) ready++;
+    if (st.some((s) => s.state === 'failed' || s.state === 'failed-and-cleanup')) failed++;
+  }
+  const procs = sampleDataPlane();
+  if (performance.now() - lastReport > 10_000) {
+    lastReport = performance.now();
+    process.stderr.write(`${((performance.now() - c0) / 1000).toFixed(0)} s: ${ready}/${N} ready, ${failed} with a failed copy, ${procs} data-plane processes\n`);
+  }
+  if (ready === N) break;
+  if (performance.now() - c0 > 3600_000) throw new Error('no convergence within an hour');
+  await new Promise((r) => setTimeout(r, 1000));
+}
+const convergeMs = performance.now() - c0;
+const gets1 = gets - gets0;
+
+const idleLat = [];
+for (let i = 0; i < 100; i++) {
+  const t = performance.now();
+  await req('GET', '/v1/backingimages');
+  idleLat.push(performance.now() - t);
+}
+const oneLat = [];
+for (let i = 0; i < 200; i++) {
+  const t = performance.now();
+  await req('GET', `/v1/backingimages/img-${i % N}`);
+  oneLat.push(performance.now() - t);
+}
+const cmMem = status(cm.pid);
+sampleDataPlane();
+let files = 0;
+for (const d of readdirSync(path.join(tmp, 'data', 'disks'))) files += readdirSync(path.join(tmp, 'data', 'disks', d, 'backing-images')).length;
+
+const s0 = performance.now();
+cm.kill('SIGINT');
+await new Promise((r) => cm.once('exit', r));
+const stopMs = performance.now() - s0;
+server.close();
+
+const result = {
+  images: N,
+  sizeBytes: SIZE,
+  copies: COPIES,
+  disks: Number(values.disks),
+  startSeconds: +(startMs / 1000).toFixed(2),
+  createSeconds: +(createMs / 1000).toFixed(1),
+  convergeSeconds: +(convergeMs / 1000).toFixed(1),
+  originDownloads: gets1,
+  filesOnDisks: files,
+  listBusyMs: { p50: +pct(busyLat, 50).toFixed(1), p99: +pct(busyLat, 99).toFixed(1), n: busyLat.length },
+  listIdleMs: { p50: +pct(idleLat, 50).toFixed(1), p99: +pct(idleLat, 99).toFixed(1), n: idleLat.length },
+  getOneIdleMs: { p50: +pct(oneLat, 50).toFixed(2), p99: +pct(oneLat, 99).toFixed(2) },
+  controllerMaxRssMiB: +(cmMem.hwm / 1024).toFixed(0),
+  controllerRssAtEndMiB: +(cmMem.rss / 1024).toFixed(0),
+  dataPlaneMaxRssMiB: +(maxDataPlaneRss / 1024).toFixed(0),
+  stopSeconds: +(stopMs / 1000).toFixed(2),
+  reference: { tool: 'curl via xargs -P 8', downloads: gets0, seconds: +(refMs / 1000).toFixed(1) },
+  ratioConvergeVsCurl: +(convergeMs / refMs).toFixed(1),
+};
+console.log(JSON.stringify(result, null, 2));
+if (!values.keep) rmSync(tmp, { recursive: true, force: true });
+else console.log(`kept ${tmp}`);
