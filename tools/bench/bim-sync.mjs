@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 execFileSync(process.execPath, [path.join(repo, 'node_modules/typescript/bin/tsc'), '-b', path.join(repo, 'apps/backing-image-manager/tsconfig.lib.json')], { stdio: 'inherit' });
 const { ManagerClient } = await import(path.join(repo, 'libs/bimrpc/dist/index.js'));
+const { startSsyncReceiver, encodeFileId } = await import(path.join(repo, 'libs/sync-service/dist/index.js'));
 const BIN = path.join(repo, 'apps/backing-image-manager/bin/backing-image-manager.js');
 
 const GiB = 1 << 30, MiB = 1 << 20;
@@ -41,8 +42,8 @@ async function daemon(d) {
     else if (/fail|error/i.test(l)) process.stderr.write(`[${path.basename(d)}] ${l}\n`);
   });
   const line = await new Promise((r) => createInterface({ input: child.stdout }).once('line', r));
-  const { grpcPort } = JSON.parse(line);
-  const x = { d, child, received, addr: `127.0.0.1:${grpcPort}`, client: new ManagerClient(`127.0.0.1:${grpcPort}`), maxRssMB: () => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))[1]) / 1024 };
+  const { grpcPort, syncPort } = JSON.parse(line);
+  const x = { d, child, received, syncPort, addr: `127.0.0.1:${grpcPort}`, client: new ManagerClient(`127.0.0.1:${grpcPort}`), maxRssMB: () => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))[1]) / 1024 };
   daemons.push(x);
   return x;
 }
@@ -106,6 +107,23 @@ try {
     const shaS = (performance.now() - t) / 1000;
     if (shaOut !== spec.checksum) throw new Error('sha512sum differs from the daemon checksum');
 
+    // the transport alone: A's sender (the daemon) into a receiver in this process that neither hashes nor verifies
+    const rxFile = path.join(root, `rx-only-${run}`);
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: rxFile, size });
+    t = performance.now();
+    await new Promise((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port: a.syncPort, method: 'POST', path: `/v1/files/${encodeFileId(backingA)}?action=sendToPeer&to-address=127.0.0.1:${rx.port}` }, (res) => {
+        res.resume();
+        res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`sendToPeer: HTTP ${res.statusCode}`))));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    await rx.done;
+    const transferS = (performance.now() - t) / 1000;
+    await rx.closed;
+    await fsp.rm(rxFile);
+
     const b = await daemon(await disk(`B${run}`));
     sh('sync', []);
     t = performance.now();
@@ -127,10 +145,10 @@ try {
     sh('sync', []);
     const fanS = (performance.now() - t) / 1000;
     const rss = [a, b, ...fan].map((x) => x.maxRssMB());
-    const row = { cpS, shaS, readyS, syncS, receiveS: rec.receiveMs / 1000, tailS: rec.tailMs / 1000, fanS, maxRss: Math.max(...rss), allocB: stB.blocks * 512 / GiB, readBack: rec.readBack, postPass: rec.postPass };
+    const row = { cpS, shaS, transferS, readyS, syncS, receiveS: rec.receiveMs / 1000, tailS: rec.tailMs / 1000, fanS, maxRss: Math.max(...rss), allocB: stB.blocks * 512 / GiB, readBack: rec.readBack, postPass: rec.postPass };
     rows.push(row);
     console.log(
-      `run ${run}: cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | ` +
+      `run ${run}: cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | transfer alone (no hash) ${transferS.toFixed(2)} s (${mbps(transferS)} MB/s) | ` +
         `Sync A->B ready ${readyS.toFixed(2)} s, + sync ${syncS.toFixed(2)} s (${mbps(syncS)} MB/s of data, ${(cpS / syncS).toFixed(2)}x cp) ` +
         `[receiver open->close ${row.receiveS.toFixed(2)} s, checksum final ${row.tailS.toFixed(2)} s after close, read back ${rec.readBack} B, post-pass ${rec.postPass} B] | ` +
         `B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,
@@ -138,7 +156,7 @@ try {
     for (const x of [...fan, b]) await stop(x);
   }
   const m = (k) => median(rows.map((r) => r[k]));
-  console.log(`median of ${runs}: cp ${m('cpS').toFixed(2)} s (${mbps(m('cpS'))} MB/s) | sha512sum ${m('shaS').toFixed(2)} s | Sync ready ${m('readyS').toFixed(2)} s, +sync ${m('syncS').toFixed(2)} s (${mbps(m('syncS'))} MB/s, ${(m('cpS') / m('syncS')).toFixed(2)}x cp) | receive ${m('receiveS').toFixed(2)} s, checksum tail ${m('tailS').toFixed(2)} s | fan-out ${m('fanS').toFixed(2)} s (${(m('fanS') / m('syncS')).toFixed(2)}x one copy) | max RSS ${m('maxRss').toFixed(0)} MB`);
+  console.log(`median of ${runs}: cp ${m('cpS').toFixed(2)} s (${mbps(m('cpS'))} MB/s) | sha512sum ${m('shaS').toFixed(2)} s | transfer alone ${m('transferS').toFixed(2)} s (${mbps(m('transferS'))} MB/s) | Sync ready ${m('readyS').toFixed(2)} s, +sync ${m('syncS').toFixed(2)} s (${mbps(m('syncS'))} MB/s, ${(m('cpS') / m('syncS')).toFixed(2)}x cp) | receive ${m('receiveS').toFixed(2)} s, checksum tail ${m('tailS').toFixed(2)} s | fan-out ${m('fanS').toFixed(2)} s (${(m('fanS') / m('syncS')).toFixed(2)}x one copy) | max RSS ${m('maxRss').toFixed(0)} MB`);
 } finally {
   for (const x of daemons) { x.client.close(); x.child.kill('SIGTERM'); }
   await Promise.all(daemons.map((x) => new Promise((r) => (x.child.exitCode !== null ? r() : x.child.once('exit', r)))));
