@@ -1,0 +1,125 @@
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { runStandaloneCli } from './cli.js';
+
+const APP = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const BIN = path.join(APP, 'bin', 'controller-manager.js');
+
+describe('controller-manager CLI', () => {
+  it('answers usage errors with exit code 2', async () => {
+    const err: string[] = [];
+    const io = { out: () => {}, err: (l: string) => err.push(l) };
+    expect(await runStandaloneCli([], io)).toBe(2);
+    expect(await runStandaloneCli(['standalone', '--disks', '0'], io)).toBe(2);
+    expect(await runStandaloneCli(['standalone', '--bogus'], io)).toBe(2);
+    expect(await runStandaloneCli(['standalone', '--max-data-sources', 'x'], io)).toBe(2);
+    expect(err.join('\n')).toContain('invalid --disks "0"');
+    expect(err.join('\n')).toContain('usage: controller-manager standalone');
+  });
+});
+
+describe('controller-manager standalone as a process', () => {
+  let dir: string;
+  let server: http.Server;
+  let gets = 0;
+  const data = randomBytes(512 * 1024);
+  const sum = createHash('sha512').update(data).digest('hex');
+  let url = '';
+
+  beforeAll(async () => {
+    await stat(path.join(APP, 'dist', 'main.js')); // built by the test target's dependencies
+    dir = await mkdtemp(path.join(os.tmpdir(), 'bis-cm-cli-'));
+    server = http.createServer((req, res) => {
+      res.writeHead(200, { 'content-length': data.length });
+      if (req.method === 'GET') gets++;
+      res.end(req.method === 'HEAD' ? undefined : data);
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as { port: number }).port}/img.raw`;
+  });
+
+  afterAll(async () => {
+    server?.closeAllConnections();
+    await new Promise((r) => server?.close(r));
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function launch(): Promise<{ proc: ChildProcess; api: string; out: () => string }> {
+    const proc = spawn(process.execPath, [BIN, 'standalone', '--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:0', '--disks', '2', '--allow-source-hosts', '127.0.0.1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    proc.stdout!.on('data', (d) => (out += d));
+    proc.stderr!.on('data', (d) => (out += d));
+    const deadline = Date.now() + 30_000;
+    while (!out.includes('Press Ctrl-C')) {
+      if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`controller-manager did not start: ${out}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const api = /REST API:\s+(\S+)\/v1/.exec(out)![1]!;
+    return { proc, api, out: () => out };
+  }
+
+  const children = (pid: number): number[] => {
+    try {
+      return execFileSync('pgrep', ['-P', String(pid)]).toString().trim().split('\n').filter(Boolean).map(Number);
+    } catch {
+      return [];
+    }
+  };
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  async function readyCopies(api: string): Promise<number> {
+    const r = await fetch(`${api}/v1/backingimages/img`);
+    if (r.status !== 200) return 0;
+    const b = (await r.json()) as { diskFileStatusMap: Record<string, { state: string }>; currentChecksum: string };
+    return b.currentChecksum === sum ? Object.values(b.diskFileStatusMap).filter((s) => s.state === 'ready').length : 0;
+  }
+  async function until(what: string, fn: () => Promise<boolean>, ms = 60_000): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (!(await fn())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+
+  it('prints where everything is, stops every child on SIGINT, and a restart picks up where it was', async () => {
+    const first = await launch();
+    expect(first.out()).toContain(`data directory:  ${path.join(dir, 'data')}`);
+    expect(first.out()).toContain('backup target:   vfs://');
+    const res = await fetch(`${first.api}/v1/backingimages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'img', sourceType: 'download', parameters: { url }, expectedChecksum: sum, minNumberOfCopies: 2 }),
+    });
+    expect(res.status).toBe(200);
+    await until('2 ready copies', async () => (await readyCopies(first.api)) === 2);
+    const kids = children(first.proc.pid!);
+    expect(kids.length).toBeGreaterThanOrEqual(2); // one manager per disk
+    const exited = new Promise<number | null>((r) => first.proc.once('exit', (code) => r(code)));
+    first.proc.kill('SIGINT');
+    expect(await exited).toBe(0);
+    expect(first.out()).toContain('stopped');
+    expect(kids.filter(alive)).toEqual([]);
+
+    const second = await launch();
+    try {
+      await until('ready again after restart', async () => (await readyCopies(second.api)) === 2);
+      expect(gets).toBe(1);
+    } finally {
+      const done = new Promise((r) => second.proc.once('exit', r));
+      second.proc.kill('SIGTERM');
+      await done;
+    }
+  }, 120_000);
+});
