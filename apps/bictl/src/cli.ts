@@ -4,6 +4,7 @@ import { rename, rm, stat } from 'node:fs/promises';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
+import { createGunzip } from 'node:zlib';
 import {
   ApiClientError,
   BisClient,
@@ -57,6 +58,7 @@ const OPTIONS = {
   'disk-selector': { type: 'string' },
   disk: { type: 'string', multiple: true },
   target: { type: 'string' },
+  gzip: { type: 'boolean' },
 } as const;
 type OptionName = keyof typeof OPTIONS;
 type Values = { [K in OptionName]?: (typeof OPTIONS)[K] extends { multiple: true } ? string[] : (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
@@ -123,7 +125,7 @@ function imageRows(list: BackingImage[]): string {
     ['name', 'size', 'virtual-size', 'source', 'state', 'copies', 'progress'],
     list.map((bi) => {
       const s = summariseCopies(bi);
-      return [bi.name, bi.size ? formatBytes(bi.size) : '-', bi.virtualSize ? formatBytes(bi.virtualSize) : '-', describeSource(bi), s.phase, `${s.ready}/${s.total}`, s.total ? `${s.progress}%` : '-'];
+      return [bi.name, bi.size ? formatBytes(bi.size) : '-', bi.virtualSize ? formatBytes(bi.virtualSize) : '-', describeSource(bi), s.phase, `${s.ready}/${s.total}`, s.total && !s.allFailed ? `${s.progress}%` : '-'];
     }),
   );
 }
@@ -344,15 +346,19 @@ export const COMMANDS: Record<string, Command> = {
     },
   },
   'image download': {
-    usage: 'image download NAME FILE   (FILE "-" writes to stdout)',
-    summary: 'download the image file, verifying its SHA-512',
+    usage: 'image download NAME FILE [--gzip]   (FILE "-" writes to stdout)',
+    summary: 'download the image file, verifying its SHA-512 (the server sends it gzip-compressed; --gzip keeps that)',
     args: [2, 2],
-    options: [],
+    options: ['gzip'],
     run: async (ctx, [name, file]) => {
       const bi = await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
       const res = await ctx.client.download(name, { signal: ctx.io.signal });
       if (!res.body) throw new CommandFailed(`the server sent no data for ${name}`);
-      const total = Number(res.headers.get('content-length') ?? -1);
+      // Longhorn's sync server sends the file gzip-compressed as `<name>.gz` (not as a Content-Encoding).
+      const gzipped = /\.gz"?\s*(;|$)/i.test(res.headers.get('content-disposition') ?? '');
+      const keepGzip = !!ctx.v.gzip;
+      if (keepGzip && !gzipped) throw new CommandFailed(`the server sent ${name} uncompressed; drop --gzip`);
+      const total = keepGzip ? Number(res.headers.get('content-length') ?? -1) : bi.size || -1;
       const bar = new ProgressBar(ctx.io.stderr, name);
       const hash = createHash('sha512');
       let done = 0;
@@ -366,20 +372,25 @@ export const COMMANDS: Record<string, Command> = {
       });
       const toStdout = file === '-';
       const part = `${file}.part`;
+      const stages: (NodeJS.ReadableStream | NodeJS.WritableStream | NodeJS.ReadWriteStream)[] = [Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>)];
+      if (gzipped && !keepGzip) stages.push(createGunzip());
+      stages.push(meter, toStdout ? ctx.io.stdout : createWriteStream(part));
       try {
-        await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>), meter, toStdout ? ctx.io.stdout : createWriteStream(part), { end: !toStdout, signal: ctx.io.signal });
+        await pipeline(stages as unknown as [NodeJS.ReadableStream, NodeJS.WritableStream], { end: !toStdout, signal: ctx.io.signal });
         bar.bytes(done, total, true);
         bar.done();
-        if (total >= 0 && done !== total) throw new CommandFailed(`download of ${name} ended after ${done} of ${total} bytes`);
-        const sum = hash.digest('hex');
-        if (bi.currentChecksum && sum !== bi.currentChecksum) throw new CommandFailed(`downloaded data of ${name} has SHA-512 ${sum}, expected ${bi.currentChecksum}`);
+        if (!keepGzip) {
+          if (bi.size && done !== bi.size) throw new CommandFailed(`download of ${name} ended after ${done} of ${bi.size} bytes`);
+          const sum = hash.digest('hex');
+          if (bi.currentChecksum && sum !== bi.currentChecksum) throw new CommandFailed(`downloaded data of ${name} has SHA-512 ${sum}, expected ${bi.currentChecksum}`);
+        }
         if (!toStdout) await rename(part, file);
       } catch (err) {
         bar.done();
         if (!toStdout) await rm(part, { force: true });
         throw err;
       }
-      if (!toStdout) ctx.note(`downloaded ${formatBytes(done)} to ${file} (SHA-512 verified)`);
+      if (!toStdout) ctx.note(`downloaded ${formatBytes(done)} to ${file}${keepGzip ? ' (gzip, as served)' : ' (SHA-512 verified)'}`);
     },
   },
   'backup create': {

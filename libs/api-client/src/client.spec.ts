@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { openAsBlob } from 'node:fs';
+import { gunzipSync } from 'node:zlib';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
 import { ApiClientError, BisClient, summariseCopies, type BackingImage } from './index.js';
@@ -37,7 +38,8 @@ describe('BisClient against a live API', () => {
     expect(bi.currentChecksum).toBe(sha512);
     expect(bi.size).toBe(image.length);
     const res = await c.download('from-url');
-    const got = Buffer.from(await res.arrayBuffer());
+    expect(res.headers.get('content-disposition')).toBe('attachment; filename=from-url.gz');
+    const got = gunzipSync(Buffer.from(await res.arrayBuffer()));
     expect(createHash('sha512').update(got).digest('hex')).toBe(sha512);
     expect((await c.listBackingImages()).map((b) => b.name)).toContain('from-url');
   });

@@ -178,11 +178,11 @@ export class BisClient {
   async backupBackingImage(name: string, backupTargetName?: string, opts?: RequestOptions): Promise<void> {
     await this.json<void>('POST', `/v1/backingimages/${encodeURIComponent(name)}?action=backupBackingImageCreate`, backupTargetName ? { backupTargetName } : {}, opts);
   }
-  /** The URL that streams the image file (served from a ready copy). */
+  /** The URL that streams the image file from a ready copy (gzip-compressed, named `<name>.gz`, as Longhorn does). */
   downloadUrl(name: string): string {
     return this.url(`/v1/backingimages/${encodeURIComponent(name)}/download`);
   }
-  /** Starts the download; the caller streams `response.body`. */
+  /** Starts the download; the caller streams `response.body` (gzip data when Content-Disposition names `<name>.gz`). */
   download(name: string, opts?: RequestOptions): Promise<Response> {
     return this.raw('GET', `/v1/backingimages/${encodeURIComponent(name)}/download`, { signal: opts?.signal });
   }

@@ -44,9 +44,10 @@ export interface CopySummary {
   phase: 'deleting' | 'ready' | 'failed' | 'in-progress' | 'pending';
 }
 
-const READY = new Set(['ready', 'ready-for-transfer']);
+// `ready-for-transfer` is the data source's finished file before a manager takes it over: not usable yet.
+const READY = new Set(['ready']);
 const FAILED = new Set(['failed', 'failed-and-cleanup']);
-const ACTIVE = new Set(['in-progress', 'starting']);
+const ACTIVE = new Set(['in-progress', 'starting', 'ready-for-transfer']);
 
 export function summariseCopies(bi: Pick<BackingImage, 'diskFileStatusMap' | 'deletionTimestamp'>): CopySummary {
   const files = Object.values(bi.diskFileStatusMap ?? {});

@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { createGzip } from 'node:zlib';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import websocket from '@fastify/websocket';
 
@@ -400,8 +401,8 @@ export async function startApiDouble(opts: ApiDoubleOptions = {}): Promise<ApiDo
   app.get<{ Params: { name: string } }>('/v1/backingimages/:name/download', async (req, reply) => {
     const img = imageOr404(req.params.name);
     if (![...img.files.values()].some((f) => f.state === 'ready')) throw new HttpError(500, `failed to find a default backing image manager for backing image ${img.name} download`);
-    const st = await stat(img.path);
-    return reply.header('content-type', 'application/octet-stream').header('content-length', st.size).header('content-disposition', `attachment; filename=${img.name}`).send(createReadStream(img.path));
+    // Like Longhorn's sync server: the file gzip-compressed, named `<name>.gz`, chunked.
+    return reply.header('content-type', 'application/octet-stream').header('content-disposition', `attachment; filename=${img.name}.gz`).send(createReadStream(img.path).pipe(createGzip({ level: 1 })));
   });
 
   // ---- backups, targets, nodes, settings ----

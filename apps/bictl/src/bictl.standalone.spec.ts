@@ -1,0 +1,117 @@
+/**
+ * The built `bictl` against the real system: `controller-manager standalone` (controllers, data-source and manager
+ * processes, REST API) started as a child process with a fresh data directory.
+ */
+import { spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
+import { startFileServer } from '@bis/api-client/test-support';
+import { startStandaloneProcess, type StandaloneProcess } from './test-support/standalone-process.js';
+
+const BIN = resolve(import.meta.dirname, '../bin/bictl.js');
+
+function bictl(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((res, rej) => {
+    const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, NODE_OPTIONS: '', BICTL_SERVER: sys.url }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d));
+    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    child.on('error', rej);
+    child.on('close', (code) => res({ code, stdout, stderr }));
+  });
+}
+
+let sys: StandaloneProcess;
+
+describe('bictl against controller-manager standalone', () => {
+  let files: { url: string; close(): Promise<void> };
+  let dir: string;
+  // A multiple of 512 bytes: the system zero-pads other sizes, and the SHA-512 covers the stored (padded) file.
+  const image = randomBytes(4 << 20);
+  const sha512 = createHash('sha512').update(image).digest('hex');
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'bictl-sa-'));
+    files = await startFileServer({ '/base.raw': image });
+    sys = await startStandaloneProcess({ disks: 3 });
+  }, 60_000);
+  afterAll(async () => {
+    await sys?.stop();
+    await files?.close();
+    await rm(dir, { recursive: true, force: true });
+  }, 60_000);
+
+  it('creates from a URL and waits for the copies, then lists it', async () => {
+    const c = await bictl(['image', 'create', 'base', '--url', `${files.url}/base.raw`, '--checksum', sha512, '--min-copies', '2', '--wait', '--timeout', '60s']);
+    expect(c.stderr).toBe('');
+    expect(c.stdout).toBe('backing image base is ready (2/2 ready)\n');
+    expect(c.code).toBe(0);
+    const j = JSON.parse((await bictl(['image', 'get', 'base', '-o', 'json'])).stdout);
+    expect(j.currentChecksum).toBe(sha512);
+    expect(j.size).toBe(image.length);
+    expect((await bictl(['image', 'ls'])).stdout).toMatch(/base\s+4\.00 MiB\s+4\.00 MiB\s+download http:\/\/127\.0\.0\.1:\d+\/base\.raw\s+ready\s+2\/2\s+100%/);
+  }, 90_000);
+
+  it('fails with exit 1 and both checksums on a mismatch', async () => {
+    const bad = await bictl(['image', 'create', 'bad', '--url', `${files.url}/base.raw`, '--checksum', 'e'.repeat(128), '--min-copies', '1', '--wait', '--timeout', '60s']);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain(`the expected checksum ${'e'.repeat(128)} doesn't match the file actual checksum ${sha512}`);
+    expect((await bictl(['image', 'rm', 'bad', '--wait', '--timeout', '60s'])).code).toBe(0);
+  }, 90_000);
+
+  it('uploads a file through the REST proxy (resumable protocol) and downloads it back verified', async () => {
+    const path = join(dir, 'up.img');
+    const data = randomBytes(3 << 20);
+    await writeFile(path, data);
+    const up = await bictl(['image', 'upload', 'up', path, '--min-copies', '1', '--wait', '--timeout', '60s']);
+    expect(up.stderr).toBe('');
+    expect(up.stdout).toBe('uploaded 3.00 MiB to backing image up (1/1 ready)\n');
+    const out = join(dir, 'up.out');
+    const dl = await bictl(['image', 'download', 'up', out]);
+    expect(dl.stderr).toBe(`downloaded 3.00 MiB to ${out} (SHA-512 verified)\n`);
+    expect((await readFile(out)).equals(data)).toBe(true);
+  }, 90_000);
+
+  it('keeps the HA guard on cleanup and removes copies after lowering min copies', async () => {
+    const j = JSON.parse((await bictl(['image', 'get', 'base', '-o', 'json'])).stdout) as { diskFileStatusMap: Record<string, { state: string }> };
+    const ready = Object.entries(j.diskFileStatusMap).filter(([, f]) => f.state === 'ready').map(([d]) => d);
+    expect(ready.length).toBeGreaterThanOrEqual(2);
+    const refused = await bictl(['image', 'cleanup', 'base', ...ready.flatMap((d) => ['--disk', d])]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('no enough ready files for HA');
+    expect((await bictl(['image', 'min-copies', 'base', '1'])).code).toBe(0);
+    const gone = ready.slice(1);
+    const ok = await bictl(['image', 'cleanup', 'base', ...gone.flatMap((d) => ['--disk', d])]);
+    expect(ok.stderr).toBe('');
+    for (let i = 0; i < 100; i++) {
+      const now = JSON.parse((await bictl(['image', 'get', 'base', '-o', 'json'])).stdout) as { diskFileStatusMap: Record<string, unknown> };
+      if (gone.every((d) => !(d in now.diskFileStatusMap))) {
+        expect(Object.keys(now.diskFileStatusMap)).toEqual([ready[0]]);
+        return;
+      }
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    throw new Error(`the copies on ${gone.join(', ')} were not removed`);
+  }, 90_000);
+
+  it('backs up, deletes, restores from the backup and lists nodes', async () => {
+    const b = await bictl(['backup', 'create', 'base', '--wait', '--timeout', '60s']);
+    expect(b.stderr).toBe('');
+    expect(b.stdout).toMatch(/^backup base-[0-9a-f]{8} of base completed\n$/);
+    const name = /backup (\S+)/.exec(b.stdout)![1];
+    expect((await bictl(['image', 'rm', 'base', '--wait', '--timeout', '60s'])).stdout).toBe('backing image base deleted\n');
+    expect((await bictl(['image', 'get', 'base'])).code).toBe(3);
+    const r = await bictl(['backup', 'restore', name, '--wait', '--timeout', '60s']);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe(`backing image base restored from ${name}\n`);
+    const j = JSON.parse((await bictl(['image', 'get', 'base', '-o', 'json'])).stdout);
+    expect(j.sourceType).toBe('restore');
+    expect(j.currentChecksum).toBe(sha512);
+    const nodes = JSON.parse((await bictl(['node', 'ls', '-o', 'json'])).stdout);
+    expect(Object.keys(nodes[0].disks)).toHaveLength(3);
+  }, 120_000);
+});
