@@ -65,7 +65,7 @@ export function detailPage(name: string): TemplateResult {
       ${badge(s.phase)}
       <span class="spacer"></span>
       <button id="backup" ?disabled=${d.busy || s.ready === 0} @click=${() => act(`Backup of ${bi.name} started.`, () => client.backupBackingImage(bi.name))}>Back up</button>
-      <a class="button ${s.ready ? '' : 'disabled'}" id="download" href=${s.ready ? client.downloadUrl(bi.name) : nothing} download=${bi.name} aria-disabled=${s.ready ? 'false' : 'true'}>Download</a>
+      <a class="button ${s.ready ? '' : 'disabled'}" id="download" href=${s.ready ? client.downloadUrl(bi.name) : nothing} download=${`${bi.name}.gz`} aria-disabled=${s.ready ? 'false' : 'true'} title="the image file, gzip-compressed (as Longhorn serves it)">Download (.gz)</a>
     </div>
     ${alertBox(d.error, () => ((d.error = ''), changed()))}
     ${d.notice ? html`<div class="notice" role="status">${d.notice}</div>` : nothing}
