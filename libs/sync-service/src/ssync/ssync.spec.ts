@@ -197,6 +197,19 @@ describe('checksum computed while receiving', () => {
     expect(got.hashStats!.postPassBytes).toBe(0);
   });
 
+  it('bodies larger than a slab are written in slab-sized pieces; the hash stays exact', async () => {
+    const src = await sparseFile('src', 'ddhdddhd');
+    const dst = path.join(dir, 'dst');
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 8 * MiB, computeChecksum: true, slabSize: 256 * 1024 });
+    await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chunkSize: 2 * MiB, workers: 3 });
+    const got = await rx.done;
+    await rx.closed;
+    expect(got.sha512).toBe(sha(src));
+    expect(sha(dst)).toBe(sha(src));
+    expect(got.hashStats!.inOrderBytes + got.hashStats!.readBackBytes).toBe(6 * MiB);
+    expect(got.hashStats!.postPassBytes).toBe(0);
+  });
+
   it('a range written twice with different bytes drops the in-order hash: the post-pass hashes the final file', async () => {
     const size = 4 * MiB;
     const first = Buffer.alloc(MiB, 1);
