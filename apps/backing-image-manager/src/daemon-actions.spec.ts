@@ -275,6 +275,7 @@ describe('backing-image-manager daemon: backups, sources, download, Watch (real 
     expect(gz.status).toBe(200);
     expect(gz.headers['content-type']).toBe('application/octet-stream');
     expect(gz.headers['content-disposition']).toBe('attachment; filename=my-image-v2.gz');
+    expect(gz.headers['content-length']).toBeUndefined();
     expect(createHash('sha512').update(gunzipSync(gz.body)).digest('hex')).toBe(sha);
 
     const raw = await request(d.syncAddress, 'GET', `/v1/files/${id}/download?forV2Creation=true`);
@@ -293,6 +294,9 @@ describe('backing-image-manager daemon: backups, sources, download, Watch (real 
     const refused = await request(d.syncAddress, 'GET', `/v1/files/${encodeFileId(backingFilePath(d.disk, 'bad-one', 'ubd'))}/download`);
     expect(refused.status).toBe(500);
     expect(refused.body.toString()).toContain('cannot get the reader for a non-ready file, current state failed');
+    const unknown = await request(d.syncAddress, 'GET', `/v1/files/${encodeFileId(backingFilePath(d.disk, 'none', 'u0'))}/download`);
+    expect(unknown.status).toBe(500);
+    expect(unknown.body.toString()).toContain('nil sync file');
   }, 60_000);
 
   it('Watch: a subscriber that reads nothing blocks neither the daemon nor another subscriber', async () => {
