@@ -52,23 +52,20 @@ export class BackingImageController extends Controller {
     if (!bi) return;
     const isDown = await nodeDownChecker(this.ctx);
     if (!isResponsibleFor(nodeID, '', bi.status?.ownerID ?? '', isDown)) return;
-    if (bi.status?.ownerID !== nodeID) {
+    if (bi.status?.ownerID !== nodeID || !bi.status?.uuid) {
+      // Claim ownership and initialise the UUID in one status write.
+      const uuid = bi.status?.uuid || newBackingImageUUID();
       try {
-        await store.updateStatus(BackingImageKind, { ...bi, status: { ...bi.status, ownerID: nodeID } });
+        await store.updateStatus(BackingImageKind, { ...bi, status: { ...bi.status, ownerID: nodeID, uuid } });
       } catch (err) {
         if (isConflict(err)) return this.enqueue(name);
         throw err;
       }
-      return this.enqueue(name);
+      if (!bi.status?.uuid) this.event(bi, 'Normal', EventReason.Update, `Initialized UUID to ${uuid}`);
+      return;
     }
     if (!bi.metadata.deletionTimestamp && !bi.metadata.finalizers?.includes(FINALIZER)) {
       await store.update(BackingImageKind, { ...bi, metadata: { ...bi.metadata, finalizers: [...(bi.metadata.finalizers ?? []), FINALIZER] } });
-      return;
-    }
-    if (!bi.status?.uuid) {
-      const uuid = newBackingImageUUID();
-      await store.updateStatus(BackingImageKind, { ...bi, status: { ...bi.status, uuid } });
-      this.event(bi, 'Normal', EventReason.Update, `Initialized UUID to ${uuid}`);
       return;
     }
 

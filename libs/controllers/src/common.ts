@@ -52,7 +52,12 @@ export async function replicasOf(ctx: ControllerContext, biName: string, diskUUI
   return (await ctx.store.list(ReplicaKind, { namespace: ctx.namespace, labelSelector: { matchLabels: sel } })).items;
 }
 
+/**
+ * Every BIM. Reads the informer cache once it has synced (like Longhorn's listers: no copy of every manager's file
+ * map on each call; writes based on it may conflict and are retried), else the store.
+ */
 export async function listManagers(ctx: ControllerContext) {
+  if (ctx.informers.hasSynced(BackingImageManagerKind)) return ctx.informers.cached(BackingImageManagerKind);
   return (await ctx.store.list(BackingImageManagerKind, { namespace: ctx.namespace })).items;
 }
 

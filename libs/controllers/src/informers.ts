@@ -15,6 +15,7 @@ export class SharedInformers {
   private readonly handlers = new Map<ResourceKind, InformerHandler<KubeObject>[]>();
   private readonly synced = new Map<ResourceKind, Promise<void>>();
   private started = false;
+  private readonly syncedKinds = new Set<ResourceKind>();
 
   constructor(
     private readonly store: Datastore,
@@ -30,7 +31,12 @@ export class SharedInformers {
     this.handlers.set(kind, list);
   }
 
-  /** The last observed objects of a kind (empty before the first list). */
+  /** Whether the first list of a kind completed (its cache is usable). */
+  hasSynced(kind: ResourceKind): boolean {
+    return this.syncedKinds.has(kind);
+  }
+
+  /** The last observed objects of a kind (empty before the first list). Treat them as read-only. */
   cached<T extends KubeObject>(kind: ResourceKind<T>): Stored<T>[] {
     return [...(this.caches.get(kind)?.values() ?? [])] as Stored<T>[];
   }
@@ -90,6 +96,7 @@ export class SharedInformers {
             }
           }
           markSynced();
+          this.syncedKinds.add(kind);
           for await (const ev of this.store.watch(kind, { namespace: this.namespace, resourceVersion: listed.resourceVersion, signal })) {
             if (ev.type === 'BOOKMARK') continue;
             const name = ev.object.metadata.name;
@@ -106,6 +113,7 @@ export class SharedInformers {
       }
     } finally {
       clearInterval(resync);
+      this.syncedKinds.delete(kind);
       markSynced();
     }
   }

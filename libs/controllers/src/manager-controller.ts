@@ -29,7 +29,13 @@ interface Monitor {
   stopped: boolean;
 }
 
-const isDefaultRunning = (bim: BackingImageManager, image: string) => bim.spec?.image === image && bim.status?.currentState === 'running';
+/**
+ * AlreadyExists from a Fetch/Sync means the file is already being prepared or present (a reconcile raced the
+ * monitor's status update). Some managers answer it as UNKNOWN with an "already exists" message; both count.
+ */
+function isAlreadyExistsError(err: unknown): boolean {
+  return isGrpcStatus(err, grpcStatus.ALREADY_EXISTS) || /already exists/i.test(String((err as { details?: string }).details ?? (err as Error)?.message ?? ''));
+}
 
 function workloadEvent(w: WorkloadStatus, bim: BackingImageManager): ManagerEvent {
   if (w.phase !== 'missing' && w.nodeID !== bim.spec?.nodeID) return 'workload-failed';
@@ -333,7 +339,7 @@ export class BackingImageManagerController extends Controller {
             dataSourceAddress: dsAddress,
           });
         } catch (err) {
-          if (!isGrpcStatus(err, grpcStatus.ALREADY_EXISTS)) throw err;
+          if (!isAlreadyExistsError(err)) throw err;
         }
         this.event(bim, 'Normal', EventReason.Fetching, `Fetched the first file for backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID}`);
         continue;
@@ -363,7 +369,7 @@ export class BackingImageManagerController extends Controller {
         try {
           await api.fetch({ spec: { name: biName, uuid, checksum: bi.status?.checksum ?? '', size, virtualSize: 0, realSize: 0 }, dataSourceAddress: '' });
         } catch (err) {
-          if (!isGrpcStatus(err, grpcStatus.ALREADY_EXISTS)) throw err;
+          if (!isAlreadyExistsError(err)) throw err;
         }
         this.event(bim, 'Normal', EventReason.Fetching, `Reuse the existing file for backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID}`);
         continue;
@@ -375,7 +381,7 @@ export class BackingImageManagerController extends Controller {
       try {
         await api.sync({ spec: { name: biName, uuid, checksum: bi.status?.checksum ?? '', size, virtualSize: 0, realSize: 0 }, fromAddress: from });
       } catch (err) {
-        if (!isGrpcStatus(err, grpcStatus.ALREADY_EXISTS)) throw err;
+        if (!isAlreadyExistsError(err)) throw err;
       }
       this.event(bim, 'Normal', EventReason.Syncing, `Syncing backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID} from ${sender.name}(${from})`);
       break;
