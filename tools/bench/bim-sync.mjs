@@ -4,7 +4,7 @@
 // Usage: node tools/bench/bim-sync.mjs [sizeGiB=2] [runs=3]   (builds the daemon first with tsc -b)
 // Prints per run: cp --sparse=always, sha512sum of the image (the hash floor), Sync A->B until B is ready (with the
 // receiver's own stage timings from its log: open->close and close->checksum final), fan-out to 4 disks; then medians.
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { randomBytes } from 'node:crypto';
 import { promises as fsp, readFileSync } from 'node:fs';
@@ -56,6 +56,16 @@ async function waitReady(x, name, uuid) {
   }
 }
 const sh = (cmd, args) => execFileSync(cmd, args, { stdio: 'inherit' });
+// CPU seconds (user + system) of a process: a figure the machine's load does not inflate the way it inflates wall time
+const cpuOf = (pid) => { const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' '); return (Number(f[11]) + Number(f[12])) / 100; };
+/** Runs a command under /usr/bin/time; returns its wall seconds, CPU seconds and stdout. */
+function timed(cmd, args) {
+  const t = performance.now();
+  const r = spawnSync('/usr/bin/time', ['-f', '%U %S', cmd, ...args], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`${cmd} failed: ${r.stderr}`);
+  const [u, sy] = r.stderr.trim().split('\n').pop().split(' ').map(Number);
+  return { s: (performance.now() - t) / 1000, cpu: u + sy, stdout: r.stdout };
+}
 const runs = Number(process.argv[3] ?? 3);
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
 const stop = async (x) => {
@@ -97,15 +107,14 @@ try {
     sh('sync', []);
     const cpDst = path.join(root, 'cp-copy');
     t = performance.now();
-    sh('cp', ['--sparse=always', backingA, cpDst]);
+    const cp = timed('cp', ['--sparse=always', backingA, cpDst]);
     sh('sync', []);
     const cpS = (performance.now() - t) / 1000;
     await fsp.rm(cpDst);
 
-    t = performance.now();
-    const shaOut = execFileSync('sha512sum', [backingA]).toString().split(' ')[0];
-    const shaS = (performance.now() - t) / 1000;
-    if (shaOut !== spec.checksum) throw new Error('sha512sum differs from the daemon checksum');
+    const sum = timed('sha512sum', [backingA]);
+    const shaS = sum.s;
+    if (sum.stdout.split(' ')[0] !== spec.checksum) throw new Error('sha512sum differs from the daemon checksum');
 
     // the transport alone: A's sender (the daemon) into a receiver in this process that neither hashes nor verifies
     const rxFile = path.join(root, `rx-only-${run}`);
@@ -126,9 +135,12 @@ try {
 
     const b = await daemon(await disk(`B${run}`));
     sh('sync', []);
+    const cpuA0 = cpuOf(a.child.pid);
+    const cpuB0 = cpuOf(b.child.pid);
     t = performance.now();
     await b.client.sync({ spec, fromAddress: a.addr });
     await waitReady(b, 'bench', 'u1');
+    const syncCpu = { a: cpuOf(a.child.pid) - cpuA0, b: cpuOf(b.child.pid) - cpuB0 };
     const readyS = (performance.now() - t) / 1000;
     sh('sync', []);
     const syncS = (performance.now() - t) / 1000;
@@ -138,25 +150,28 @@ try {
     const fan = [];
     for (const n of ['C', 'D', 'E', 'F']) fan.push(await daemon(await disk(`${n}${run}`)));
     sh('sync', []);
+    const fanCpu0 = [a, b, ...fan].map((x) => cpuOf(x.child.pid));
     t = performance.now();
     // at most 3 sends per file: C, D, E from A and F from B (ready already), as the control plane spreads senders
     await Promise.all(fan.map((x, i) => x.client.sync({ spec, fromAddress: i < 3 ? a.addr : b.addr })));
     await Promise.all(fan.map((x) => waitReady(x, 'bench', 'u1')));
     sh('sync', []);
     const fanS = (performance.now() - t) / 1000;
+    const fanCpu = [a, b, ...fan].reduce((sum, x, i) => sum + cpuOf(x.child.pid) - fanCpu0[i], 0);
     const rss = [a, b, ...fan].map((x) => x.maxRssMB());
-    const row = { cpS, shaS, transferS, readyS, syncS, receiveS: rec.receiveMs / 1000, tailS: rec.tailMs / 1000, fanS, maxRss: Math.max(...rss), allocB: stB.blocks * 512 / GiB, readBack: rec.readBack, postPass: rec.postPass };
+    const row = { cpS, cpCpu: cp.cpu, shaCpu: sum.cpu, syncCpuA: syncCpu.a, syncCpuB: syncCpu.b, fanCpu, shaS, transferS, readyS, syncS, receiveS: rec.receiveMs / 1000, tailS: rec.tailMs / 1000, fanS, maxRss: Math.max(...rss), allocB: stB.blocks * 512 / GiB, readBack: rec.readBack, postPass: rec.postPass };
     rows.push(row);
     console.log(
       `run ${run}: cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | transfer alone (no hash) ${transferS.toFixed(2)} s (${mbps(transferS)} MB/s) | ` +
         `Sync A->B ready ${readyS.toFixed(2)} s, + sync ${syncS.toFixed(2)} s (${mbps(syncS)} MB/s of data, ${(cpS / syncS).toFixed(2)}x cp) ` +
         `[receiver open->close ${row.receiveS.toFixed(2)} s, checksum final ${row.tailS.toFixed(2)} s after close, read back ${rec.readBack} B, post-pass ${rec.postPass} B] | ` +
-        `B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,
+        `CPU s: cp ${cp.cpu.toFixed(2)}, sha512sum ${sum.cpu.toFixed(2)}, Sync sender ${syncCpu.a.toFixed(2)} + receiver ${syncCpu.b.toFixed(2)}, fan-out all daemons ${fanCpu.toFixed(2)} | B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,
     );
     for (const x of [...fan, b]) await stop(x);
   }
   const m = (k) => median(rows.map((r) => r[k]));
   console.log(`median of ${runs}: cp ${m('cpS').toFixed(2)} s (${mbps(m('cpS'))} MB/s) | sha512sum ${m('shaS').toFixed(2)} s | transfer alone ${m('transferS').toFixed(2)} s (${mbps(m('transferS'))} MB/s) | Sync ready ${m('readyS').toFixed(2)} s, +sync ${m('syncS').toFixed(2)} s (${mbps(m('syncS'))} MB/s, ${(m('cpS') / m('syncS')).toFixed(2)}x cp) | receive ${m('receiveS').toFixed(2)} s, checksum tail ${m('tailS').toFixed(2)} s | fan-out ${m('fanS').toFixed(2)} s (${(m('fanS') / m('syncS')).toFixed(2)}x one copy) | max RSS ${m('maxRss').toFixed(0)} MB`);
+  console.log(`median CPU seconds: cp ${m('cpCpu').toFixed(2)} | sha512sum ${m('shaCpu').toFixed(2)} | Sync sender ${m('syncCpuA').toFixed(2)} + receiver ${m('syncCpuB').toFixed(2)} | fan-out (all daemons) ${m('fanCpu').toFixed(2)}`);
 } finally {
   for (const x of daemons) { x.client.close(); x.child.kill('SIGTERM'); }
   await Promise.all(daemons.map((x) => new Promise((r) => (x.child.exitCode !== null ? r() : x.child.once('exit', r)))));
