@@ -31,9 +31,20 @@ export class BackingImageController extends Controller {
     super(ctx);
     const inf = ctx.informers;
     inf.on(BackingImageKind, (_t, o) => this.enqueue(o.metadata.name));
-    inf.on(BackingImageManagerKind, (_t, o) => {
-      for (const n of Object.keys(o.spec?.backingImages ?? {})) this.enqueue(n);
-      for (const n of Object.keys(o.status?.backingImageFileMap ?? {})) this.enqueue(n);
+    // Longhorn enqueues every image a manager lists on any change of the manager; with many images per disk that is
+    // quadratic, so only images whose entry (spec or file) changed are enqueued; the images' own resync covers the rest.
+    inf.on(BackingImageManagerKind, (t, o, old) => {
+      if (t === 'RESYNC') return;
+      const names = new Set([...Object.keys(o.spec?.backingImages ?? {}), ...Object.keys(o.status?.backingImageFileMap ?? {})]);
+      if (old) for (const n of [...Object.keys(old.spec?.backingImages ?? {}), ...Object.keys(old.status?.backingImageFileMap ?? {})]) names.add(n);
+      for (const n of names) {
+        if (
+          t === 'ADDED' || t === 'DELETED' || !old ||
+          changed(old.spec?.backingImages?.[n], o.spec?.backingImages?.[n]) ||
+          changed(old.status?.backingImageFileMap?.[n], o.status?.backingImageFileMap?.[n]) ||
+          old.status?.currentState !== o.status?.currentState
+        ) this.enqueue(n);
+      }
     });
     inf.on(BackingImageDataSourceKind, (_t, o) => this.enqueue(o.metadata.name));
     inf.on(ReplicaKind, (_t, o, old) => {

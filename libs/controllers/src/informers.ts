@@ -31,6 +31,11 @@ export class SharedInformers {
     this.handlers.set(kind, list);
   }
 
+  /** One cached object by name (undefined when absent or before the first list). Treat it as read-only. */
+  cachedGet<T extends KubeObject>(kind: ResourceKind<T>, name: string): Stored<T> | undefined {
+    return this.caches.get(kind)?.get(name) as Stored<T> | undefined;
+  }
+
   /** Whether the first list of a kind completed (its cache is usable). */
   hasSynced(kind: ResourceKind): boolean {
     return this.syncedKinds.has(kind);

@@ -4,7 +4,7 @@ import { isConflict, type Stored } from '@bis/datastore';
 import { MANAGER_TRANSITIONS, type ManagerEvent, type ManagerState } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
-import { changed, clone, defaultManagerImage, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
+import { cachedOrGet, changed, clone, defaultManagerImage, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
 import type { WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImageManager } from './kinds.js';
@@ -289,7 +289,7 @@ export class BackingImageManagerController extends Controller {
     const { store, namespace } = this.ctx;
     const disk = bim.spec?.diskUUID ?? '';
     for (const [biName, file] of Object.entries({ ...status.backingImageFileMap })) {
-      const bi = await getOrUndefined(store.get(BackingImageKind, biName, namespace));
+      const bi = await cachedOrGet(this.ctx, BackingImageKind, biName);
       if (!bi) {
         await this.deleteFile(bim, status, api, biName, file.uuid ?? '');
         continue;
@@ -312,9 +312,20 @@ export class BackingImageManagerController extends Controller {
     const { store, namespace } = this.ctx;
     const name = bim.metadata.name;
     const disk = bim.spec?.diskUUID ?? '';
+    // Computed once per reconcile: the node's files for the per-node limit and the managers for sender selection.
+    let shared: { limit: number; all: Awaited<ReturnType<typeof listManagers>>; nodeFiles: { diskUUID: string; biName: string; state: string }[] } | undefined;
+    const sharedView = async () => {
+      if (shared) return shared;
+      const all = await listManagers(this.ctx);
+      const nodeFiles = all
+        .filter((m) => m.spec?.nodeID === bim.spec?.nodeID)
+        .flatMap((m) => Object.entries(m.status?.backingImageFileMap ?? {}).map(([bn, f]) => ({ diskUUID: m.spec?.diskUUID ?? '', biName: bn, state: f.state ?? '' })));
+      shared = { limit: await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit), all, nodeFiles };
+      return shared;
+    };
     for (const biName of Object.keys(bim.spec?.backingImages ?? {})) {
-      const bi = await getOrUndefined(store.get(BackingImageKind, biName, namespace));
-      const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, biName, namespace));
+      const bi = await cachedOrGet(this.ctx, BackingImageKind, biName);
+      const bids = await cachedOrGet(this.ctx, BackingImageDataSourceKind, biName);
       if (!bi || !bids) continue;
       const file = status.backingImageFileMap![biName];
       const requireFile = !file || file.state === 'failed' || bids.status?.currentState === 'failed';
@@ -349,11 +360,7 @@ export class BackingImageManagerController extends Controller {
         this.queue.addAfter(name, backoff.remaining(biName) + 10);
         continue;
       }
-      const limit = await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit);
-      const all = await listManagers(this.ctx);
-      const nodeFiles = all
-        .filter((m) => m.spec?.nodeID === bim.spec?.nodeID)
-        .flatMap((m) => Object.entries(m.status?.backingImageFileMap ?? {}).map(([bn, f]) => ({ diskUUID: m.spec?.diskUUID ?? '', biName: bn, state: f.state ?? '' })));
+      const { limit, all, nodeFiles } = await sharedView();
       if (!this.syncLimiter.canSync(bim.spec?.nodeID ?? '', disk, biName, limit, nodeFiles)) {
         this.ctx.log.warn(`backing image manager ${name}: per-node replenish limit ${limit} reached, ${biName} waits`);
         this.queue.addAfter(name, 1000);
