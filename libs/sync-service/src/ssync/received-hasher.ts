@@ -4,7 +4,7 @@ import { HashWorker } from '@bis/file-sources';
 /** Bytes per slab (one `writeData` body of Longhorn's sender). */
 export const RECEIVE_SLAB_SIZE = 2 << 20;
 /** Slabs per receiver: bounds the in-order window (memory = slabs × slab size). */
-export const RECEIVE_SLABS = 6;
+export const RECEIVE_SLABS = 4;
 
 /** A piece of shared memory that holds received bytes until they are written and hashed. */
 export class Slab {
