@@ -359,10 +359,11 @@ async function uploadBlocks(
   const uploads = new Semaphore(concurrency);
   let posted = prehashed.posted; // image bytes submitted to the whole-image hash, in order
   let pendingBytes = 0; // bytes of blocks read but not finished
+  let readEnd = 0; // end of the last block the pipeline read (the pre-hash may be further on)
   let order: Promise<void> = Promise.resolve();
   const settled = new Set<Promise<void>>();
   const progress = () => {
-    status.processedBytes = Math.max(0, posted - pendingBytes);
+    status.processedBytes = Math.max(0, Math.min(posted, readEnd) - pendingBytes);
     status.progress = size === 0 ? 95 : Math.floor((status.processedBytes / size) * 95);
     report({ ...status });
   };
@@ -398,6 +399,7 @@ async function uploadBlocks(
         break;
       }
       pendingBytes += m.size;
+      readEnd = m.offset + m.size;
       const prepared = workers.prepare(slot, m.size, method === 'lz4');
       const uploaded = prepared.then((p) => handle(m.offset, m.size, slot, p));
       // The whole-image hash takes the blocks in offset order: holes before the block, then the block itself.
@@ -431,6 +433,7 @@ async function uploadBlocks(
     await order;
     await image.zeros(size - posted);
     posted = size;
+    readEnd = size;
     progress();
     return { blocks, sha512: await image.digest() };
   } finally {
