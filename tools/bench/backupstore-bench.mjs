@@ -2,11 +2,14 @@
 // Backup/restore throughput of the backupstore engine (through the built backup-engine CLI) beside restic and a
 // plain `sha512sum` read of the same image, all in one run.
 //
-//   node tools/bench/backupstore-bench.mjs [--size-mib 2048] [--concurrency 2,4] [--dir <tmp parent>]
+//   node tools/bench/backupstore-bench.mjs [--size-mib 2048] [--concurrency 2,4] [--runs 1] [--dir <tmp parent>]
 //
 // Needs: a built backup-engine (`npx nx run backup-engine:build`), restic and sha512sum on PATH, GNU time at
 // /usr/bin/time. The image is 2 MiB blocks: half random (1/8 of them repeats of earlier random blocks), a quarter
 // holes and a quarter written zeros. Throughput is image bytes / wall seconds (MB = 10^6 B); per-worker = / concurrency.
+// With --runs N every measurement is repeated N times in rounds (each round: sha512sum, restic, engine) and the table
+// shows the median of each row (and its min–max); ratios compare medians. The 1-minute load average is printed
+// before and after each round (the machine may be shared).
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { promises as fs } from 'node:fs';
@@ -18,6 +21,7 @@ const { values } = parseArgs({
   options: {
     'size-mib': { type: 'string', default: '2048' },
     concurrency: { type: 'string', default: '2,4' },
+    runs: { type: 'string', default: '1' },
     dir: { type: 'string', default: os.tmpdir() },
   },
 });
@@ -59,47 +63,76 @@ async function makeImage(file) {
 }
 
 const mb = (secs) => size / 1e6 / secs;
-const rows = [];
+const runs = Math.max(1, Number(values.runs));
+const samples = new Map(); // row key -> { tool, op, workers, secs: [], rss: [] }
 function row(tool, op, workers, r) {
-  rows.push({ tool, op, workers, secs: r.secs.toFixed(2), 'MB/s': mb(r.secs).toFixed(0), 'MB/s per worker': workers ? (mb(r.secs) / workers).toFixed(0) : '', 'max RSS MiB': r.rssMiB.toFixed(0) });
+  const key = `${tool}\0${op}\0${workers}`;
+  const s = samples.get(key) ?? { tool, op, workers, secs: [], rss: [] };
+  s.secs.push(r.secs);
+  s.rss.push(r.rssMiB);
+  samples.set(key, s);
 }
+const median = (xs) => {
+  const v = [...xs].sort((a, b) => a - b);
+  return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+};
+const load = () => os.loadavg()[0].toFixed(2);
 
 try {
   const image = path.join(work, 'image.raw');
   await makeImage(image);
   execFileSync('sync');
   console.error(`image: ${size} bytes (${blocks} blocks of 2 MiB) at ${image}`);
-  // Warm the page cache the same way for everybody, then measure a plain read + hash.
+  // Warm the page cache the same way for everybody.
   timed('sha512sum', [image]);
-  const sha = timed('sha512sum', [image]);
-  row('sha512sum', 'read+hash', 1, sha);
+  let expectedSha;
+  for (let round = 1; round <= runs; round++) {
+    console.error(`round ${round}/${runs}: load average ${load()}`);
+    row('sha512sum', 'read+hash', 1, timed('sha512sum', [image]));
 
-  const resticRepo = path.join(work, 'restic-repo');
-  const resticEnv = { RESTIC_PASSWORD: 'bench', RESTIC_REPOSITORY: resticRepo, RESTIC_CACHE_DIR: path.join(work, 'restic-cache') };
-  execFileSync('restic', ['init', '--quiet'], { env: { ...process.env, ...resticEnv } });
-  const rb = timed('restic', ['backup', '--quiet', image], resticEnv);
-  row('restic 0.14', 'backup', os.cpus().length, rb);
-  const rr = timed('restic', ['restore', 'latest', '--target', path.join(work, 'restic-out')], resticEnv);
-  row('restic 0.14', 'restore', os.cpus().length, rr);
-  await fs.rm(path.join(work, 'restic-out'), { recursive: true, force: true });
+    const resticRepo = path.join(work, 'restic-repo');
+    await fs.rm(resticRepo, { recursive: true, force: true });
+    const resticEnv = { RESTIC_PASSWORD: 'bench', RESTIC_REPOSITORY: resticRepo, RESTIC_CACHE_DIR: path.join(work, 'restic-cache') };
+    execFileSync('restic', ['init', '--quiet'], { env: { ...process.env, ...resticEnv } });
+    row('restic 0.14', 'backup', os.cpus().length, timed('restic', ['backup', '--quiet', image], resticEnv));
+    row('restic 0.14', 'restore', os.cpus().length, timed('restic', ['restore', 'latest', '--target', path.join(work, 'restic-out')], resticEnv));
+    await fs.rm(path.join(work, 'restic-out'), { recursive: true, force: true });
+    await fs.rm(resticRepo, { recursive: true, force: true });
 
-  for (const c of values.concurrency.split(',').map(Number)) {
-    const store = path.join(work, `store-${c}`);
-    const b = timed(process.execPath, [cli, 'backup', '--target', `vfs://${store}`, '--name', 'bench', '--file', image, '--compression', 'lz4', '--concurrency', String(c), '--json']);
-    row('backup-engine lz4', 'backup', c, b);
-    const out = path.join(work, `restored-${c}.raw`);
-    const r = timed(process.execPath, [cli, 'restore', '--backup-url', `vfs://${store}?backingImage=bench`, '--output', out, '--concurrency', String(c), '--json']);
-    row('backup-engine lz4', 'restore', c, r);
-    const restoredSha = JSON.parse(r.stdout).sha512;
-    if (restoredSha !== JSON.parse(b.stdout).sha512) throw new Error('restored image differs');
-    await fs.rm(out);
-    await fs.rm(store, { recursive: true, force: true });
+    for (const c of values.concurrency.split(',').map(Number)) {
+      const store = path.join(work, `store-${c}`);
+      const b = timed(process.execPath, [cli, 'backup', '--target', `vfs://${store}`, '--name', 'bench', '--file', image, '--compression', 'lz4', '--concurrency', String(c), '--json']);
+      row('backup-engine lz4', 'backup', c, b);
+      const out = path.join(work, `restored-${c}.raw`);
+      const r = timed(process.execPath, [cli, 'restore', '--backup-url', `vfs://${store}?backingImage=bench`, '--output', out, '--concurrency', String(c), '--json']);
+      row('backup-engine lz4', 'restore', c, r);
+      const backedUp = JSON.parse(b.stdout).sha512;
+      expectedSha ??= backedUp;
+      if (backedUp !== expectedSha || JSON.parse(r.stdout).sha512 !== expectedSha) throw new Error('restored image differs');
+      await fs.rm(out);
+      await fs.rm(store, { recursive: true, force: true });
+    }
+    console.error(`round ${round}/${runs}: done, load average ${load()}`);
   }
-  console.table(rows);
-  const best = (tool, op) => Math.min(...rows.filter((r) => r.tool.startsWith(tool) && r.op === op).map((r) => Number(r.secs)));
-  console.log(`backup  ratio vs restic (best engine run): ${(best('restic', 'backup') / best('backup-engine', 'backup')).toFixed(2)}x`);
-  console.log(`restore ratio vs restic (best engine run): ${(best('restic', 'restore') / best('backup-engine', 'restore')).toFixed(2)}x`);
-  console.log(`engine backup vs sha512sum read: ${(best('sha512sum', 'read+hash') / best('backup-engine', 'backup')).toFixed(2)}x`);
+  const table = [...samples.values()].map((s) => {
+    const secs = median(s.secs);
+    return {
+      tool: s.tool,
+      op: s.op,
+      workers: s.workers,
+      secs: secs.toFixed(2),
+      'secs min–max': runs > 1 ? `${Math.min(...s.secs).toFixed(2)}–${Math.max(...s.secs).toFixed(2)}` : '',
+      'MB/s': mb(secs).toFixed(0),
+      'MB/s per worker': (mb(secs) / s.workers).toFixed(0),
+      'max RSS MiB': median(s.rss).toFixed(0),
+    };
+  });
+  console.table(table);
+  const med = (tool, op) => Math.min(...table.filter((r) => r.tool.startsWith(tool) && r.op === op).map((r) => Number(r.secs)));
+  const note = runs > 1 ? `medians of ${runs} runs, best engine concurrency` : 'best engine run';
+  console.log(`backup  ratio vs restic (${note}): ${(med('restic', 'backup') / med('backup-engine', 'backup')).toFixed(2)}x`);
+  console.log(`restore ratio vs restic (${note}): ${(med('restic', 'restore') / med('backup-engine', 'restore')).toFixed(2)}x`);
+  console.log(`engine backup vs sha512sum read: ${(med('sha512sum', 'read+hash') / med('backup-engine', 'backup')).toFixed(2)}x`);
 } finally {
   await fs.rm(work, { recursive: true, force: true });
 }
