@@ -45,7 +45,8 @@ export class ReceivedFileHasher {
   readonly #worker = new HashWorker(['sha512']);
   readonly #slabSize: number;
   readonly #free: Slab[] = [];
-  readonly #waitingForSlab: Array<{ begin: number; resolve: (s: Slab) => void }> = [];
+  readonly #waitingForSlab: Array<{ begin: number; resolve: (s: Slab) => void; reject: (e: Error) => void }> = [];
+  #stopped: Error | undefined;
   /** Used only to read ranges back from the file and for the post-pass. */
   readonly #readSlab: Slab;
   readonly #pieces = new Map<number, Piece>();
@@ -92,12 +93,13 @@ export class ReceivedFileHasher {
    * range, the slab of the retained range farthest ahead is reclaimed: that range is read back from the file later.
    */
   async acquire(begin: number): Promise<Slab> {
+    if (this.#stopped) throw this.#stopped;
     const s = this.#free.pop();
     if (s) return s;
     const reclaimed = this.#hashing === 0 ? this.#reclaim(begin) : undefined;
     if (reclaimed) return reclaimed;
-    return new Promise<Slab>((resolve) => {
-      this.#waitingForSlab.push({ begin, resolve });
+    return new Promise<Slab>((resolve, reject) => {
+      this.#waitingForSlab.push({ begin, resolve, reject });
       this.#waitingForSlab.sort((x, y) => x.begin - y.begin);
     });
   }
@@ -127,6 +129,15 @@ export class ReceivedFileHasher {
     p.slab = null;
     this.#retained.delete(far);
     return slab;
+  }
+
+  /**
+   * No more slabs are handed out: requests waiting for one fail with `reason` (the receiver is finishing and its
+   * connections are closed, so nothing would ever release a slab to them).
+   */
+  stopAcquiring(reason: Error): void {
+    this.#stopped ??= reason;
+    for (const w of this.#waitingForSlab.splice(0)) w.reject(this.#stopped);
   }
 
   /** Call before writing [begin, end): a range written twice, or by two requests at once, drops the in-order hash. */

@@ -136,6 +136,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     opts.signal?.removeEventListener('abort', onAbort);
     server.close();
     server.closeAllConnections();
+    hasher?.stopAcquiring(new SsyncReceiveError('the receiver is finishing'));
     await Promise.allSettled([...inflight]);
     let sha512: string | undefined;
     if (!err && hasher) {
