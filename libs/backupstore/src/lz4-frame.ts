@@ -151,3 +151,92 @@ export function storedFrameData(frame: Uint8Array): [number, number] | undefined
   p += 4 + (contentChecksum ? 4 : 0);
   return p === len ? [dataOffset, n] : undefined;
 }
+
+/**
+ * Decodes one whole LZ4 frame (compressed and uncompressed blocks, linked or independent, with or without block and
+ * content checksums, which are skipped) into `dst`, returning the number of bytes written. Returns -1 when the input
+ * is not exactly one well-formed frame or its content does not fit into `dst`; the caller then falls back to the
+ * native decoder (which reports the precise error). Checksums are not verified here: the caller checks the output
+ * against its SHA-512 block name.
+ */
+export function decodeFrameInto(src: Uint8Array, dst: Uint8Array): number {
+  const len = src.byteLength;
+  if (len < 7) return -1;
+  const dv = new DataView(src.buffer, src.byteOffset, len);
+  if (dv.getUint32(0, true) !== 0x184d2204) return -1;
+  const flg = src[4] as number;
+  if ((flg & 0xc0) !== 0x40 || (flg & 0x03) !== 0) return -1;
+  const blockChecksums = (flg & 0x10) !== 0;
+  const contentChecksum = (flg & 0x04) !== 0;
+  let ip = 6 + ((flg & 0x08) !== 0 ? 8 : 0) + 1;
+  const cap = dst.byteLength;
+  let op = 0;
+  for (;;) {
+    if (ip + 4 > len) return -1;
+    const word = dv.getUint32(ip, true);
+    ip += 4;
+    if (word === 0) break;
+    const size = word & 0x7fffffff;
+    const end = ip + size;
+    if (end + (blockChecksums ? 4 : 0) > len) return -1;
+    if ((word & 0x80000000) !== 0) {
+      if (op + size > cap) return -1;
+      dst.set(src.subarray(ip, end), op);
+      op += size;
+    } else {
+      while (ip < end) {
+        const token = src[ip++] as number;
+        let lit = token >>> 4;
+        if (lit === 15) {
+          let b: number;
+          do {
+            if (ip >= end) return -1;
+            b = src[ip++] as number;
+            lit += b;
+          } while (b === 255);
+        }
+        if (ip + lit > end || op + lit > cap) return -1;
+        if (lit > 32) dst.set(src.subarray(ip, ip + lit), op);
+        else for (let k = 0; k < lit; k++) dst[op + k] = src[ip + k] as number;
+        ip += lit;
+        op += lit;
+        if (ip === end) break; // the last sequence has literals only
+        if (ip + 2 > end) return -1;
+        const offset = (src[ip] as number) | ((src[ip + 1] as number) << 8);
+        ip += 2;
+        if (offset === 0 || offset > op) return -1;
+        let match = (token & 15) + 4;
+        if (match === 19) {
+          let b: number;
+          do {
+            if (ip >= end) return -1;
+            b = src[ip++] as number;
+            match += b;
+          } while (b === 255);
+        }
+        if (op + match > cap) return -1;
+        let from = op - offset;
+        if (offset >= match && match > 32) {
+          dst.copyWithin(op, from, from + match);
+          op += match;
+        } else if (offset >= 32) {
+          // Overlapping, but in steps of `offset` bytes each copy reads only bytes already written.
+          while (match > 0) {
+            const n = Math.min(match, offset);
+            dst.copyWithin(op, from, from + n);
+            op += n;
+            from += n;
+            match -= n;
+          }
+        } else {
+          for (let k = 0; k < match; k++) dst[op + k] = dst[from + k] as number;
+          op += match;
+        }
+      }
+      if (ip !== end) return -1;
+    }
+    ip = end + (blockChecksums ? 4 : 0);
+  }
+  if (ip + (contentChecksum ? 4 : 0) !== len) return -1;
+  return op;
+}

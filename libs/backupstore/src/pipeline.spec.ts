@@ -4,7 +4,7 @@ import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { compressFrame } from 'lz4-napi';
-import { storedFrameData, writeStoredFrame, writeStoredFrameEnds, xxh32, STORED_FRAME_OVERHEAD } from './lz4-frame.js';
+import { decodeFrameInto, storedFrameData, writeStoredFrame, writeStoredFrameEnds, xxh32, STORED_FRAME_OVERHEAD } from './lz4-frame.js';
 import { ImageHasher } from './image-hash.js';
 import { BlockWorkerPool, SlotPool } from './pipeline.js';
 import { LONGHORN_LOCK_TIMING, lockTimingFromEnv } from './lock.js';
@@ -72,6 +72,58 @@ describe('LZ4 frames with an uncompressed block', () => {
   });
 });
 
+describe('LZ4 frame decoding into a given buffer', () => {
+  const mixed = Buffer.concat([patternBlock(9, BLOCK / 2), randomBytes(100_000), Buffer.alloc(300_000), Buffer.from('abc'.repeat(50_000))]);
+  const inputs: [string, Buffer][] = [
+    ['pattern', patternBlock(4)],
+    ['random', randomBytes(BLOCK)],
+    ['zeros', Buffer.alloc(BLOCK)],
+    ['mixed', mixed.subarray(0, Math.min(mixed.length, BLOCK))],
+    ['short', Buffer.from('hello hello hello hello hello')],
+    ['one byte', Buffer.from([7])],
+  ];
+
+  it.each(inputs)('decodes lz4_flex frames of %s data exactly', async (_what, data) => {
+    const frame = await compressFrame(data, { contentChecksum: true });
+    const out = Buffer.alloc(BLOCK);
+    expect(decodeFrameInto(frame, out)).toBe(data.length);
+    expect(out.subarray(0, data.length).equals(data)).toBe(true);
+  });
+
+  it('decodes frames of the reference lz4 tool: linked 64 KB blocks, block checksums, content size, levels', () => {
+    const data = Buffer.concat([patternBlock(12), randomBytes(4096)]).subarray(0, BLOCK);
+    for (const args of [['-B4', '-BD'], ['-B4', '--content-size', '-BX'], ['-9', '-B7'], ['-1', '-B5', '--no-frame-crc']]) {
+      const frame = execFileSync('lz4', ['-c', '-z', ...args], { input: data, maxBuffer: 8 << 20 });
+      const out = Buffer.alloc(BLOCK);
+      expect([args.join(' '), decodeFrameInto(frame, out)]).toEqual([args.join(' '), data.length]);
+      expect(out.equals(data)).toBe(true);
+    }
+  });
+
+  it('declines malformed frames and output that does not fit', async () => {
+    const data = patternBlock(13);
+    const frame = await compressFrame(data, { contentChecksum: true });
+    expect(decodeFrameInto(frame, Buffer.alloc(BLOCK - 1))).toBe(-1);
+    expect(decodeFrameInto(frame.subarray(0, frame.length - 5), Buffer.alloc(BLOCK))).toBe(-1);
+    expect(decodeFrameInto(Buffer.concat([frame, Buffer.from([1])]), Buffer.alloc(BLOCK))).toBe(-1);
+    // Hand-made frames (FLG 0x60: no checksums): 1 literal 'a', a 4-byte match at `offset`, then literal 'b'. (The
+    // decoder is more lenient than the reference one about LZ4's end-of-block rules; the output is SHA-checked.)
+    const handMade = (offset: number) =>
+      Buffer.concat([
+        Buffer.from('04224d186070', 'hex'),
+        Buffer.from([(xxh32(Buffer.from([0x60, 0x70]), 0) >>> 8) & 0xff]),
+        Buffer.from([6, 0, 0, 0, 0x10, 0x61, offset, 0x00, 0x10, 0x62]),
+        Buffer.alloc(4),
+      ]);
+    const out = Buffer.alloc(16);
+    expect(decodeFrameInto(handMade(1), out)).toBe(6);
+    expect(out.subarray(0, 6).toString()).toBe('aaaaab');
+    expect(decodeFrameInto(handMade(5), out)).toBe(-1); // the match starts before the output
+    expect(decodeFrameInto(handMade(0), out)).toBe(-1); // offset 0 is invalid
+    expect(decodeFrameInto(Buffer.from('not a frame at all'), Buffer.alloc(BLOCK))).toBe(-1);
+  });
+});
+
 describe('block workers and the image hasher', () => {
   it('name, zero-check and frame blocks in shared slots', async () => {
     const pool = new SlotPool(2);
@@ -94,13 +146,19 @@ describe('block workers and the image hasher', () => {
       // Restore side: raw bytes and an uncompressed frame are checked in place; a compressed frame is declined.
       const frame = await compressFrame(random, { contentChecksum: true });
       frame.copy(slot.stored);
-      expect(await workers.check(slot, frame.length)).toEqual({ fast: true, checksum: blockChecksum(random), zero: false, dataOffset: 11, dataLength: BLOCK });
-      expect(await workers.check(slot, frame.length, false)).toEqual({ fast: true, checksum: '', zero: false, dataOffset: 11, dataLength: BLOCK });
+      expect(await workers.check(slot, frame.length)).toEqual({ fast: true, decoded: false, checksum: blockChecksum(random), zero: false, dataOffset: 11, dataLength: BLOCK });
+      expect(await workers.check(slot, frame.length, false)).toEqual({ fast: true, decoded: false, checksum: '', zero: false, dataOffset: 11, dataLength: BLOCK });
       random.copy(slot.stored);
       expect(await workers.check(slot, 777)).toMatchObject({ fast: true, checksum: blockChecksum(random.subarray(0, 777)), dataOffset: 0 });
+      // A compressed frame is decoded into the block area and always named; gzip is left to the caller.
       const packed = await compressFrame(patternBlock(6), { contentChecksum: true });
       packed.copy(slot.stored);
-      expect(await workers.check(slot, packed.length)).toEqual({ fast: false });
+      expect(await workers.check(slot, packed.length, false)).toEqual({
+        fast: true, decoded: true, checksum: blockChecksum(patternBlock(6)), zero: false, dataOffset: 0, dataLength: BLOCK,
+      });
+      expect(slot.data.equals(patternBlock(6))).toBe(true);
+      Buffer.from('1f8b0800000000000003', 'hex').copy(slot.stored);
+      expect(await workers.check(slot, 10)).toEqual({ fast: false });
     } finally {
       await workers.close();
     }

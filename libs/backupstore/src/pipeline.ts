@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
-import { STORED_FRAME_HEADER, STORED_FRAME_TRAILER, storedFrameData, writeStoredFrameEnds, xxh32 } from './lz4-frame.js';
+import { decodeFrameInto, STORED_FRAME_HEADER, STORED_FRAME_TRAILER, storedFrameData, writeStoredFrameEnds, xxh32 } from './lz4-frame.js';
 import { BACKUP_BLOCK_SIZE, BackupStoreError } from './names.js';
 
 /**
@@ -71,7 +71,16 @@ export type PreparedBlock =
 
 /** What a block worker found out about a stored block read for restore. */
 export type CheckedBlock =
-  | { fast: true; checksum: string; zero: boolean; dataOffset: number; dataLength: number }
+  | {
+      fast: true;
+      /** True when a compressed LZ4 frame was decoded into the slot's `data` view (its name is then always computed). */
+      decoded: boolean;
+      checksum: string;
+      zero: boolean;
+      /** Where the block's bytes are: in `slot.data` when `decoded`, else in `slot.stored`. */
+      dataOffset: number;
+      dataLength: number;
+    }
   | { fast: false };
 
 /**
@@ -88,6 +97,7 @@ const lz4 = require(workerData.lz4Path);
 const ${xxh32.name} = ${xxh32.toString()};
 const ${writeStoredFrameEnds.name} = ${writeStoredFrameEnds.toString()};
 const ${storedFrameData.name} = ${storedFrameData.toString()};
+const ${decodeFrameInto.name} = ${decodeFrameInto.toString()};
 const ZERO = Buffer.alloc(64 * 1024);
 const PROBES = 4, PROBE = 16 * 1024;
 function isZero(b) {
@@ -129,9 +139,19 @@ parentPort.on('message', (m) => {
       parentPort.postMessage({ id: m.id, zero: false, checksum, storedLength });
     } else if (m.op === 'check') {
       let range;
-      if (view.length >= 4 && view.readUInt32LE(0) === 0x184d2204) range = storedFrameData(view);
+      const lz4Frame = view.length >= 4 && view.readUInt32LE(0) === 0x184d2204;
+      if (lz4Frame) range = storedFrameData(view);
       else if (view.length >= 2 && view[0] === 0x1f && view[1] === 0x8b) range = undefined;
       else range = [0, view.length];
+      if (!range && lz4Frame) {
+        // A compressed frame: decoded here, straight into the slot's block area, and always checked by its name.
+        const out = Buffer.from(memory, m.dataOffset, m.dataCapacity);
+        const n = decodeFrameInto(view, out);
+        if (n < 0) { parentPort.postMessage({ id: m.id, fast: false }); return; }
+        const data = out.subarray(0, n);
+        parentPort.postMessage({ id: m.id, fast: true, decoded: true, checksum: blockName(data), zero: isZero(data), dataOffset: 0, dataLength: n });
+        return;
+      }
       if (!range) { parentPort.postMessage({ id: m.id, fast: false }); return; }
       const data = view.subarray(range[0], range[0] + range[1]);
       const checksum = m.verify ? blockName(data) : '';
@@ -271,13 +291,21 @@ export class BlockWorkerPool {
   /**
    * For restore: when the stored bytes (`storedLength` in `slot.stored`) are raw or an uncompressed LZ4 frame, the
    * block's data range inside `slot.stored`, its SHA-512 name (with `verify`; '' otherwise) and whether it is all
-   * zeros; otherwise `fast: false` and the caller decompresses it.
+   * zeros; a compressed LZ4 frame is decoded into `slot.data` (and always named). Otherwise (gzip, or a frame this
+   * decoder declines) `fast: false` and the caller decompresses it.
    */
   async check(slot: Slot, storedLength: number, verify = true): Promise<CheckedBlock> {
-    const r = await this.channel().send({ op: 'check', ...this.where(slot.stored.subarray(0, storedLength)), verify });
+    const r = await this.channel().send({
+      op: 'check',
+      ...this.where(slot.stored.subarray(0, storedLength)),
+      verify,
+      dataOffset: slot.data.byteOffset,
+      dataCapacity: slot.data.byteLength,
+    });
     if (r['fast'] !== true) return { fast: false };
     return {
       fast: true,
+      decoded: r['decoded'] === true,
       checksum: String(r['checksum']),
       zero: r['zero'] === true,
       dataOffset: Number(r['dataOffset']),

@@ -110,8 +110,9 @@ async function fetchBlock(
   const checked = await workers.check(slot, storedLength, verify);
   let data: Buffer;
   let zero: boolean;
-  if (checked.fast && (!verify || checked.checksum === checksum)) {
-    data = slot.stored.subarray(checked.dataOffset, checked.dataOffset + checked.dataLength);
+  if (checked.fast && ((!verify && !checked.decoded) || checked.checksum === checksum)) {
+    const area = checked.decoded ? slot.data : slot.stored;
+    data = area.subarray(checked.dataOffset, checked.dataOffset + checked.dataLength);
     zero = checked.zero;
   } else {
     // Compressed, or not what its name says: decode (sniffing the encoding, as Longhorn's fallback does); this
