@@ -229,6 +229,23 @@ describe('backup and restore through the pipeline', () => {
     }
   });
 
+  it('a restore can be cancelled, during the lock wait or while blocks flow, and leaves nothing behind', async () => {
+    const store = path.join(work, 'cancel');
+    const image = path.join(work, 'cancel.img');
+    await writeImage(image, Array.from({ length: 24 }, () => ({ kind: 'random' }) as Piece));
+    const r = await createBackup({ target: `vfs://${store}`, name: 'cancel', filePath: image, lockTiming: FAST_LOCKS });
+    for (const afterMs of [5, 60]) {
+      const out = path.join(work, `cancel-${afterMs}.out`);
+      const ac = new AbortController();
+      const restoring = restoreBackup({ backupUrl: r.backupUrl, output: out, concurrency: 1, lockTiming: { ...FAST_LOCKS, checkWaitMs: 40 }, signal: ac.signal });
+      setTimeout(() => ac.abort(new Error('user stop')), afterMs);
+      await expect(restoring).rejects.toMatchObject({ code: 'Aborted', message: 'operation cancelled: user stop' });
+      await expect(fs.stat(out)).rejects.toThrow();
+      expect((await fs.readdir(work)).filter((f) => f.includes('.restore-'))).toEqual([]);
+      expect(await fs.readdir(path.join(store, 'backupstore/volumes/22/fc/BACKINGIMAGE/locks')).catch(() => [])).toEqual([]);
+    }
+  });
+
   it('a stored block larger than any valid block is refused, not read whole', async () => {
     const store = path.join(work, 'huge');
     const image = path.join(work, 'huge.img');
