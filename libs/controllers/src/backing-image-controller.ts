@@ -103,9 +103,9 @@ export class BackingImageController extends Controller {
     await this.writeBack(bi, next);
     // Replenishment adds one copy per reconcile; come back while copies are still being produced.
     const handling = Object.values(next.status.diskFileStatusMap ?? {}).some((s) => ['', 'pending', 'starting', 'in-progress', 'ready-for-transfer'].includes(s.state ?? ''));
-    if (handling || Object.keys(next.spec.diskFileSpecMap ?? {}).length !== Object.keys(next.status.diskFileStatusMap ?? {}).length) {
-      this.queue.addAfter(name, this.ctx.timing.waitRequeueMs);
-    }
+    // Backpressure: with a long queue the events and the resync bring images back; polling would only add load.
+    const pending = handling || Object.keys(next.spec.diskFileSpecMap ?? {}).length !== Object.keys(next.status.diskFileStatusMap ?? {}).length;
+    if (pending && this.queue.length < 50) this.queue.addAfter(name, this.ctx.timing.waitRequeueMs);
   }
 
   private async writeBack(old: StoredBI, next: Stored<BackingImage>): Promise<void> {

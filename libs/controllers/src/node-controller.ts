@@ -1,5 +1,5 @@
 import { Controller, type ControllerContext } from './base-controller.js';
-import { getOrUndefined } from './common.js';
+import { cachedOrGet, getOrUndefined } from './common.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, NodeKind, ReplicaKind, SettingKind, type Node } from './kinds.js';
 import { unusedCopiesToRemove } from './rules.js';
@@ -17,13 +17,15 @@ export class NodeController extends Controller {
   constructor(ctx: ControllerContext) {
     super(ctx);
     const mine = () => this.enqueue(ctx.nodeID);
+    // The node sync walks every image; image and replica changes are coalesced (at most one pass a second).
+    const soon = () => this.queue.addAfter(ctx.nodeID, 1000);
     ctx.informers.on(NodeKind, (_t, n) => {
       if (n.metadata.name === ctx.nodeID) mine();
     });
     ctx.informers.on(SettingKind, mine);
-    ctx.informers.on(ReplicaKind, mine);
+    ctx.informers.on(ReplicaKind, soon);
     ctx.informers.on(BackingImageKind, (t) => {
-      if (t !== 'RESYNC') mine();
+      if (t !== 'RESYNC') soon();
     });
   }
 
@@ -51,7 +53,7 @@ export class NodeController extends Controller {
     let earliest = Infinity;
     for (const bi of (await store.list(BackingImageKind, { namespace })).items) {
       if (bi.metadata.deletionTimestamp) continue;
-      const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, bi.metadata.name, namespace));
+      const bids = await cachedOrGet(this.ctx, BackingImageDataSourceKind, bi.metadata.name);
       if (!bids?.spec?.fileTransferred) continue;
       const spec = bi.spec?.diskFileSpecMap;
       const lastRef = bi.status?.diskLastRefAtMap;
