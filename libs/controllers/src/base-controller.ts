@@ -1,10 +1,7 @@
-import type { Datastore } from '@bis/datastore';
-import { isConflict, isNotFound } from '@bis/datastore';
+import { Controller as Reconciler, isNotFound, type Datastore, type RateLimiterOptions, type SharedInformers, type WorkQueue } from '@bis/datastore';
 import type { DataPlane } from './data-plane.js';
 import type { EventRecorder } from './events.js';
-import type { SharedInformers } from './informers.js';
 import type { SettingsReader } from './settings.js';
-import { WorkQueue, type RateLimiterOptions } from './workqueue.js';
 
 export interface Logger {
   info(msg: string): void;
@@ -66,18 +63,30 @@ export const DEFAULT_TIMING: ControllerTiming = {
 };
 
 /**
- * A level-triggered controller: keys (object names) go through a rate-limited work queue to `reconcile`.
- * On error a key is requeued with rate limiting while it has fewer than `maxRetries` requeues, then dropped (the
- * periodic resync brings it back). Conflicts requeue at once without counting as errors.
+ * A level-triggered controller: keys (object names) go through `@bis/datastore`'s rate-limited work queue and
+ * reconciler loop to `reconcile`. On error a key is requeued with rate limiting while it has fewer than `maxRetries`
+ * requeues, then dropped (the periodic resync brings it back). Conflicts requeue at once without counting as errors.
  */
 export abstract class Controller {
-  readonly queue: WorkQueue;
-  private workers: Promise<void>[] = [];
+  private readonly loop: Reconciler;
   abstract readonly name: string;
   protected abstract readonly maxRetries: number;
 
   constructor(protected readonly ctx: ControllerContext) {
-    this.queue = new WorkQueue(ctx.timing.rateLimiter);
+    this.loop = new Reconciler({
+      name: new.target.name,
+      reconcile: async (key) => {
+        await this.reconcile(key);
+      },
+      maxRetries: Infinity,
+      rateLimiter: ctx.timing.rateLimiter,
+      quietDrop: isNotFound,
+      logger: { error: (msg, err) => ctx.log.warn(`${msg}: ${err instanceof Error ? err.message : String(err)}`) },
+    });
+  }
+
+  get queue(): WorkQueue<string> {
+    return this.loop.queue;
   }
 
   abstract reconcile(key: string): Promise<void>;
@@ -87,42 +96,17 @@ export abstract class Controller {
   }
 
   start(workers: number): void {
-    for (let i = 0; i < workers; i++) this.workers.push(this.worker());
+    // maxRetries is an abstract field of the subclass: only readable once construction finished.
+    this.loop.setMaxRetries(this.maxRetries);
+    this.loop.start(undefined, workers);
   }
 
   async stop(): Promise<void> {
-    this.queue.shutDown();
-    await Promise.allSettled(this.workers);
+    await this.loop.stop();
     await this.onStop();
   }
 
   protected async onStop(): Promise<void> {}
-
-  private async worker(): Promise<void> {
-    for (;;) {
-      const key = await this.queue.get();
-      if (key === undefined) return;
-      try {
-        await this.reconcile(key);
-        this.queue.forget(key);
-      } catch (err) {
-        if (isConflict(err)) {
-          this.ctx.log.debug(`${this.name}: conflict on ${key}, requeue`);
-          this.queue.add(key);
-        } else if (isNotFound(err) && this.queue.numRequeues(key) >= this.maxRetries) {
-          this.queue.forget(key);
-        } else if (this.queue.numRequeues(key) < this.maxRetries) {
-          this.ctx.log.warn(`${this.name}: error syncing ${key}: ${(err as Error).message}`);
-          this.queue.addRateLimited(key);
-        } else {
-          this.ctx.log.warn(`${this.name}: dropping ${key} out of the queue: ${(err as Error).message}`);
-          this.queue.forget(key);
-        }
-      } finally {
-        this.queue.done(key);
-      }
-    }
-  }
 }
 
 /** Longhorn's isControllerResponsibleFor. */

@@ -1,4 +1,4 @@
-import type { Datastore } from '@bis/datastore';
+import { SharedInformers, type Datastore } from '@bis/datastore';
 import { BackingImageActions } from './actions.js';
 import { BackingImageController } from './backing-image-controller.js';
 import { BackupBackingImageController } from './backup-controller.js';
@@ -7,7 +7,6 @@ import { DEFAULT_TIMING, type Controller, type ControllerContext, type Controlle
 import type { DataPlane } from './data-plane.js';
 import { BackingImageDataSourceController } from './data-source-controller.js';
 import { EventRecorder } from './events.js';
-import { SharedInformers } from './informers.js';
 import { BackingImageManagerController } from './manager-controller.js';
 import { NodeController } from './node-controller.js';
 import { SettingsReader, type SettingName } from './settings.js';
@@ -52,7 +51,13 @@ export class ControllerManager {
     const namespace = opts.namespace ?? 'longhorn-system';
     const log = opts.log ?? quietLogger;
     this.events = opts.events ?? new EventRecorder(2000, (l) => log.info(l));
-    this.informers = new SharedInformers(opts.store, namespace, opts.resyncMs ?? 30_000, (l) => log.warn(l));
+    this.informers = new SharedInformers({
+      store: opts.store,
+      namespace,
+      resyncMs: opts.resyncMs ?? 30_000,
+      retryDelayMs: 1000,
+      onError: (err, kind) => log.warn(`informer of ${kind.kind}: ${err instanceof Error ? err.message : String(err)}`),
+    });
     this.ctx = {
       store: opts.store,
       namespace,

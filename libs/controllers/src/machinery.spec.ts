@@ -10,7 +10,6 @@ import { EventRecorder } from './events.js';
 import type { BackingImageDataSource, BackingImageManager } from './kinds.js';
 import { backingImageManagerName, newBackingImageUUID } from './names.js';
 import { aggregateFileStatus } from './status.js';
-import { RateLimiter, WorkQueue } from './workqueue.js';
 
 describe('Backoff (flowcontrol semantics)', () => {
   it('starts at initial, doubles up to max, and expires after 2×max without updates', () => {
@@ -34,42 +33,6 @@ describe('Backoff (flowcontrol semantics)', () => {
     expect(b.get('x')).toBe(1000);
     b.reset('x');
     expect(b.isInBackOffSinceUpdate('x')).toBe(false);
-  });
-});
-
-describe('WorkQueue', () => {
-  it('deduplicates keys and never hands one key to two workers at once', async () => {
-    const q = new WorkQueue();
-    q.add('a');
-    q.add('a');
-    q.add('b');
-    expect(q.length).toBe(2);
-    const k1 = await q.get();
-    expect(k1).toBe('a');
-    q.add('a'); // while processing: marked dirty, not queued twice
-    expect(await q.get()).toBe('b');
-    const pending = q.get();
-    q.done('a'); // re-added because it was dirtied during processing
-    expect(await pending).toBe('a');
-    q.shutDown();
-    expect(await q.get()).toBeUndefined();
-  });
-
-  it('rate limiter backs off exponentially per item and forgets', () => {
-    const r = new RateLimiter({ baseDelayMs: 5, maxDelayMs: 40 });
-    expect([r.when('k'), r.when('k'), r.when('k'), r.when('k'), r.when('k')]).toEqual([5, 10, 20, 40, 40]);
-    expect(r.numRequeues('k')).toBe(5);
-    r.forget('k');
-    expect(r.when('k')).toBe(5);
-  });
-
-  it('addAfter delivers the key later', async () => {
-    const q = new WorkQueue();
-    const t0 = Date.now();
-    q.addAfter('late', 50);
-    expect(await q.get()).toBe('late');
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(45);
-    q.shutDown();
   });
 });
 

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { Controller } from './controller.js';
 import { EmbeddedDatastore } from './embedded/embedded-store.js';
 import { ConflictError } from './errors.js';
-import { Informer, splitKey } from './informer.js';
+import { Informer, SharedInformers, splitKey, type SharedInformerEventType } from './informer.js';
 import { eventually, WidgetKind, type Widget } from './testing/index.js';
 
 const w = (name: string, size: number): Widget => ({ apiVersion: WidgetKind.apiVersion, kind: 'Widget', metadata: { name, namespace: 'ns' }, spec: { size } });
@@ -38,6 +38,38 @@ describe('Informer and Controller over the embedded store', () => {
     expect(inf.list().map((o) => o.metadata.name)).toEqual(['b']);
     ac.abort();
     await run;
+  });
+
+  it('shared informers: one cache per kind for every handler, event types, resync, a failing handler does not stop the others', async () => {
+    await store.create(WidgetKind, w('a', 1));
+    const errors: unknown[] = [];
+    const shared = new SharedInformers({ store, namespace: 'ns', resyncMs: 100, onError: (e) => errors.push(e) });
+    const seen: [SharedInformerEventType, string, number | undefined][] = [];
+    shared.on(WidgetKind, () => {
+      throw new Error('handler bug');
+    });
+    shared.on(WidgetKind, (type, o, old) => seen.push([type, o.metadata.name, old?.spec.size]));
+    expect(shared.informerFor(WidgetKind)).toBe(shared.informerFor(WidgetKind));
+    expect(shared.hasSynced(WidgetKind)).toBe(false);
+    shared.start();
+    await shared.waitForSync();
+    expect(shared.hasSynced(WidgetKind)).toBe(true);
+    const a = shared.cachedGet(WidgetKind, 'a');
+    expect(a?.spec.size).toBe(1);
+    const cur = await store.get(WidgetKind, 'a', 'ns');
+    await store.update(WidgetKind, { ...cur, spec: { size: 2 } });
+    await store.delete(WidgetKind, 'a', 'ns');
+    await eventually(() => seen.some(([t]) => t === 'DELETED'), 3000, 'delete event');
+    expect(seen.filter(([t]) => t !== 'RESYNC')).toEqual([
+      ['ADDED', 'a', undefined],
+      ['MODIFIED', 'a', 1],
+      ['DELETED', 'a', undefined],
+    ]);
+    expect(shared.cached(WidgetKind)).toEqual([]);
+    await store.create(WidgetKind, w('b', 5));
+    await eventually(() => seen.some(([t, n]) => t === 'RESYNC' && n === 'b'), 3000, 'resync of b');
+    expect(errors.length).toBeGreaterThanOrEqual(4);
+    await shared.stop();
   });
 
   it('status is written by a level-triggered reconciler with N workers; errors retry with backoff', async () => {

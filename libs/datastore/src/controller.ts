@@ -24,6 +24,8 @@ export interface ControllerOptions {
   maxRetries?: number;
   rateLimiter?: RateLimiterOptions;
   logger?: ControllerLogger;
+  /** Whether a key that failed `maxRetries` times with this error is dropped without an error log (e.g. NotFound: the object is gone). */
+  quietDrop?: (err: unknown) => boolean;
 }
 
 /**
@@ -34,9 +36,13 @@ export interface ControllerOptions {
 export class Controller {
   readonly queue: WorkQueue<string>;
   private readonly informers: Informer<KubeObject>[] = [];
+  private workers: Promise<void>[] = [];
+  private maxRetries: number;
+  private readonly stopper = new AbortController();
 
   constructor(private readonly opts: ControllerOptions) {
     this.queue = new WorkQueue<string>(opts.rateLimiter);
+    this.maxRetries = opts.maxRetries ?? Infinity;
   }
 
   /** Enqueue keys from an informer's events; `map` turns an object into the keys to reconcile (default: its own key). */
@@ -60,9 +66,27 @@ export class Controller {
     const onAbort = (): void => this.queue.shutDown();
     signal.addEventListener('abort', onAbort, { once: true });
     if (signal.aborted) this.queue.shutDown();
-    const workers = Array.from({ length: this.opts.workers ?? 5 }, () => this.worker(signal));
-    await Promise.all(workers);
+    this.start(signal);
+    await Promise.all(this.workers);
     signal.removeEventListener('abort', onAbort);
+  }
+
+  /** Changes the retry limit (for subclasses whose limit is known only after construction). */
+  setMaxRetries(n: number): void {
+    this.maxRetries = n;
+  }
+
+  /** Starts the workers now (without waiting for informers); `stop` ends them. */
+  start(signal: AbortSignal = this.stopper.signal, workers = this.opts.workers ?? 5): void {
+    for (let i = 0; i < workers; i++) this.workers.push(this.worker(signal));
+  }
+
+  /** Shuts the queue down and waits for the keys being reconciled. */
+  async stop(): Promise<void> {
+    this.stopper.abort();
+    this.queue.shutDown();
+    await Promise.allSettled(this.workers);
+    this.workers = [];
   }
 
   private async worker(signal: AbortSignal): Promise<void> {
@@ -80,11 +104,12 @@ export class Controller {
         if (isConflict(err)) {
           // Marked dirty while processing: done() below hands it out again.
           this.queue.add(key);
-        } else if (this.queue.numRequeues(key) < (this.opts.maxRetries ?? Infinity)) {
+        } else if (this.queue.numRequeues(key) < this.maxRetries) {
           this.queue.addRateLimited(key);
         } else {
           this.queue.forget(key);
-          this.opts.logger?.error(`${this.opts.name}: dropping ${key} after ${this.opts.maxRetries} retries`, err);
+          if (!this.opts.quietDrop?.(err)) this.opts.logger?.error(`${this.opts.name}: dropping ${key} after ${this.maxRetries} retries`, err);
+          continue;
         }
         if (!isConflict(err)) this.opts.logger?.error(`${this.opts.name}: reconcile ${key} failed`, err);
       } finally {

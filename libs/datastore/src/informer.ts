@@ -73,6 +73,21 @@ export class Informer<T extends KubeObject> {
     const sel = compileSelector(selector);
     return [...this.cache.values()].filter((o) => sel.matches(o.metadata.labels)).map((o) => structuredClone(o));
   }
+  /**
+   * The cached object itself, not a copy: read-only, possibly a little stale (like a client-go lister). For loops over
+   * many objects where a copy per read would dominate; writes based on it may conflict and are retried.
+   */
+  peek(name: string, namespace?: string): Stored<T> | undefined {
+    return this.cache.get(namespace ? `${namespace}/${name}` : name);
+  }
+  /** Every cached object itself (read-only, see `peek`). */
+  peekAll(): Stored<T>[] {
+    return [...this.cache.values()];
+  }
+  /** Number of cached objects. */
+  get size(): number {
+    return this.cache.size;
+  }
 
   /** Runs until `signal` aborts. */
   async run(signal: AbortSignal): Promise<void> {
@@ -80,9 +95,10 @@ export class Informer<T extends KubeObject> {
     this.running = true;
     const resync = this.opts.resyncMs
       ? setInterval(() => {
-          for (const o of this.cache.values()) for (const h of this.handlers) h.onUpdate?.(o, o);
+          for (const o of [...this.cache.values()]) for (const h of this.handlers) this.deliver(() => h.onUpdate?.(o, o));
         }, this.opts.resyncMs)
       : undefined;
+    resync?.unref();
     try {
       let rv: string | undefined;
       while (!signal.aborted) {
@@ -132,14 +148,20 @@ export class Informer<T extends KubeObject> {
     if (type === 'DELETED') {
       if (!old) return;
       this.cache.delete(key);
-      for (const h of this.handlers) h.onDelete?.(obj);
+      for (const h of this.handlers) this.deliver(() => h.onDelete?.(obj));
       return;
     }
     if (old && old.metadata.resourceVersion === obj.metadata.resourceVersion) return;
     this.cache.set(key, obj);
-    for (const h of this.handlers) {
-      if (old) h.onUpdate?.(old, obj);
-      else h.onAdd?.(obj);
+    for (const h of this.handlers) this.deliver(() => (old ? h.onUpdate?.(old, obj) : h.onAdd?.(obj)));
+  }
+
+  /** A failing handler neither stops the others nor the watch: its error goes to `onError`. */
+  private deliver(call: () => void): void {
+    try {
+      call();
+    } catch (err) {
+      this.opts.onError?.(err);
     }
   }
 }
@@ -155,4 +177,86 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     }
     signal?.addEventListener('abort', done, { once: true });
   });
+}
+
+export type SharedInformerEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'RESYNC';
+/** Receives every event of one kind; `old` is the previously cached object on MODIFIED. RESYNC re-delivers a cached object. */
+export type SharedInformerHandler<T extends KubeObject> = (type: SharedInformerEventType, obj: Stored<T>, old?: Stored<T>) => void;
+
+export interface SharedInformersOptions {
+  store: Datastore;
+  namespace?: string;
+  /** Longhorn: 30 s. 0 = never. */
+  resyncMs?: number;
+  retryDelayMs?: number;
+  onError?: (err: unknown, kind: ResourceKind) => void;
+}
+
+/**
+ * One `Informer` (one list+watch and one cache) per kind, shared by every controller that registers a handler for
+ * that kind (client-go's SharedInformerFactory).
+ */
+export class SharedInformers {
+  private readonly informers = new Map<ResourceKind, Informer<KubeObject>>();
+  private ac: AbortController | undefined;
+  private loops: Promise<void>[] = [];
+
+  constructor(private readonly opts: SharedInformersOptions) {}
+
+  /** The shared informer of a kind (created on first use). */
+  informerFor<T extends KubeObject>(kind: ResourceKind<T>): Informer<T> {
+    let inf = this.informers.get(kind as ResourceKind);
+    if (!inf) {
+      inf = new Informer<KubeObject>({
+        store: this.opts.store,
+        kind: kind as ResourceKind,
+        namespace: this.opts.namespace,
+        resyncMs: this.opts.resyncMs,
+        retryDelayMs: this.opts.retryDelayMs,
+        onError: (err) => this.opts.onError?.(err, kind as ResourceKind),
+      });
+      this.informers.set(kind as ResourceKind, inf);
+      if (this.ac) this.loops.push(inf.run(this.ac.signal));
+    }
+    return inf as unknown as Informer<T>;
+  }
+
+  /** Registers a handler for every event of `kind`. */
+  on<T extends KubeObject>(kind: ResourceKind<T>, handler: SharedInformerHandler<T>): void {
+    this.informerFor(kind).addHandler({
+      onAdd: (o) => handler('ADDED', o),
+      onUpdate: (old, o) => (old === o ? handler('RESYNC', o) : handler('MODIFIED', o, old)),
+      onDelete: (o) => handler('DELETED', o),
+    });
+  }
+
+  /** One cached object by name (read-only, see `Informer.peek`); undefined when absent or before the first list. */
+  cachedGet<T extends KubeObject>(kind: ResourceKind<T>, name: string): Stored<T> | undefined {
+    return this.informerFor(kind).peek(name, this.opts.namespace);
+  }
+  /** Every cached object of a kind (read-only; empty before the first list). */
+  cached<T extends KubeObject>(kind: ResourceKind<T>): Stored<T>[] {
+    return this.informerFor(kind).peekAll();
+  }
+  /** Whether the first list of a kind completed (its cache is usable). */
+  hasSynced(kind: ResourceKind): boolean {
+    return this.informers.get(kind)?.hasSynced() ?? false;
+  }
+
+  /** Starts every informer (and any created later) until `stop`. */
+  start(): void {
+    if (this.ac) return;
+    this.ac = new AbortController();
+    this.loops = [...this.informers.values()].map((i) => i.run(this.ac!.signal));
+  }
+  /** Resolves when every informer has listed once. */
+  async waitForSync(signal?: AbortSignal): Promise<void> {
+    await Promise.all([...this.informers.values()].map((i) => i.waitForSync(signal)));
+  }
+  async stop(): Promise<void> {
+    this.ac?.abort();
+    this.ac = undefined;
+    await Promise.allSettled(this.loops);
+    this.loops = [];
+  }
 }

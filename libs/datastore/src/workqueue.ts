@@ -19,14 +19,18 @@ export class ItemExponentialRateLimiter<K> {
   private readonly qps: number;
   private readonly burst: number;
   private tokens: number;
-  private last = Date.now();
+  private last: number;
 
-  constructor(opts: RateLimiterOptions = {}) {
+  constructor(
+    opts: RateLimiterOptions = {},
+    private readonly now: () => number = Date.now,
+  ) {
     this.base = opts.baseDelayMs ?? 5;
     this.max = opts.maxDelayMs ?? 1_000_000;
     this.qps = opts.qps ?? 100;
     this.burst = opts.burst ?? 1000;
     this.tokens = this.burst;
+    this.last = now();
   }
   /** Delay before the key may be processed again; counts one more failure. */
   when(key: K): number {
@@ -37,9 +41,9 @@ export class ItemExponentialRateLimiter<K> {
   }
   private bucketDelay(): number {
     if (this.qps <= 0) return 0;
-    const now = Date.now();
-    this.tokens = Math.min(this.burst, this.tokens + ((now - this.last) / 1000) * this.qps);
-    this.last = now;
+    const t = this.now();
+    this.tokens = Math.min(this.burst, this.tokens + ((t - this.last) / 1000) * this.qps);
+    this.last = t;
     this.tokens -= 1;
     return this.tokens >= 0 ? 0 : Math.ceil((-this.tokens / this.qps) * 1000);
   }
@@ -90,6 +94,8 @@ export class WorkQueue<K = string> {
       this.delayed.delete(key);
       this.add(key);
     }, ms);
+    // A pending retry never keeps the process alive on its own.
+    timer.unref();
     this.delayed.set(key, { at, timer });
   }
 
