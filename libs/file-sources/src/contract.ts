@@ -19,6 +19,11 @@ export interface SourceResult {
   /** qcow2 virtual size, or the file size for raw images. */
   virtualSize: number;
   format: ImageFormat;
+  /**
+   * True when the source itself checked the request's expected checksum, against the image as received or as stored
+   * (they differ only by the zero-padding to a multiple of 512 bytes); the caller need not check it again.
+   */
+  expectedChecksumVerified?: boolean;
 }
 
 export interface SourceRequestBase {

@@ -46,13 +46,31 @@ describe('download source', () => {
     const { result, sink, dest, bytes } = await download(`${srv.url}/img`, FAST, { expectedChecksum: `sha256:${sha('sha256', img)}` });
     const want = padTo512(img);
     expect(bytes.equals(want)).toBe(true);
-    expect(result).toEqual({ size: want.length, sha512: sha('sha512', want), virtualSize: want.length, format: 'raw' });
+    expect(result).toEqual({
+      size: want.length, sha512: sha('sha512', want), virtualSize: want.length, format: 'raw', expectedChecksumVerified: true,
+    });
     expect(sink.size).toBe(img.length);
     expect(sink.sizes.at(-1)).toBe(want.length); // the final (padded) size is announced at the end
     expect(sink.last).toBe(want.length);
     const st = await stat(dest);
     expect(st.blocks * 512).toBeLessThan(want.length - (1 << 20) + 65536); // the 1 MiB zero run is a hole
     expect(srv.requests.map((r) => r.method)).toEqual(['GET']); // no HEAD needed
+  });
+
+  it('accepts the SHA-512 of the image as published for an image that gets zero-padded, and names both on a mismatch', async () => {
+    const img = sparseImage(); // not a multiple of 512
+    const want = padTo512(img);
+    expect(want.length).toBeGreaterThan(img.length);
+    const srv = await serve({ body: img });
+    const published = await download(`${srv.url}/img`, FAST, { expectedChecksum: sha('sha512', img) });
+    expect(published.result).toMatchObject({ sha512: sha('sha512', want), expectedChecksumVerified: true });
+    const stored = await download(`${srv.url}/img`, FAST, { expectedChecksum: sha('sha512', want) });
+    expect(stored.result.sha512).toBe(sha('sha512', want));
+    const wrong = 'ab'.repeat(64);
+    const err = await download(`${srv.url}/img`, FAST, { expectedChecksum: wrong }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ChecksumMismatchError);
+    expect((err as Error).message).toBe(`the expected checksum ${wrong} doesn't match the file actual checksum ${sha('sha512', want)}`);
+    expect(await exists(join(dir, 'img.tmp'))).toBe(false);
   });
 
   it('works with a server that refuses HEAD, also when parallel download is enabled (longhorn#7892)', async () => {

@@ -193,7 +193,8 @@ export async function downloadToFile(req: DownloadRequest, s: DownloadSettings):
     progress.flush();
     throwIfAborted(req.signal);
     sourceChecksum.verify();
-    return await sink.finish();
+    const result = await sink.finish();
+    return expected ? { ...result, expectedChecksumVerified: true } : result;
   } catch (e) {
     await sink.discard();
     if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);

@@ -4,7 +4,8 @@ import type { ChecksumAlgorithm } from './checksum.js';
 /**
  * The worker's program (CommonJS, evaluated from a string so that it runs the same from `dist/` and under jest).
  * Messages are handled in order: `update` hashes a slice of a SharedArrayBuffer (shared, never copied),
- * `digest` returns the hex digests and starts new hashes, `reset` starts new hashes.
+ * `digest` returns the hex digests and starts new hashes, `peek` returns the digests so far and goes on,
+ * `reset` starts new hashes.
  */
 const WORKER_SOURCE = `
 'use strict';
@@ -21,6 +22,9 @@ parentPort.on('message', (m) => {
     } else if (m.op === 'digest') {
       const digests = hashes.map((h) => h.digest('hex'));
       hashes = algorithms.map((a) => createHash(a));
+      parentPort.postMessage({ id: m.id, digests });
+    } else if (m.op === 'peek') {
+      const digests = hashes.map((h) => h.copy().digest('hex'));
       parentPort.postMessage({ id: m.id, digests });
     } else if (m.op === 'reset') {
       hashes = algorithms.map((a) => createHash(a));
@@ -113,6 +117,12 @@ export class HashWorker {
   /** Finishes the hashes (hex, in the order of `algorithms`) and starts new ones. */
   async digest(): Promise<string[]> {
     const r = await this.#send({ op: 'digest' });
+    return r.digests ?? [];
+  }
+
+  /** The digests of what was hashed so far (hex, in the order of `algorithms`); hashing goes on. */
+  async peek(): Promise<string[]> {
+    const r = await this.#send({ op: 'peek' });
     return r.digests ?? [];
   }
 

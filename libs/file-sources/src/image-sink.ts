@@ -84,7 +84,8 @@ async function writeFully(fh: FileHandle, buf: Buffer, start: number, end: numbe
  * Receives the final bytes of an image in order and, in one pass: hashes them (SHA-512 plus the expected
  * algorithm) on a worker thread, inspects the qcow2 header, writes them at their offset with large positioned
  * writes while leaving all-zero 4 KiB blocks as holes, and at the end zero-pads the file to a multiple of 512
- * bytes (hashing the padding too) and truncates it to size.
+ * bytes (hashing the padding too) and truncates it to size. An expected checksum matches either the image as
+ * received (before the padding) or the stored file.
  *
  * Bytes are copied into 4 MiB shared slabs; a full slab is handed to the hash worker and to the file system at the
  * same time, and `write` only waits when all slabs are busy, so receiving, hashing and writing overlap.
@@ -289,7 +290,14 @@ export class ImageSink {
     const fh = this.#requireOpen();
     if (!this.#headChecked && this.#headLength > 0) this.#checkHead();
     const pad = (SECTOR_SIZE - (this.#position % SECTOR_SIZE)) % SECTOR_SIZE;
-    if (pad > 0) await this.write(Buffer.alloc(pad)); // zeros: hashed, left as a hole, covered by the truncate
+    // The digests of the image as received, before the padding: an expected checksum published for the original
+    // (unaligned) image must still match.
+    let asReceived: string[] | undefined;
+    if (pad > 0) {
+      await this.#drain();
+      asReceived = await this.#hasher.peek();
+      await this.write(Buffer.alloc(pad)); // zeros: hashed, left as a hole, covered by the truncate
+    }
     await this.#drain();
     await fh.truncate(this.#position);
     await fh.close();
@@ -297,12 +305,17 @@ export class ImageSink {
     const [sha512, extra] = await this.#hasher.digest();
     await this.#hasher.close();
     const expected = this.options.expected;
-    if (expected) assertChecksumMatches(expected, expected.algorithm === 'sha512' ? sha512! : extra!);
+    if (expected) {
+      const stored = expected.algorithm === 'sha512' ? sha512! : extra!;
+      const received = asReceived && (expected.algorithm === 'sha512' ? asReceived[0] : asReceived[1]);
+      if (received === undefined || expected.value !== received) assertChecksumMatches(expected, stored);
+    }
     return {
       size: this.#position,
       sha512: sha512!,
       virtualSize: this.#format === 'qcow2' ? this.#virtualSize! : this.#position,
       format: this.#format,
+      ...(expected ? { expectedChecksumVerified: true } : {}),
     };
   }
 

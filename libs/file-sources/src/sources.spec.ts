@@ -110,7 +110,7 @@ describe('clone source', () => {
     const dest = join(dir, 'clone.tmp');
     const sink = new RecordingProgress();
     const r = await createFileSources().clone({ sourcePath: src, encryption: 'ignore', credential: {}, dest, sink, signal: never(), expectedChecksum: sha('sha512', img) });
-    expect(r).toEqual({ size: img.length, sha512: sha('sha512', img), virtualSize: img.length, format: 'raw' });
+    expect(r).toEqual({ size: img.length, sha512: sha('sha512', img), virtualSize: img.length, format: 'raw', expectedChecksumVerified: true });
     expect((await readFile(dest)).equals(img)).toBe(true);
     expect((await stat(dest)).blocks * 512).toBeLessThanOrEqual(img.length - (1 << 20));
     expect(sink.sizes[0]).toBe(img.length);

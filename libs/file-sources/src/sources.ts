@@ -165,7 +165,7 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
       assertChecksumMatches(expected, sha512);
     }
     req.sink.updateProgress(size);
-    return { size, sha512, virtualSize, format };
+    return { size, sha512, virtualSize, format, ...(expected ? { expectedChecksumVerified: true } : {}) };
   } catch (e) {
     await rm(req.dest, { force: true });
     if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);

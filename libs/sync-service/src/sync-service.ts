@@ -606,9 +606,9 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       checksum = await hashFile(tmp, { signal: f.signal, expected: f.expected });
       verified = true;
     }
-    if (f.expected) {
+    if (f.expected && !verified) {
       if (f.expected.algorithm === 'sha512') assertChecksumMatches(f.expected, checksum);
-      else if (!verified) await hashFile(tmp, { signal: f.signal, expected: f.expected });
+      else await hashFile(tmp, { signal: f.signal, expected: f.expected });
     }
     const after = await statFile(tmp);
     if (after.modificationTime !== st.modificationTime) {
@@ -672,5 +672,5 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 }
 
 function fromSource(r: SourceResult): WorkResult {
-  return { size: r.size, sha512: r.sha512, virtualSize: r.virtualSize, expectedVerified: true };
+  return { size: r.size, sha512: r.sha512, virtualSize: r.virtualSize, expectedVerified: r.expectedChecksumVerified === true };
 }
