@@ -7,11 +7,11 @@ import type { Logger } from '@bis/controllers';
 import { startStandalone, type StandaloneHandle } from '@bis/standalone';
 
 export const USAGE = `usage: controller-manager standalone [--data-dir <dir>] [--listen <host:port>] [--disks <n>]
-       [--allow-source-hosts <hosts or CIDRs, comma-separated>] [--max-data-sources <n>] [--verbose]
+       [--allow-source-hosts <hosts or CIDRs, comma-separated>] [--max-data-sources <n>] [--ui-dir <dir>] [--verbose]
 
 Starts the whole backing-image system on this machine (embedded store, one node with <n> disk directories,
-a filesystem backup target, the controllers, the data-plane processes and the REST API).
-Defaults: --data-dir .data --listen 127.0.0.1:9500 --disks 3`;
+a filesystem backup target, the controllers, the data-plane processes, the REST API and the web UI at /).
+Defaults: --data-dir .data --listen 127.0.0.1:9500 --disks 3 --ui-dir <the built apps/ui/dist>`;
 
 /** The data-plane binaries, next to this app in the repository (overridable for installs elsewhere). */
 export function defaultBinaries(env: NodeJS.ProcessEnv = process.env): { manager: string; dataSource: string } {
@@ -20,6 +20,11 @@ export function defaultBinaries(env: NodeJS.ProcessEnv = process.env): { manager
     manager: env['BIS_MANAGER_BIN'] ?? path.join(appsDir, 'backing-image-manager', 'bin', 'backing-image-manager.js'),
     dataSource: env['BIS_DATA_SOURCE_BIN'] ?? path.join(appsDir, 'backing-image-data-source', 'bin', 'backing-image-data-source.js'),
   };
+}
+
+/** The built web UI, next to this app in the repository (apps/ui/dist). */
+export function defaultUiDir(): string {
+  return path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'ui', 'dist');
 }
 
 export interface CliIo {
@@ -44,6 +49,7 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
         disks: { type: 'string', default: '3' },
         'allow-source-hosts': { type: 'string', default: '' },
         'max-data-sources': { type: 'string', default: '8' },
+        'ui-dir': { type: 'string', default: defaultUiDir() },
         verbose: { type: 'boolean', default: false },
       },
       strict: true,
@@ -84,7 +90,7 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
   };
   const allow = values['allow-source-hosts']!.split(',').map((s) => s.trim()).filter(Boolean);
   const binaries = defaultBinaries();
-  const handle = await startStandalone({ dataDir, listen: values.listen!, disks, allowSourceHosts: allow, binaries, log, maxDataSources });
+  const handle = await startStandalone({ dataDir, listen: values.listen!, disks, allowSourceHosts: allow, binaries, log, maxDataSources, uiDir: values['ui-dir'] });
   const origStop = handle.stop;
   handle.stop = async () => {
     await origStop();
@@ -92,6 +98,7 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
   };
   io.out(`backing-image system (standalone) is running`);
   io.out(`  REST API:        ${handle.url}/v1`);
+  io.out(handle.uiDir ? `  web UI:          ${handle.url}/` : `  web UI:          not served (${path.resolve(values['ui-dir']!)} has no index.html; build it with: npx nx run ui:build)`);
   io.out(`  data directory:  ${handle.dataDir}`);
   io.out(`  store:           ${handle.storeDir}`);
   for (const d of handle.disks) io.out(`  ${d.name}:          ${d.path} (disk UUID ${d.uuid})`);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import {
@@ -18,6 +18,7 @@ import { EmbeddedDatastore, isNotFound } from '@bis/datastore';
 import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources, type BackingImageApi } from '@bis/api-resources';
 import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
 import { LocalProcessRuntime } from '@bis/runtime';
+import { uiServerPlugin } from '@bis/ui-server';
 import { ProcessDataPlane, type DataPlaneBinaries } from './process-data-plane.js';
 
 export const STANDALONE_NAMESPACE = 'longhorn-system';
@@ -57,11 +58,15 @@ export interface StandaloneOptions {
   /** Adds more resources to the API (the backing-image resources of `@bis/api-resources` are always registered). */
   registerResources?: (registry: ApiRegistry, system: StandaloneSystem) => void;
   controllerOptions?: Partial<Pick<ControllerManagerOptions, 'timing' | 'resyncMs' | 'workers'>>;
+  /** Directory of the built web UI (apps/ui/dist), served at `/`; skipped with a log line when it has no index.html. */
+  uiDir?: string;
 }
 
 export interface StandaloneHandle extends StandaloneSystem {
   /** `http://host:port` of the REST API. */
   url: string;
+  /** The directory the web UI is served from at `url`/, when it is. */
+  uiDir?: string;
   /** The services behind the backing-image REST resources. */
   api: BackingImageApi;
   dataDir: string;
@@ -206,6 +211,10 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
     await app.register(backingImageHttpPlugin, { api });
     await app.register(restApiPlugin, { registry });
+    const uiDir = opts.uiDir === undefined ? undefined : path.resolve(opts.uiDir);
+    const uiBuilt = uiDir !== undefined && (await stat(path.join(uiDir, 'index.html')).then((s) => s.isFile(), () => false));
+    if (uiBuilt) await app.register(uiServerPlugin, { root: uiDir });
+    else if (uiDir !== undefined) log?.warn(`web UI not served: ${uiDir} has no index.html (build it with: npx nx run ui:build)`);
     const { host, port } = parseListen(opts.listen ?? '127.0.0.1:9500');
     await app.listen({ host, port });
     const addr = app.server.address();
@@ -216,6 +225,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
       ...system,
       api,
       url,
+      ...(uiBuilt ? { uiDir } : {}),
       dataDir,
       storeDir,
       logsDir,
