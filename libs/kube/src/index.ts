@@ -6,3 +6,5 @@ export * from './pod-runtime.js';
 export * from './chart/go-template.js';
 export * from './chart/render-chart.js';
 export * from './chart/rbac-template.js';
+export * from './kube-data-plane.js';
+export * from './node-disks.js';

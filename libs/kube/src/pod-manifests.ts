@@ -14,6 +14,12 @@ export const BIM_CONTAINER = 'backing-image-manager';
 export const BIDS_CONTAINER = 'backing-image-data-source';
 export const LAST_APPLIED_TOLERATIONS_ANNOTATION = 'longhorn.io/last-applied-tolerations';
 export const STORAGE_NETWORK_ANNOTATION = 'k8s.v1.cni.cncf.io/networks';
+/** Multus writes the attached interfaces and their IPs here; Longhorn reads the storage IP of `lhnet1` from it. */
+export const NETWORK_STATUS_ANNOTATION = 'k8s.v1.cni.cncf.io/network-status';
+export const STORAGE_NETWORK_INTERFACE = 'lhnet1';
+/** Executables in the backing-image-manager image. */
+export const MANAGER_BINARY = 'backing-image-manager';
+export const DATA_SOURCE_BINARY = 'backing-image-data-source';
 
 /** Pod settings that come from Longhorn settings and the chart (§1.8 taint-toleration … system-managed-pods-image-pull-policy). */
 export interface PodSettings {
@@ -72,7 +78,7 @@ function dedupTolerations(t: V1Toleration[] = []): V1Toleration[] {
 function commonPod(name: string, labels: Record<string, string>, owner: { kind: string; name: string; uid: string }, nodeID: string, s: PodSettings, container: V1Container, volumes: V1Volume[]): V1Pod {
   const tolerations = dedupTolerations(s.tolerations);
   const annotations: Record<string, string> = { [LAST_APPLIED_TOLERATIONS_ANNOTATION]: JSON.stringify(tolerations) };
-  if (s.storageNetwork) annotations[STORAGE_NETWORK_ANNOTATION] = JSON.stringify([{ name: s.storageNetwork, interface: 'lhnet1' }]);
+  if (s.storageNetwork) annotations[STORAGE_NETWORK_ANNOTATION] = JSON.stringify([{ name: s.storageNetwork, interface: STORAGE_NETWORK_INTERFACE }]);
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -118,7 +124,7 @@ const diskVolume = (diskPath: string): V1Volume => ({ name: 'disk-path', hostPat
 
 /** Longhorn's backing-image-manager pod: one per (image, disk), pinned to the node, the disk at `/data/`. */
 export function managerPodManifest(bim: ManagerPodInput, s: PodSettings): V1Pod {
-  const c = container(BIM_CONTAINER, bim.image, ['backing-image-manager', '--debug', 'daemon', '--listen', `:${DATA_PLANE_PORT}`, '--sync-listen', `:${SYNC_PORT}`], s, [
+  const c = container(BIM_CONTAINER, bim.image, [MANAGER_BINARY, '--debug', 'daemon', '--listen', `:${DATA_PLANE_PORT}`, '--sync-listen', `:${SYNC_PORT}`], s, [
     { name: 'disk-path', mountPath: '/data/' },
   ]);
   return commonPod(backingImageManagerPodName(bim.name), backingImageManagerLabels(bim.nodeID, bim.diskUUID), { kind: 'BackingImageManager', name: bim.name, uid: bim.uid }, bim.nodeID, s, c, [
@@ -128,7 +134,9 @@ export function managerPodManifest(bim: ManagerPodInput, s: PodSettings): V1Pod 
 
 /** Longhorn's data-source pod `backing-image-ds-<name>` producing the first file of a backing image. */
 export function dataSourcePodManifest(ds: DataSourcePodInput, s: PodSettings): V1Pod {
-  const cmd = ['backing-image-manager', '--debug', 'data-source', '--listen', `:${DATA_PLANE_PORT}`, '--sync-listen', `:${SYNC_PORT}`, '--name', ds.name, '--uuid', ds.uuid, '--source-type', ds.sourceType];
+  // Deviation from Longhorn (`backing-image-manager --debug data-source …`): the data source is its own binary,
+  // `backing-image-data-source`, shipped in the same image; the arguments are Longhorn's.
+  const cmd = [DATA_SOURCE_BINARY, '--debug', '--listen', `:${DATA_PLANE_PORT}`, '--sync-listen', `:${SYNC_PORT}`, '--name', ds.name, '--uuid', ds.uuid, '--source-type', ds.sourceType];
   for (const [k, v] of Object.entries(ds.parameters)) cmd.push('--parameters', `${k}=${v}`);
   if (ds.dataEngine === 'v2') cmd.push('--parameters', 'data-engine=v2');
   if (ds.checksum) cmd.push('--checksum', ds.checksum);

@@ -124,7 +124,7 @@ describe('KubePodRuntime against the API double', () => {
     expect(pod.metadata.labels?.['longhorn.io/backing-image-data-source']).toBe('bi-test');
     expect(pod.spec.containers[0].name).toBe('backing-image-data-source');
     expect(pod.spec.containers[0].command).toEqual([
-      'backing-image-manager', '--debug', 'data-source', '--listen', ':8000', '--sync-listen', ':8001',
+      'backing-image-data-source', '--debug', '--listen', ':8000', '--sync-listen', ':8001',
       '--name', 'bi-test', '--uuid', 'a1b2c3d4', '--source-type', 'download',
       '--parameters', 'url=https://example.com/parrot.raw', '--checksum', 'ab'.repeat(64),
     ]);

@@ -1,7 +1,7 @@
 import { CoreV1Api, Watch, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { Component, LabelKey } from '@bis/crd-types';
 import { ApiAccess } from './api-access.js';
-import { DATA_PLANE_PORT, SYNC_PORT, BIDS_CONTAINER, dataSourcePodManifest, managerPodManifest, type DataSourcePodInput, type ManagerPodInput, type PodSettings } from './pod-manifests.js';
+import { DATA_PLANE_PORT, SYNC_PORT, BIDS_CONTAINER, NETWORK_STATUS_ANNOTATION, STORAGE_NETWORK_INTERFACE, dataSourcePodManifest, managerPodManifest, type DataSourcePodInput, type ManagerPodInput, type PodSettings } from './pod-manifests.js';
 import { isApiException } from './status-errors.js';
 
 /** Same shape as `WorkloadStatus` of the controllers' `DataPlane` interface. */
@@ -17,11 +17,35 @@ export interface WorkloadStatus {
 }
 
 /**
+ * Longhorn's GetStorageIPFromPod: the first IP of the `lhnet1` interface in the Multus network-status annotation,
+ * or the pod IP when the pod has no storage network (or the annotation cannot be read).
+ */
+export function storageIPFromPod(pod: V1Pod): string {
+  const podIP = pod.status?.podIP ?? '';
+  const raw = pod.metadata?.annotations?.[NETWORK_STATUS_ANNOTATION];
+  if (!raw) return podIP;
+  try {
+    const nets = JSON.parse(raw) as unknown;
+    if (!Array.isArray(nets)) return podIP;
+    for (const n of nets as { interface?: unknown; ips?: unknown }[]) {
+      if (n?.interface === STORAGE_NETWORK_INTERFACE && Array.isArray(n.ips) && typeof n.ips[0] === 'string' && n.ips[0]) return n.ips[0];
+    }
+  } catch {
+    // Longhorn logs and falls back to the pod IP as well.
+  }
+  return podIP;
+}
+
+/**
  * Longhorn's pod evaluation (§3.2 step 7, §3.3 step 6) reduced to a phase: a pod on another node or for another disk
  * is `failed` (the controller deletes it); `Running` with every container ready is `ready`; `Pending` is `pending`;
  * `Failed`/`Succeeded` (restartPolicy Never: the process exited) is `failed`.
  */
-export function workloadStatusFromPod(pod: V1Pod | undefined, expected: { nodeID: string; diskUUID: string; image?: string }): WorkloadStatus {
+export function workloadStatusFromPod(
+  pod: V1Pod | undefined,
+  expected: { nodeID: string; diskUUID: string; image?: string },
+  ports: { api: number; sync: number } = { api: DATA_PLANE_PORT, sync: SYNC_PORT },
+): WorkloadStatus {
   const base = { nodeID: expected.nodeID, diskUUID: expected.diskUUID, ip: '', address: '', syncAddress: '' };
   if (!pod) return { ...base, phase: 'missing' };
   if (pod.metadata?.deletionTimestamp) return { ...base, phase: 'deleting' };
@@ -40,7 +64,8 @@ export function workloadStatusFromPod(pod: V1Pod | undefined, expected: { nodeID
   if (phase === 'Running') {
     const statuses = pod.status?.containerStatuses ?? [];
     const ready = statuses.length > 0 && statuses.every((c) => c.ready);
-    if (ready && ip) return { ...base, phase: 'ready', ip, address: `${ip}:${DATA_PLANE_PORT}`, syncAddress: `${ip}:${SYNC_PORT}` };
+    // The API is reached at the pod IP; file transfers between managers use the storage network when there is one.
+    if (ready && ip) return { ...base, phase: 'ready', ip, address: `${hostPort(ip, ports.api)}`, syncAddress: hostPort(storageIPFromPod(pod), ports.sync) };
     return { ...base, phase: 'not-ready', ip };
   }
   if (phase === 'Pending' || phase === undefined) return { ...base, phase: 'pending' };
@@ -48,9 +73,18 @@ export function workloadStatusFromPod(pod: V1Pod | undefined, expected: { nodeID
   return { ...base, phase: 'failed', message: `pod ${pod.metadata?.name} is ${phase}${term ? ` (exit code ${term.exitCode}${term.reason ? `, ${term.reason}` : ''})` : ''}` };
 }
 
+const hostPort = (ip: string, port: number): string => (ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`);
+
 export interface KubePodRuntimeOptions {
   kubeConfig: KubeConfig;
   settings: PodSettings;
+  /**
+   * Read before each pod is created: the pod settings that come from Longhorn settings (tolerations, node selector,
+   * priority class, registry secret, pull policy, storage network), merged over `settings`.
+   */
+  settingsProvider?: () => Promise<Partial<PodSettings>>;
+  /** Ports the data-plane servers listen on (Longhorn's fixed 8000 / 8001). */
+  ports?: { api: number; sync: number };
   access?: ApiAccess;
   /** Delay before re-opening the pod watch after it ended. Default 1000 ms. */
   watchRetryMs?: number;
@@ -121,11 +155,16 @@ export class KubePodRuntime {
   }
 
   async managerStatus(bim: { metadata: { name: string }; spec: { nodeID: string; diskUUID: string } }): Promise<WorkloadStatus> {
-    return workloadStatusFromPod(await this.readPod(bim.metadata.name), bim.spec);
+    return workloadStatusFromPod(await this.readPod(bim.metadata.name), bim.spec, this.opts.ports);
   }
 
-  startManager(bim: ManagerPodInput): Promise<void> {
-    return this.createPod(managerPodManifest(bim, this.opts.settings));
+  private async podSettings(): Promise<PodSettings> {
+    const extra = this.opts.settingsProvider ? await this.opts.settingsProvider() : {};
+    return { ...this.opts.settings, ...extra, namespace: this.ns };
+  }
+
+  async startManager(bim: ManagerPodInput): Promise<void> {
+    return this.createPod(managerPodManifest(bim, await this.podSettings()));
   }
 
   deleteManager(bimName: string): Promise<void> {
@@ -134,15 +173,15 @@ export class KubePodRuntime {
 
   async dataSourceStatus(bids: { metadata: { name: string }; spec: { nodeID: string; diskUUID: string } }): Promise<WorkloadStatus> {
     const podName = `backing-image-ds-${bids.metadata.name}`;
-    const st = workloadStatusFromPod(await this.readPod(podName), bids.spec);
+    const st = workloadStatusFromPod(await this.readPod(podName), bids.spec, this.opts.ports);
     if (st.phase === 'failed' && st.message?.includes(' is Failed')) {
       st.message = `the pod dedicated to prepare the first backing image file failed: ${await this.containerLog(podName, BIDS_CONTAINER)}`;
     }
     return st;
   }
 
-  startDataSource(ds: DataSourcePodInput): Promise<void> {
-    return this.createPod(dataSourcePodManifest(ds, this.opts.settings));
+  async startDataSource(ds: DataSourcePodInput): Promise<void> {
+    return this.createPod(dataSourcePodManifest(ds, await this.podSettings()));
   }
 
   deleteDataSource(bidsName: string): Promise<void> {

@@ -1,0 +1,2 @@
+export * from './kube-api-double.js';
+export * from './kinds.js';
