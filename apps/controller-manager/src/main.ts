@@ -1,8 +1,10 @@
 import { runStandaloneCli } from './cli.js';
+import { runDaemonCli } from './daemon.js';
 
 const io = { out: (l: string) => process.stdout.write(`${l}\n`), err: (l: string) => process.stderr.write(`${l}\n`) };
 
-runStandaloneCli(process.argv.slice(2), io).then(
+const argv = process.argv.slice(2);
+(argv[0] === 'daemon' ? runDaemonCli(argv.slice(1), io) : runStandaloneCli(argv, io)).then(
   (result) => {
     if (typeof result === 'number') process.exit(result);
     let stopping = false;

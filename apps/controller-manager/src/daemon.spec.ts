@@ -1,0 +1,140 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { BackingImageManagerKind, NodeKind, backingImageManagerName } from '@bis/controllers';
+import { LONGHORN_API_VERSION } from '@bis/crd-types';
+import { eventually } from '@bis/datastore/testing';
+import { CONTROLLER_KINDS, KubeApiDouble, TestPodKind } from '@bis/kube/testing';
+import { runDaemonCli } from './daemon.js';
+
+const APP = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const BIN = path.join(APP, 'bin', 'controller-manager.js');
+const NS = 'bis-test';
+const IMAGE = 'registry.example/backing-image-manager:v2';
+
+describe('controller-manager daemon: usage', () => {
+  it('refuses other datastores and missing flags with exit code 2', async () => {
+    const err: string[] = [];
+    const io = { out: () => undefined, err: (l: string) => err.push(l) };
+    expect(await runDaemonCli(['--datastore', 'embedded', '--node-id', 'n', '--backing-image-manager-image', 'i'], io)).toBe(2);
+    expect(await runDaemonCli(['--node-id', 'n'], io)).toBe(2);
+    expect(await runDaemonCli(['--node-id', 'n', '--backing-image-manager-image', 'i', '--log-format', 'xml'], io)).toBe(2);
+    const text = err.join('\n');
+    expect(text).toContain('unsupported --datastore "embedded"');
+    expect(text).toContain('--backing-image-manager-image is required');
+    expect(text).toContain('invalid --log-format "xml"');
+  });
+});
+
+describe('controller-manager daemon as a process against the API double', () => {
+  let api: KubeApiDouble;
+  let dir: string;
+  let child: ChildProcess | undefined;
+  let stdout = '';
+  let stderr = '';
+
+  beforeAll(async () => {
+    await stat(path.join(APP, 'dist', 'main.js')); // built by the test target's dependencies
+    api = await KubeApiDouble.start({ kinds: CONTROLLER_KINDS });
+    dir = await mkdtemp(path.join(os.tmpdir(), 'bis-cm-daemon-'));
+  });
+  afterAll(async () => {
+    if (child && child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await new Promise((r) => child!.once('exit', r));
+    }
+    await api.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("takes this node's objects only, reports its disk, creates a manager pod and answers REST", async () => {
+    // Another node with a manager of its own: the daemon of node-1 must leave both alone.
+    const store = api.store;
+    const n2 = await store.create(NodeKind, {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'Node',
+      metadata: { name: 'node-2', namespace: NS },
+      spec: { name: 'node-2', disks: { d2: { diskType: 'filesystem', diskDriver: '', path: '/var/lib/longhorn/', allowScheduling: true, evictionRequested: false, storageReserved: 0, tags: [] } }, allowScheduling: true, evictionRequested: false, tags: [], instanceManagerCPURequest: 0 },
+    });
+    const ready = { type: 'Ready', status: 'True', reason: '', message: '', lastProbeTime: '', lastTransitionTime: '' };
+    const n2Saved = await store.updateStatus(NodeKind, { ...n2, status: { conditions: [ready], diskStatus: { d2: { diskUUID: 'uuid-of-node-2', conditions: [ready] } } } });
+    const bim2 = await store.create(BackingImageManagerKind, {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'BackingImageManager',
+      metadata: { name: backingImageManagerName(IMAGE, 'uuid-of-node-2'), namespace: NS },
+      spec: { image: IMAGE, nodeID: 'node-2', diskUUID: 'uuid-of-node-2', diskPath: '/var/lib/longhorn/', backingImages: {} },
+    });
+
+    const dataPath = path.join(dir, 'data');
+    const kubeconfig = path.join(dir, 'kubeconfig');
+    await writeFile(
+      kubeconfig,
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [{ name: 'double', cluster: { server: api.url, 'insecure-skip-tls-verify': true } }],
+        users: [{ name: 'double', user: { token: api.token } }],
+        contexts: [{ name: 'double', context: { cluster: 'double', user: 'double' } }],
+        'current-context': 'double',
+      }),
+    );
+    const settingsFile = path.join(dir, 'default-setting.yaml');
+    await writeFile(settingsFile, `default-data-path: "${dataPath}"\nbacking-image-cleanup-wait-interval: "30"\n`);
+    child = spawn(process.execPath, [
+      BIN, 'daemon', '--datastore', 'kubernetes', '--namespace', NS, '--node-id', 'node-1', '--listen', '127.0.0.1:0',
+      '--backing-image-manager-image', IMAGE, '--service-account', 'bis-sa', '--default-settings', settingsFile,
+      '--log-format', 'json', '--kubeconfig', kubeconfig, '--disk-check-interval', '1',
+    ], { stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout!.on('data', (b: Buffer) => (stdout += b.toString()));
+    child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
+    const url = await eventually(() => /REST API (http:\/\/\S+)\/v1/.exec(stdout)?.[1], 20_000, `daemon start (stderr: ${stderr})`);
+
+    // Its own Node record with the default disk, longhorn-disk.cfg on it, the disk reported ready.
+    const node1 = await eventually(async () => {
+      const n = await store.get(NodeKind, 'node-1', NS).catch(() => undefined);
+      return n && Object.values(n.status?.diskStatus ?? {})[0]?.diskUUID ? n : undefined;
+    }, 10_000, 'node-1 disk status');
+    const d1 = Object.values(node1.status!.diskStatus!)[0]!;
+    expect(d1.diskPath).toBe(dataPath);
+    expect(JSON.parse(await readFile(path.join(dataPath, 'longhorn-disk.cfg'), 'utf8'))).toEqual({ diskUUID: d1.diskUUID });
+    expect(d1.conditions?.find((c) => c.type === 'Ready')?.status).toBe('True');
+
+    // A manager for node-1's disk gets a pod pinned to node-1.
+    const bim1 = await store.create(BackingImageManagerKind, {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'BackingImageManager',
+      metadata: { name: backingImageManagerName(IMAGE, d1.diskUUID!), namespace: NS },
+      spec: { image: IMAGE, nodeID: 'node-1', diskUUID: d1.diskUUID!, diskPath: dataPath, backingImages: {} },
+    });
+    const pod = await eventually(() => store.get(TestPodKind, bim1.metadata.name, NS).catch(() => undefined), 10_000, 'manager pod');
+    expect(pod.spec.nodeName).toBe('node-1');
+    expect(pod.spec.containers[0]!.image).toBe(IMAGE);
+    expect((pod.spec as { serviceAccountName?: string }).serviceAccountName).toBe('bis-sa');
+    await eventually(async () => (await store.get(BackingImageManagerKind, bim1.metadata.name, NS)).status?.ownerID === 'node-1', 10_000, 'BIM owned by node-1');
+
+    // The REST API answers on --listen, with the settings from the default-settings file and the image flag.
+    const res = await fetch(`${url}/v1/settings`);
+    expect(res.status).toBe(200);
+    const body = JSON.stringify(await res.json());
+    expect(body).toContain(IMAGE);
+    const wait = await fetch(`${url}/v1/settings/backing-image-cleanup-wait-interval`);
+    expect(((await wait.json()) as { value?: string }).value).toBe('30');
+    expect((await fetch(`${url}/v1/backingimages`)).status).toBe(200);
+
+    // node-2's objects are left alone.
+    const bim2Now = await store.get(BackingImageManagerKind, bim2.metadata.name, NS);
+    expect(bim2Now.status?.ownerID ?? '').toBe('');
+    expect(await store.get(TestPodKind, bim2.metadata.name, NS).catch(() => undefined)).toBeUndefined();
+    const n2Now = await store.get(NodeKind, 'node-2', NS);
+    expect(n2Now.metadata.resourceVersion).toBe(n2Saved.metadata.resourceVersion); // node-2's record is never written
+    expect(n2Now.status?.diskStatus?.['d2']?.diskUUID).toBe('uuid-of-node-2');
+
+    child.kill('SIGTERM');
+    const code = await new Promise<number | null>((r) => child!.once('exit', (c) => r(c)));
+    expect(code).toBe(0);
+    expect(stderr).toMatch(/"level":"info"/);
+  }, 60_000);
+});

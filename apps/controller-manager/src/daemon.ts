@@ -1,0 +1,166 @@
+import { readFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { parse as parseYaml } from 'yaml';
+import { KubeConfig } from '@kubernetes/client-node';
+import { ControllerManager, EventRecorder, SettingName, SettingsReader, type Logger } from '@bis/controllers';
+import { KubeDataPlane, KubeDatastore, NodeDiskReporter, podSettingsFromStore } from '@bis/kube';
+import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources } from '@bis/api-resources';
+import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
+import type { CliIo } from './cli.js';
+
+export const DAEMON_USAGE = `usage: controller-manager daemon --datastore kubernetes --namespace <ns> --node-id <node>
+       --backing-image-manager-image <image> [--listen 0.0.0.0:9500] [--service-account <sa>]
+       [--default-settings <file>] [--log-format plain|json] [--kubeconfig <file>] [--disk-check-interval <seconds>]
+
+Runs the controllers of one node in Kubernetes mode (the chart's DaemonSet): objects in the Kubernetes API, manager
+and data-source pods, this node's disks reported, the REST API on --listen. Without --kubeconfig the in-cluster
+service account (or $KUBECONFIG) is used.`;
+
+export interface DaemonHandle {
+  url: string;
+  controllers: ControllerManager;
+  store: KubeDatastore;
+  dataPlane: KubeDataPlane;
+  disks: NodeDiskReporter;
+  stop(): Promise<void>;
+}
+
+/** Longhorn's default-setting.yaml: `setting-name: value` lines (values are strings; null means "built-in"). */
+export async function readDefaultSettings(file: string): Promise<Record<string, string>> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return {};
+    throw err;
+  }
+  const doc = parseYaml(text) as unknown;
+  if (doc === null || doc === undefined) return {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`${file}: expected a map of setting names to values`);
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(doc as Record<string, unknown>)) {
+    if (v === null || v === undefined) continue;
+    if (typeof v === 'object') throw new Error(`${file}: setting ${k} must be a scalar value`);
+    out[k] = String(v);
+  }
+  return out;
+}
+
+function parseListen(listen: string): { host: string; port: number } {
+  const i = listen.lastIndexOf(':');
+  const port = Number(listen.slice(i + 1));
+  if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`invalid --listen "${listen}": expected host:port`);
+  return { host: listen.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port };
+}
+
+function makeLogger(format: 'plain' | 'json', io: CliIo): Logger {
+  const line = (level: string, msg: string) =>
+    io.err(format === 'json' ? JSON.stringify({ time: new Date().toISOString(), level, msg }) : `${new Date().toISOString()} ${level.toUpperCase()} ${msg}`);
+  return { info: (m) => line('info', m), warn: (m) => line('warn', m), error: (m) => line('error', m), debug: () => undefined };
+}
+
+/** Parses the `daemon` command line and starts the node's controllers; returns an exit code on usage errors. */
+export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<DaemonHandle | number> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      options: {
+        datastore: { type: 'string', default: 'kubernetes' },
+        namespace: { type: 'string', default: 'longhorn-system' },
+        'node-id': { type: 'string' },
+        listen: { type: 'string', default: '0.0.0.0:9500' },
+        'backing-image-manager-image': { type: 'string' },
+        'service-account': { type: 'string', default: 'backing-image-system' },
+        'default-settings': { type: 'string', default: '/etc/backing-image-system/default-setting.yaml' },
+        'log-format': { type: 'string', default: 'plain' },
+        kubeconfig: { type: 'string' },
+        'disk-check-interval': { type: 'string', default: '30' },
+      },
+      strict: true,
+    }));
+  } catch (err) {
+    io.err(`controller-manager daemon: ${(err as Error).message}\n${DAEMON_USAGE}`);
+    return 2;
+  }
+  const usage = (m: string) => {
+    io.err(`controller-manager daemon: ${m}\n${DAEMON_USAGE}`);
+    return 2;
+  };
+  if (values.datastore !== 'kubernetes') return usage(`unsupported --datastore "${values.datastore}": only "kubernetes" (use "controller-manager standalone" for the embedded store)`);
+  const nodeID = values['node-id'] ?? process.env['NODE_NAME'] ?? '';
+  if (!nodeID) return usage('--node-id is required (the chart passes $(NODE_NAME))');
+  const image = values['backing-image-manager-image'];
+  if (!image) return usage('--backing-image-manager-image is required');
+  const format = values['log-format'];
+  if (format !== 'plain' && format !== 'json') return usage(`invalid --log-format "${format}": plain or json`);
+  const interval = Number(values['disk-check-interval']);
+  if (!Number.isFinite(interval) || interval <= 0) return usage(`invalid --disk-check-interval "${values['disk-check-interval']}": seconds > 0`);
+  const listen = parseListen(values.listen!);
+  const namespace = values.namespace!;
+  const log = makeLogger(format, io);
+
+  const kubeConfig = new KubeConfig();
+  if (values.kubeconfig) kubeConfig.loadFromFile(values.kubeconfig);
+  else kubeConfig.loadFromDefault();
+  const defaults = await readDefaultSettings(values['default-settings']!);
+
+  const store = new KubeDatastore({ kubeConfig, defaultNamespace: namespace });
+  const dataPlane = new KubeDataPlane({
+    kubeConfig,
+    settings: { namespace, serviceAccountName: values['service-account']! },
+    settingsProvider: podSettingsFromStore(store, namespace),
+    managerImage: image,
+  });
+  const settings = new SettingsService({ store, namespace });
+  const disks = new NodeDiskReporter({ store, namespace, nodeID, defaultDataPath: defaults['default-data-path'] ?? '/var/lib/longhorn/', intervalMs: interval * 1000, log });
+  const events = new EventRecorder(5000, (l) => log.info(l));
+  const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events });
+  let app: FastifyInstance | undefined;
+  const cleanup = async () => {
+    await app?.close().catch(() => undefined);
+    await controllers.stop().catch(() => undefined);
+    await disks.stop().catch(() => undefined);
+    dataPlane.close();
+    await store.close();
+  };
+  try {
+    // Longhorn's manager applies default-setting.yaml to settings that do not exist yet; the image is its flag.
+    for (const [name, value] of Object.entries(defaults)) {
+      if (name === 'default-data-path') continue; // used for this node's default disk, not a setting here
+      if ((await settings.get(name))?.applied) continue;
+      try {
+        await settings.set(name, value, { system: true });
+      } catch (err) {
+        log.warn(`default setting ${name}=${value} not applied: ${(err as Error).message}`);
+      }
+    }
+    await settings.ensureDefaults();
+    await settings.set(SettingName.DefaultBackingImageManagerImage, image, { system: true });
+    await disks.start();
+    await controllers.start();
+
+    const registry = new ApiRegistry().addResource(settingsResource(settings));
+    const api = registerBackingImageResources(registry, {
+      store,
+      namespace,
+      settings: new SettingsReader(store, namespace),
+      endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
+      downloadUrlPolicy: { allowedHosts: [] },
+    });
+    app = Fastify({ logger: false, bodyLimit: 1 << 20 });
+    await app.register(backingImageHttpPlugin, { api });
+    await app.register(restApiPlugin, { registry });
+    await app.listen({ host: listen.host, port: listen.port });
+    const addr = app.server.address();
+    const port = typeof addr === 'object' && addr ? addr.port : listen.port;
+    const url = `http://${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${port}`;
+    io.out(`backing-image system (kubernetes, node ${nodeID}, namespace ${namespace}) is running; REST API ${url}/v1`);
+    let stopped: Promise<void> | undefined;
+    return { url, controllers, store, dataPlane, disks, stop: () => (stopped ??= cleanup()) };
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
+}
