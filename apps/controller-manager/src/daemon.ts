@@ -11,7 +11,7 @@ import type { CliIo } from './cli.js';
 
 export const DAEMON_USAGE = `usage: controller-manager daemon --datastore kubernetes --namespace <ns> --node-id <node>
        --backing-image-manager-image <image> [--listen 0.0.0.0:9500] [--service-account <sa>]
-       [--default-settings <file>] [--log-format plain|json] [--kubeconfig <file>] [--disk-check-interval <seconds>]
+       [--default-settings <file>] [--default-data-path <dir>] [--log-format plain|json] [--kubeconfig <file>] [--disk-check-interval <seconds>]
 
 Runs the controllers of one node in Kubernetes mode (the chart's DaemonSet): objects in the Kubernetes API, manager
 and data-source pods, this node's disks reported, the REST API on --listen. Without --kubeconfig the in-cluster
@@ -74,6 +74,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         'backing-image-manager-image': { type: 'string' },
         'service-account': { type: 'string', default: 'backing-image-system' },
         'default-settings': { type: 'string', default: '/etc/backing-image-system/default-setting.yaml' },
+        'default-data-path': { type: 'string' },
         'log-format': { type: 'string', default: 'plain' },
         kubeconfig: { type: 'string' },
         'disk-check-interval': { type: 'string', default: '30' },
@@ -114,7 +115,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     managerImage: image,
   });
   const settings = new SettingsService({ store, namespace });
-  const disks = new NodeDiskReporter({ store, namespace, nodeID, defaultDataPath: defaults['default-data-path'] ?? '/var/lib/longhorn/', intervalMs: interval * 1000, log });
+  const disks = new NodeDiskReporter({ store, namespace, nodeID, defaultDataPath: values['default-data-path'] ?? defaults['default-data-path'] ?? '/var/lib/longhorn/', intervalMs: interval * 1000, log });
   const events = new EventRecorder(5000, (l) => log.info(l));
   const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events });
   let app: FastifyInstance | undefined;

@@ -77,6 +77,8 @@ describe('chart charts/backing-image-system', () => {
     expect(c.image).toBe('backing-image-system/controller-manager:0.1.0');
     expect(c.command[c.command.indexOf('--backing-image-manager-image') + 1]).toBe('backing-image-system/backing-image-manager:0.1.0');
     expect(c.command[c.command.indexOf('--service-account') + 1]).toBe('backing-image-system-service-account');
+    // The node's default disk is the data path the DaemonSet mounts.
+    expect(c.command[c.command.indexOf('--default-data-path') + 1]).toBe('/var/lib/longhorn/');
     expect(ds.spec.template.spec.priorityClassName).toBe('backing-image-system-critical');
   });
 
