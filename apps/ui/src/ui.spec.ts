@@ -1,58 +1,71 @@
 /**
- * The web UI end to end: the built app (apps/ui/dist) served by @bis/ui-server next to a live REST API, driven in
- * headless Chromium. With BIS_SCREENSHOTS=<dir> it also captures each page (`npm run screenshots`).
+ * The web UI end to end against the real system: `controller-manager standalone` (the built app, run as a child
+ * process with a fresh data directory: embedded store, controllers, manager and data-source processes, REST API and
+ * the built apps/ui/dist served at `/`), images from a loopback HTTP server, driven in headless Chromium.
+ * With BIS_SCREENSHOTS=<dir> it also captures each page (`npm run screenshots`).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { describe, it, beforeAll, afterAll } from '@jest/globals';
+import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
 import type { Page } from 'playwright-core';
-import { uiServerPlugin } from '@bis/ui-server';
-import { startApiDouble, startFileServer, type ApiDouble } from '@bis/api-client/test-support';
+import { startFileServer } from '@bis/api-client/test-support';
 import { launchBrowser } from './test-support/browser.js';
-import { expectAttr, expectCount, expectDisabled, expectText, expectTextContaining, expectVisible } from './test-support/expect-eventually.js';
+import { expectAttr, expectCount, expectDisabled, expectText, expectTextContaining, expectVisible, eventually } from './test-support/expect-eventually.js';
+import { startStandaloneProcess, type StandaloneProcess } from './test-support/standalone-process.js';
 
-const UI_DIST = resolve(import.meta.dirname, '../dist');
 const SHOTS = process.env['BIS_SCREENSHOTS'] ? resolve(process.env['BIS_WORKSPACE_ROOT'] ?? process.cwd(), process.env['BIS_SCREENSHOTS']) : undefined;
 
-describe('web UI in headless Chromium', () => {
-  let api: ApiDouble;
+describe('web UI in headless Chromium against controller-manager standalone', () => {
+  let sys: StandaloneProcess;
   let files: { url: string; close(): Promise<void> };
   let browser: Awaited<ReturnType<typeof launchBrowser>>;
   let page: Page;
   let dir: string;
+  // Multiples of 512 bytes: the system zero-pads other sizes, and the SHA-512 covers the stored (padded) file.
   const image = randomBytes(6 << 20);
   const sha512 = createHash('sha512').update(image).digest('hex');
+  const small = image.subarray(0, 2 << 20);
+  const smallSha512 = createHash('sha512').update(small).digest('hex');
+  const uploaded = randomBytes(24 << 20);
+  const uploadedSha512 = createHash('sha512').update(uploaded).digest('hex');
   const shot = async (name: string): Promise<void> => {
     if (!SHOTS) return;
     await mkdir(SHOTS, { recursive: true });
     await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
   };
   const row = (name: string) => page.locator(`#images tr[data-name="${name}"]`);
+  const readyDisks = () => page.locator('#disks tbody tr[data-disk]', { has: page.locator('[data-state=ready]') });
+  /** Marks the loaded document; `expectSameDocument` fails if the page was reloaded since (live updates only). */
+  const markDocument = () => page.evaluate(() => ((window as unknown as { bisMark: number }).bisMark = 1));
+  const expectSameDocument = async () => expect(await page.evaluate(() => (window as unknown as { bisMark?: number }).bisMark)).toBe(1);
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'ui-e2e-'));
-    files = await startFileServer({ '/images/ubuntu-24.04-minimal.raw': image, '/images/debian-12.qcow2': image.subarray(0, 2 << 20) });
-    api = await startApiDouble({ disks: 3, stepMs: 300, register: async (app) => app.register(uiServerPlugin, { root: UI_DIST }) });
+    files = await startFileServer({ '/images/ubuntu-24.04-minimal.raw': image, '/images/debian-12.raw': small });
+    sys = await startStandaloneProcess({ disks: 3, allowSourceHosts: '127.0.0.1' });
     browser = await launchBrowser();
     page = await browser.context.newPage();
-    page.setDefaultTimeout(15_000);
-  }, 60_000);
+    page.setDefaultTimeout(60_000);
+  }, 90_000);
   afterAll(async () => {
     await browser?.close();
-    await api?.close();
+    await sys?.stop();
     await files?.close();
     await rm(dir, { recursive: true, force: true });
-  });
+  }, 60_000);
 
-  it('shows the empty list with live updates connected', async () => {
-    await page.goto(`${api.url}/`);
+  it('serves the UI at / and keeps the REST API JSON at /v1; the empty list is live', async () => {
+    const v1 = await fetch(`${sys.url}/v1`);
+    expect(v1.headers.get('content-type')).toContain('application/json');
+    expect(((await v1.json()) as { id: string }).id).toBe('v1');
+    await page.goto(`${sys.url}/`);
     await expectText(page.locator('#live'), '● live');
     await page.locator('#images td.empty', { hasText: 'No backing images yet.' }).waitFor();
   });
 
-  it('shows validation errors inline and creates an image from a URL that reaches ready', async () => {
+  it('shows validation errors inline and creates an image from a URL that reaches ready without a reload', async () => {
     await page.click('#create-link');
     await page.click('#create-submit');
     await expectText(page.locator('[data-field=name] .error'), 'A name is required.');
@@ -69,85 +82,96 @@ describe('web UI in headless Chromium', () => {
     await page.fill('input[name=minCopies]', '2');
     await expectCount(page.locator('.field .error'), 0);
     await shot('create');
+    await markDocument();
     await page.click('#create-submit');
     await page.waitForURL(/#\/images\/ubuntu-minimal$/);
-    // Live progress without reloading: some copy is seen in progress, then two are ready.
-    await page.locator('#disks [data-state=ready]').nth(1).waitFor();
+    // The copies become ready through the websocket stream alone (at least the 2 requested).
+    await eventually(async () => expect(await readyDisks().count()).toBeGreaterThanOrEqual(2), 60_000);
     await expectText(page.locator('#current-checksum'), sha512);
-    await expectCount(page.locator('#disks tbody tr'), 2);
-  });
+    await expectSameDocument();
+  }, 90_000);
 
-  it('uploads a file with a progress bar and opens its detail page', async () => {
+  it('uploads a file through the REST proxy with a progress bar, then the image is ready', async () => {
     const path = join(dir, 'cirros.img');
-    await writeFile(path, image);
-    await page.goto(`${api.url}/#/create`);
+    await writeFile(path, uploaded);
+    await page.goto(`${sys.url}/#/create`);
     await page.fill('input[name=name]', 'cirros-upload');
     await page.selectOption('select[name=sourceType]', 'upload');
     await page.setInputFiles('input[name=file]', path);
-    await expectTextContaining(page.locator('[data-field=file] .hint'), 'cirros.img, 6.00 MiB');
+    await expectTextContaining(page.locator('[data-field=file] .hint'), 'cirros.img, 24.0 MiB');
+    await markDocument();
     await page.click('#create-submit');
     await page.locator('#upload-panel [role=progressbar]').waitFor();
+    await expectTextContaining(page.locator('#upload-panel h2'), 'Uploading cirros.img to cirros-upload');
     await page.waitForURL(/#\/images\/cirros-upload$/);
     await page.locator('#disks [data-state=ready]').first().waitFor();
-    await expectText(page.locator('#current-checksum'), sha512);
-  });
+    await expectText(page.locator('#current-checksum'), uploadedSha512);
+    await expectSameDocument();
+  }, 90_000);
 
-  it('reports a bad checksum: the copy fails with the message and the list shows the all-failed icon', async () => {
-    await page.goto(`${api.url}/#/create`);
+  it('reports a bad checksum: the copy fails with both checksums and the list shows the all-failed icon', async () => {
+    const wrong = 'e'.repeat(128);
+    await page.goto(`${sys.url}/#/create`);
     await page.fill('input[name=name]', 'debian-bad-sum');
-    await page.fill('input[name=url]', `${files.url}/images/debian-12.qcow2`);
-    await page.fill('input[name=checksum]', `sha256:${'0'.repeat(64)}`);
+    await page.fill('input[name=url]', `${files.url}/images/debian-12.raw`);
+    await page.fill('input[name=checksum]', wrong);
     await page.click('#create-submit');
     await page.waitForURL(/#\/images\/debian-bad-sum$/);
-    const failed = page.locator('#disks [data-state=failed]');
-    await failed.waitFor();
-    await expectAttr(page.locator('#disks [data-message]'), 'data-message', /the expected checksum 0{64} doesn't match the file actual checksum [0-9a-f]{64}/);
-    await page.goto(`${api.url}/#/`);
+    await page.locator('#disks [data-state=failed]').first().waitFor();
+    await expectAttr(page.locator('#disks [data-message]'), 'data-message', new RegExp(`the expected checksum ${wrong} doesn't match the file actual checksum ${smallSha512}`));
+    await page.goto(`${sys.url}/#/`);
     await expectVisible(row('debian-bad-sum').locator('[data-icon=all-failed]'));
-  });
+  }, 90_000);
 
-  it('opens the detail page, updates min copies and cleans up a disk', async () => {
-    await page.goto(`${api.url}/#/`);
+  it('opens the detail page: cleanup is refused below minimum copies, accepted after lowering them', async () => {
+    await page.goto(`${sys.url}/#/`);
     await row('ubuntu-minimal').locator('a').click();
-    await page.locator('#disks [data-state=ready]').nth(1).waitFor();
+    await page.waitForURL(/#\/images\/ubuntu-minimal$/);
+    await eventually(async () => expect(await readyDisks().count()).toBeGreaterThanOrEqual(2), 30_000);
+    await expectText(page.locator('dl.props dd').nth(1), 'download');
     await shot('detail');
     await expectDisabled(page.locator('#cleanup-disks')); // nothing selected yet
-    await page.locator('#disks tbody input[type=checkbox]').first().check();
+    const ready = await readyDisks().evaluateAll((rows) => rows.map((r) => r.getAttribute('data-disk')!));
+    for (const disk of ready) await page.locator(`#disks tr[data-disk="${disk}"] input[type=checkbox]`).check();
     await page.click('#cleanup-disks');
-    await expectTextContaining(page.locator('.alert'), 'no enough ready files for HA');
+    await expectTextContaining(page.locator('.alert'), 'failed to do cleanup since there will be no enough ready files for HA after the deletion');
+    await expect(await readyDisks().count()).toBe(ready.length); // nothing was removed
     await page.fill('#min-copies', '1');
     await page.click('#update-min-copies');
     await expectText(page.locator('.notice'), 'Minimum copies set to 1.');
-    await page.locator('#disks tbody input[type=checkbox]').first().check();
+    const keep = ready[0]!;
+    await page.locator(`#disks tr[data-disk="${keep}"] input[type=checkbox]`).uncheck(); // the refused selection stays
+    for (const disk of ready.slice(1)) await page.locator(`#disks tr[data-disk="${disk}"] input[type=checkbox]`).check();
     await page.click('#cleanup-disks');
-    await expectCount(page.locator('#disks tbody tr'), 1);
-  });
+    await expectTextContaining(page.locator('.notice'), 'Cleaning up');
+    await eventually(async () => expect(await page.locator('#disks tbody tr[data-disk]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-disk')))).toEqual([keep]), 30_000);
+  }, 90_000);
 
   it('backs up, deletes in a batch, and restores from the backups page', async () => {
     await page.click('#backup');
     await expectText(page.locator('.notice'), 'Backup of ubuntu-minimal started.');
-    await page.goto(`${api.url}/#/backups`);
+    await page.goto(`${sys.url}/#/backups`);
     await expectText(page.locator('#targets [data-target=default] .badge'), 'available');
     const bk = page.locator('#backups tr[data-backup^="ubuntu-minimal-"]');
     await bk.locator('[data-state=Completed]').waitFor();
     await expectDisabled(bk.locator('button.restore')); // the image still exists
 
-    await page.goto(`${api.url}/#/`);
+    await page.goto(`${sys.url}/#/`);
     await shot('list');
     await row('ubuntu-minimal').locator('input[type=checkbox]').check();
     await row('debian-bad-sum').locator('input[type=checkbox]').check();
     await page.click('#delete-selected');
     await page.click('#confirm-delete');
-    await expectCount(row('ubuntu-minimal'), 0);
-    await expectCount(row('debian-bad-sum'), 0);
+    await eventually(async () => expect(await row('ubuntu-minimal').count()).toBe(0), 60_000);
+    await eventually(async () => expect(await row('debian-bad-sum').count()).toBe(0), 60_000);
 
-    await page.goto(`${api.url}/#/backups`);
+    await page.goto(`${sys.url}/#/backups`);
     await bk.locator('button.restore').click();
     await expectTextContaining(page.locator('.notice'), 'Restoring ubuntu-minimal');
     await shot('backups');
-    await page.goto(`${api.url}/#/images/ubuntu-minimal`);
+    await page.goto(`${sys.url}/#/images/ubuntu-minimal`);
     await page.locator('#disks [data-state=ready]').first().waitFor();
     await expectText(page.locator('#current-checksum'), sha512);
     await expectText(page.locator('dl.props dd').nth(1), 'restore');
-  });
+  }, 150_000);
 });
