@@ -18,6 +18,7 @@ import { KubeDataPlane, parseNodeSelector, parseTaintToleration, podSettingsFrom
 import { KubeDatastore, kubeConfigFor } from './kube-datastore.js';
 import { NodeDiskReporter } from './node-disks.js';
 import { storageIPFromPod, workloadStatusFromPod } from './pod-runtime.js';
+import { startManagerOnDisk } from './test-support/manager-on-disk.js';
 import { CONTROLLER_KINDS, KubeApiDouble, TestPodKind } from './testing/index.js';
 
 const NS = 'longhorn-system';
@@ -34,7 +35,7 @@ interface Instance {
   dir: string;
 }
 
-async function startInstance(api: KubeApiDouble, nodeID: string): Promise<Instance> {
+async function startInstance(api: KubeApiDouble, nodeID: string, ports?: { api: number; sync: number }): Promise<Instance> {
   const kc = kubeConfigFor(api.url, api.token);
   const store = new KubeDatastore({ kubeConfig: kc, defaultNamespace: NS });
   const dir = await mkdtemp(path.join(os.tmpdir(), `kube-dp-${nodeID}-`));
@@ -46,6 +47,7 @@ async function startInstance(api: KubeApiDouble, nodeID: string): Promise<Instan
     settingsProvider: podSettingsFromStore(store, NS),
     managerImage: IMAGE,
     watchRetryMs: 50,
+    ports,
   });
   const cm = new ControllerManager({ store, dataPlane, nodeID, namespace: NS, workers: 2, resyncMs: 500, timing: TIMING, log: quiet });
   await cm.start();
@@ -171,6 +173,47 @@ describe('KubeDataPlane with the controllers against the API double', () => {
     await a.store.delete(BackingImageManagerKind, podName, NS);
     await eventually(async () => (await api.store.get(TestPodKind, podName, NS).catch(() => undefined)) === undefined, 10_000, 'pod deleted');
     await eventually(async () => (await a.store.get(BackingImageManagerKind, podName, NS).catch(() => undefined)) === undefined, 10_000, 'BIM finalized');
+  }, 60_000);
+
+  it('a ready manager pod makes the BIM running, through the real manager gRPC API at the pod address', async () => {
+    // The test plays the kubelet: the "pod" is a real manager on the node's disk at 127.0.0.1 (ports of its own,
+    // given to the data plane instead of Longhorn's fixed 8000/8001).
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'kube-dp-mgr-'));
+    const probeStore = new KubeDatastore({ kubeConfig: kubeConfigFor(api.url, api.token), defaultNamespace: NS });
+    const probe = new NodeDiskReporter({ store: probeStore, namespace: NS, nodeID: 'none', defaultDataPath: '' });
+    await probe.checkDisk(dir); // writes longhorn-disk.cfg, which the manager requires
+    const mgr = await startManagerOnDisk(dir);
+    try {
+      const a = await startInstance(api, 'node-1', { api: mgr.grpcPort, sync: mgr.syncPort });
+      instances.push(a);
+      await a.store.create(SettingKind, { apiVersion: LONGHORN_API_VERSION, kind: 'Setting', metadata: { name: SettingName.DefaultBackingImageManagerImage, namespace: NS }, value: IMAGE });
+      // Point the node's disk at the manager's directory (the instance reports it on its next check).
+      const node = await a.store.get(NodeKind, 'node-1', NS);
+      const diskName = Object.keys(node.spec?.disks ?? {})[0]!;
+      await a.store.update(NodeKind, { ...node, spec: { ...node.spec!, disks: { [diskName]: { ...node.spec!.disks[diskName]!, path: dir } } } });
+      await a.disks.trigger();
+      const uuid = JSON.parse(await readFile(path.join(dir, 'longhorn-disk.cfg'), 'utf8')).diskUUID as string;
+      await eventually(async () => (await diskUUIDOf(a.store, 'node-1')).uuid === uuid, 5000, 'disk reported with the manager disk UUID');
+      const bim = await createBim(a.store, 'node-1');
+      const podName = bim.metadata.name;
+      await eventually(async () => (await api.store.get(TestPodKind, podName, NS).catch(() => undefined)) !== undefined, 10_000, 'manager pod');
+      await setPodStatus(api, podName, { phase: 'Running', podIP: '127.0.0.1', containerStatuses: [{ name: 'backing-image-manager', ready: true }] });
+      const st = await eventually(async () => {
+        const b = await a.store.get(BackingImageManagerKind, podName, NS);
+        return b.status?.currentState === 'running' && b.status.apiVersion ? b : undefined;
+      }, 10_000, 'BIM running');
+      expect(st.status?.ip).toBe('127.0.0.1');
+      expect(st.status?.apiVersion).toBeGreaterThan(0);
+      expect(st.metadata.annotations?.['bis.longhorn.io/address']).toBe(`127.0.0.1:${mgr.grpcPort}`);
+      expect(st.metadata.annotations?.['bis.longhorn.io/sync-address']).toBe(`127.0.0.1:${mgr.syncPort}`);
+      // The pod stops being ready: the manager leaves running.
+      await setPodStatus(api, podName, { phase: 'Running', podIP: '127.0.0.1', containerStatuses: [{ name: 'backing-image-manager', ready: false }] });
+      await eventually(async () => (await a.store.get(BackingImageManagerKind, podName, NS)).status?.currentState !== 'running', 10_000, 'BIM leaves running');
+    } finally {
+      await probeStore.close();
+      await mgr.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
   }, 60_000);
 
   it('two instances each handle their own node; backing-image ownership moves when its node goes down', async () => {
