@@ -159,13 +159,15 @@ try {
     const fanS = (performance.now() - t) / 1000;
     const fanCpu = [a, b, ...fan].reduce((sum, x, i) => sum + cpuOf(x.child.pid) - fanCpu0[i], 0);
     const rss = [a, b, ...fan].map((x) => x.maxRssMB());
+    const fanRec = fan.map((x) => x.received[0] ?? {});
+    const fanStats = `fan-out receivers: open->close ${fanRec.map((r) => (r.receiveMs / 1000).toFixed(1)).join('/')} s, read back ${fanRec.reduce((n, r) => n + (r.readBack ?? 0), 0)} B, post-pass ${fanRec.reduce((n, r) => n + (r.postPass ?? 0), 0)} B`;
     const row = { cpS, cpCpu: cp.cpu, shaCpu: sum.cpu, syncCpuA: syncCpu.a, syncCpuB: syncCpu.b, fanCpu, shaS, transferS, readyS, syncS, receiveS: rec.receiveMs / 1000, tailS: rec.tailMs / 1000, fanS, maxRss: Math.max(...rss), allocB: stB.blocks * 512 / GiB, readBack: rec.readBack, postPass: rec.postPass };
     rows.push(row);
     console.log(
       `run ${run}: cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | transfer alone (no hash) ${transferS.toFixed(2)} s (${mbps(transferS)} MB/s) | ` +
         `Sync A->B ready ${readyS.toFixed(2)} s, + sync ${syncS.toFixed(2)} s (${mbps(syncS)} MB/s of data, ${(cpS / syncS).toFixed(2)}x cp) ` +
         `[receiver open->close ${row.receiveS.toFixed(2)} s, checksum final ${row.tailS.toFixed(2)} s after close, read back ${rec.readBack} B, post-pass ${rec.postPass} B] | ` +
-        `CPU s: cp ${cp.cpu.toFixed(2)}, sha512sum ${sum.cpu.toFixed(2)}, Sync sender ${syncCpu.a.toFixed(2)} + receiver ${syncCpu.b.toFixed(2)}, fan-out all daemons ${fanCpu.toFixed(2)} | B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,
+        `CPU s: cp ${cp.cpu.toFixed(2)}, sha512sum ${sum.cpu.toFixed(2)}, Sync sender ${syncCpu.a.toFixed(2)} + receiver ${syncCpu.b.toFixed(2)}, fan-out all daemons ${fanCpu.toFixed(2)} | B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy (${fanStats}) | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,
     );
     for (const x of [...fan, b]) await stop(x);
   }

@@ -36,9 +36,10 @@ interface Piece {
 /**
  * Computes the SHA-512 of a file that a receiver writes in ranges arriving out of order from parallel senders,
  * while it is being received: ranges are hashed in file order on a worker thread. Data ranges are hashed from the
- * slab they were written from (bounded window: when every slab is taken, the slab farthest ahead is reclaimed and its
- * range is read back from the file when its turn comes); holes are hashed from a shared zero buffer and never read.
- * A range that arrives twice (a retried request) drops the in-order hash: the file is then hashed in one post-pass.
+ * slab they were written from while the worker keeps up; receiving never waits for hashing: when every slab is taken,
+ * the slab of the retained range farthest ahead is reclaimed and that range is read back from the file (the page
+ * cache) when its turn comes. Holes are hashed from a shared zero buffer and never read. A range that arrives twice
+ * (a retried request) drops the in-order hash: the file is then hashed in one post-pass.
  */
 export class ReceivedFileHasher {
   readonly stats: ReceivedHashStats = { inOrderBytes: 0, holeBytes: 0, readBackBytes: 0, postPassBytes: 0 };
@@ -61,8 +62,9 @@ export class ReceivedFileHasher {
   /** Recorded (written) ranges, to detect a range that arrives twice. Kept as begin → end of merged runs. */
   readonly #recorded: Array<[number, number]> = [];
   #valid = true;
-  /** Slabs submitted to the worker and not hashed yet. */
-  #hashing = 0;
+  /** Bytes submitted to the worker and not hashed yet, and the most that may be. */
+  #queuedBytes = 0;
+  readonly #queueLimit: number;
   readonly #outstanding = new Set<Promise<void>>();
   #readingBack = false;
   #failure: Error | undefined;
@@ -75,6 +77,7 @@ export class ReceivedFileHasher {
     for (let i = 0; i < n; i++) this.#free.push(new Slab(new SharedArrayBuffer(this.#slabSize)));
     this.#zero = new SharedArrayBuffer(this.#slabSize);
     this.#readSlab = new Slab(new SharedArrayBuffer(this.#slabSize));
+    this.#queueLimit = 2 * this.#slabSize;
   }
 
   get slabSize(): number {
@@ -87,17 +90,15 @@ export class ReceivedFileHasher {
   }
 
   /**
-   * A free slab for bytes that go to `begin`. When none is free the request waits (the bounded window's
-   * back-pressure); a released slab goes to the waiter nearest the start of the file. Only when the worker has nothing
-   * to hash (every taken slab waits behind a range that has not arrived) and the request lies before a retained
-   * range, the slab of the retained range farthest ahead is reclaimed: that range is read back from the file later.
+   * A free slab for bytes that go to `begin`. When none is free, the slab of the retained range farthest ahead is
+   * reclaimed (that range is read back from the file when its turn comes), so receiving never waits for hashing;
+   * only when every slab is being filled or is queued at the worker, the request waits, and a released slab goes to
+   * the waiting request nearest the start of the file.
    */
   async acquire(begin: number): Promise<Slab> {
     if (this.#stopped) throw this.#stopped;
-    const s = this.#free.pop();
+    const s = this.#free.pop() ?? this.#reclaim();
     if (s) return s;
-    const reclaimed = this.#hashing === 0 ? this.#reclaim(begin) : undefined;
-    if (reclaimed) return reclaimed;
     return new Promise<Slab>((resolve, reject) => {
       this.#waitingForSlab.push({ begin, resolve, reject });
       this.#waitingForSlab.sort((x, y) => x.begin - y.begin);
@@ -109,21 +110,22 @@ export class ReceivedFileHasher {
     const w = this.#waitingForSlab.shift();
     if (w) w.resolve(s);
     else this.#free.push(s);
-    // the worker went idle behind a gap: a waiter before a retained range reclaims that range's slab
-    while (this.#hashing === 0 && this.#waitingForSlab.length > 0) {
-      const first = this.#waitingForSlab[0]!;
-      const slab = this.#reclaim(first.begin);
-      if (!slab) break;
-      this.#waitingForSlab.shift();
-      first.resolve(slab);
+  }
+
+  /** Hands retained slabs to waiting requests (a range was recorded while requests waited). */
+  #serveWaiters(): void {
+    while (this.#waitingForSlab.length > 0) {
+      const slab = this.#reclaim();
+      if (!slab) return;
+      this.#waitingForSlab.shift()!.resolve(slab);
     }
   }
 
-  /** Takes the slab of the retained range farthest ahead, if it lies after `begin`; it will be read back later. */
-  #reclaim(begin: number): Slab | undefined {
+  /** Takes the slab of the retained range farthest ahead; that range will be read back from the file. */
+  #reclaim(): Slab | undefined {
     let far = -1;
     for (const b of this.#retained) if (b > far) far = b;
-    if (far <= begin) return undefined;
+    if (far < 0) return undefined;
     const p = this.#pieces.get(far)!;
     const slab = p.slab!;
     p.slab = null;
@@ -176,6 +178,7 @@ export class ReceivedFileHasher {
     this.#pieces.set(begin, piece);
     if (piece.slab) this.#retained.add(begin);
     this.#pump();
+    this.#serveWaiters();
   }
 
   #invalidate(): void {
@@ -211,36 +214,46 @@ export class ReceivedFileHasher {
   }
 
   /**
-   * Submits, synchronously, every range that is next in file order, so that a range whose turn has come never waits
-   * in the window. A range that must be read back from the file is hashed asynchronously; the drain resumes after it.
+   * Submits, synchronously, the ranges that are next in file order while the worker's queue is short (at most
+   * `#queueLimit` bytes), so that the ranges behind stay reclaimable. A range that must be read back from the file is
+   * hashed asynchronously; every completion resumes the drain.
    */
   #pump(): void {
     if (this.#readingBack) return;
-    while (this.#valid && !this.#closed && !this.#failure) {
+    while (this.#valid && !this.#closed && !this.#failure && this.#queuedBytes < this.#queueLimit) {
       const begin = this.#next;
       const p = this.#pieces.get(begin);
       if (!p) break;
       this.#pieces.delete(begin);
       this.#retained.delete(begin);
-      this.#next = p.end;
       if (p.kind === 'hole') {
-        for (let off = begin; off < p.end; off += this.#slabSize) {
-          const n = Math.min(this.#slabSize, p.end - off);
-          this.#track(this.#worker.update(this.#zero, 0, n));
-        }
-        this.stats.holeBytes += p.end - begin;
+        // one slab's worth of zeros at a time; the rest of the hole stays queued under its new start
+        const n = Math.min(this.#slabSize, p.end - begin);
+        if (begin + n < p.end) this.#pieces.set(begin + n, p);
+        this.#next = begin + n;
+        this.#queuedBytes += n;
+        this.stats.holeBytes += n;
+        this.#track(
+          this.#worker.update(this.#zero, 0, n).finally(() => {
+            this.#queuedBytes -= n;
+            this.#pump();
+          }),
+        );
       } else if (p.slab) {
         const slab = p.slab;
         const n = p.end - begin;
-        this.#hashing++;
+        this.#next = p.end;
+        this.#queuedBytes += n;
+        this.stats.inOrderBytes += n;
         this.#track(
           this.#worker.update(slab.shared, 0, n).finally(() => {
-            this.#hashing--;
+            this.#queuedBytes -= n;
             this.release(slab);
+            this.#pump();
           }),
         );
-        this.stats.inOrderBytes += n;
       } else {
+        this.#next = p.end;
         this.#readingBack = true;
         this.#track(
           this.#readBack(begin, p.end).finally(() => {
