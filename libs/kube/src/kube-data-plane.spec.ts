@@ -190,7 +190,7 @@ describe('KubeDataPlane with the controllers against the API double', () => {
       // Point the node's disk at the manager's directory (the instance reports it on its next check).
       const node = await a.store.get(NodeKind, 'node-1', NS);
       const diskName = Object.keys(node.spec?.disks ?? {})[0]!;
-      await a.store.update(NodeKind, { ...node, spec: { ...node.spec!, disks: { [diskName]: { ...node.spec!.disks[diskName]!, path: dir } } } });
+      await a.store.update(NodeKind, { ...node, spec: { ...node.spec!, disks: { [diskName]: { ...node.spec!.disks![diskName]!, path: dir } } } });
       await a.disks.trigger();
       const uuid = JSON.parse(await readFile(path.join(dir, 'longhorn-disk.cfg'), 'utf8')).diskUUID as string;
       await eventually(async () => (await diskUUIDOf(a.store, 'node-1')).uuid === uuid, 5000, 'disk reported with the manager disk UUID');
