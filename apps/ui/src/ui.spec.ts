@@ -162,8 +162,12 @@ describe('web UI in headless Chromium against controller-manager standalone', ()
     await row('debian-bad-sum').locator('input[type=checkbox]').check();
     await page.click('#delete-selected');
     await page.click('#confirm-delete');
-    await eventually(async () => expect(await row('ubuntu-minimal').count()).toBe(0), 60_000);
-    await eventually(async () => expect(await row('debian-bad-sum').count()).toBe(0), 60_000);
+    for (const name of ['ubuntu-minimal', 'debian-bad-sum']) {
+      await eventually(async () => expect(await row(name).count()).toBe(0), 60_000).catch(async (err: Error) => {
+        const api = await (await fetch(`${sys.url}/v1/backingimages/${name}`)).text();
+        throw new Error(`${name} was not deleted: row "${await row(name).textContent()}", API ${api}\n${err.message}`);
+      });
+    }
 
     await page.goto(`${sys.url}/#/backups`);
     await bk.locator('button.restore').click();
