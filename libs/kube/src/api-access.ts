@@ -11,6 +11,8 @@ export interface ApiResourceUse {
   readonly verbs: readonly ApiVerb[];
   /** Who makes these calls (documentation and RBAC comments). */
   readonly usedBy: string;
+  /** `cluster` for cluster-scoped resources (granted by the chart's ClusterRole); default `namespace` (its Role). */
+  readonly scope?: 'namespace' | 'cluster';
 }
 
 const LONGHORN_GROUP = LONGHORN_API_VERSION.split('/')[0];
@@ -35,6 +37,8 @@ export const API_RESOURCE_USES: readonly ApiResourceUse[] = [
   ]),
   { group: '', version: 'v1', resource: 'pods', verbs: ['get', 'list', 'watch', 'create', 'delete'], usedBy: 'KubePodRuntime' },
   { group: '', version: 'v1', resource: 'pods/log', verbs: ['get'], usedBy: 'KubePodRuntime' },
+  { group: '', version: 'v1', resource: 'pods', verbs: ['list', 'watch'], usedBy: 'NodeHealthMonitor' },
+  { group: '', version: 'v1', resource: 'nodes', verbs: ['get', 'list', 'watch'], usedBy: 'NodeHealthMonitor', scope: 'cluster' },
 ];
 
 /** Thrown when code tries a call that is not declared in `API_RESOURCE_USES` (a programming error, caught by tests). */
@@ -72,7 +76,8 @@ const VERB_ORDER: readonly ApiVerb[] = ['get', 'list', 'watch', 'create', 'updat
  * RBAC rules granting exactly the table: resources with the same group and verb set are merged into one rule.
  * Stable order (group, then first resource) so the generated chart file is reproducible.
  */
-export function rbacRules(uses: readonly ApiResourceUse[] = API_RESOURCE_USES): PolicyRule[] {
+export function rbacRules(uses: readonly ApiResourceUse[] = API_RESOURCE_USES, scope: 'namespace' | 'cluster' = 'namespace'): PolicyRule[] {
+  uses = uses.filter((u) => (u.scope ?? 'namespace') === scope);
   const byKey = new Map<string, { group: string; verbs: ApiVerb[]; resources: Set<string> }>();
   const verbsOf = new Map<string, Set<ApiVerb>>();
   for (const u of uses) {

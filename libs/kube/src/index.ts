@@ -8,3 +8,4 @@ export * from './chart/render-chart.js';
 export * from './chart/rbac-template.js';
 export * from './kube-data-plane.js';
 export * from './node-disks.js';
+export * from './node-health.js';

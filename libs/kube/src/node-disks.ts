@@ -210,7 +210,9 @@ export class NodeDiskReporter {
       const status: NonNullable<Node['status']> = {
         ...prev,
         diskStatus,
-        conditions: [condition('Ready', true, '', '', prev.conditions, now), condition('Schedulable', true, '', '', prev.conditions, now)],
+        // The node's Ready condition belongs to the NodeHealthMonitor once set (Kubernetes Node and manager pod
+        // health); a new record starts Ready.
+        conditions: [prev.conditions?.find((c) => c.type === 'Ready') ?? condition('Ready', true, '', '', prev.conditions, now), condition('Schedulable', true, '', '', prev.conditions, now)],
       };
       if (JSON.stringify(status) === JSON.stringify(prev)) return;
       try {

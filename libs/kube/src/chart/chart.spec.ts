@@ -7,7 +7,7 @@ import { renderCrdManifests } from '@bis/crd-types';
 import { rbacRules } from '../api-access.js';
 import { ChartTemplates, TemplateError } from './go-template.js';
 import { renderChart } from './render-chart.js';
-import { RBAC_TEMPLATE_FILE, renderRoleTemplate } from './rbac-template.js';
+import { CLUSTER_RBAC_TEMPLATE_FILE, RBAC_TEMPLATE_FILE, renderClusterRoleTemplate, renderRoleTemplate } from './rbac-template.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
 const chartDir = path.join(repoRoot, 'charts/backing-image-system');
@@ -62,6 +62,8 @@ describe('chart charts/backing-image-system', () => {
   it('renders valid YAML with the default values', async () => {
     const all = await docs({});
     expect(all.map((d) => `${d.kind}/${d.metadata.name}`).sort()).toEqual([
+      'ClusterRole/backing-image-system',
+      'ClusterRoleBinding/backing-image-system',
       'ConfigMap/backing-image-system-default-setting',
       'DaemonSet/backing-image-system-manager',
       'PriorityClass/backing-image-system-critical',
@@ -122,5 +124,14 @@ describe('chart charts/backing-image-system', () => {
     const role = find(await docs({}), 'Role') as Doc & { rules: unknown };
     expect(role.rules).toEqual(rbacRules());
     expect(role.metadata.namespace).toBe('longhorn-system');
+    // Cluster-scoped calls (Kubernetes nodes, read by the node-health monitor) go to the ClusterRole.
+    expect(await fsp.readFile(path.join(chartDir, CLUSTER_RBAC_TEMPLATE_FILE), 'utf8')).toBe(renderClusterRoleTemplate());
+    const all = await docs({});
+    const cr = find(all, 'ClusterRole') as Doc & { rules: unknown };
+    expect(cr.rules).toEqual(rbacRules(undefined, 'cluster'));
+    expect(cr.rules).toEqual([{ apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] }]);
+    const crb = find(all, 'ClusterRoleBinding') as Doc & { roleRef: { name: string }; subjects: { name: string; namespace: string }[] };
+    expect(crb.roleRef.name).toBe('backing-image-system');
+    expect(crb.subjects).toEqual([{ kind: 'ServiceAccount', name: 'backing-image-system-service-account', namespace: 'longhorn-system' }]);
   });
 });

@@ -21,6 +21,13 @@ export interface TestPod extends KubeObject {
 }
 export const TestPodKind = defineKind<TestPod>({ apiVersion: 'v1', kind: 'Pod', plural: 'pods', namespaced: true });
 
+/** Core `v1` Node (cluster scope) as the API double stores it (tests play the node lifecycle controller). */
+export interface TestKubeNode extends KubeObject {
+  spec?: Record<string, unknown>;
+  status?: { conditions?: { type: string; status: string; reason?: string; message?: string }[] };
+}
+export const TestKubeNodeKind = defineKind<TestKubeNode>({ apiVersion: 'v1', kind: 'Node', plural: 'nodes', namespaced: false });
+
 /** Every kind the controllers and the pod runtime use, for `KubeApiDouble.start({ kinds })`. */
 export const CONTROLLER_KINDS: readonly ResourceKind[] = [
   BackingImageKind,
@@ -32,4 +39,5 @@ export const CONTROLLER_KINDS: readonly ResourceKind[] = [
   ReplicaKind,
   SettingKind,
   TestPodKind,
+  TestKubeNodeKind,
 ] as ResourceKind[];
