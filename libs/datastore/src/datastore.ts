@@ -1,5 +1,10 @@
 import type { DeleteOptions, KubeObject, ListOptions, ListResult, ResourceKind, Stored, WatchEvent, WatchOptions } from './types.js';
 
+export interface CreateOptions {
+  /** Keep the given `status` even when the kind has a status subresource. Default false (Kubernetes drops it). */
+  keepStatus?: boolean;
+}
+
 /**
  * A store of Kubernetes-style objects with Kubernetes semantics. Implementations: the embedded store
  * (`EmbeddedDatastore`, this lib) and a Kubernetes API server implementation. Every method rejects with a
@@ -10,8 +15,13 @@ export interface Datastore {
   list<T extends KubeObject>(kind: ResourceKind<T>, opts?: ListOptions): Promise<ListResult<T>>;
   /** Events after `opts.resourceVersion` in order; rejects (on first `next()`) with GoneError when that version is no longer kept. */
   watch<T extends KubeObject>(kind: ResourceKind<T>, opts?: WatchOptions): AsyncIterable<WatchEvent<T>>;
-  /** AlreadyExists if the name is taken. Sets uid, resourceVersion, generation=1, creationTimestamp. */
-  create<T extends KubeObject>(kind: ResourceKind<T>, obj: T): Promise<Stored<T>>;
+  /**
+   * AlreadyExists if the name is taken. Sets uid, resourceVersion, generation=1, creationTimestamp.
+   * With a status subresource the given `status` is dropped (like Kubernetes) unless `opts.keepStatus` is true:
+   * then the object is created with its status in one step (a Kubernetes API server needs create + updateStatus,
+   * so there the status appears one resourceVersion later).
+   */
+  create<T extends KubeObject>(kind: ResourceKind<T>, obj: T, opts?: CreateOptions): Promise<Stored<T>>;
   /**
    * Replaces the object. Conflict when `metadata.resourceVersion` is set and stale (empty = unconditional).
    * With a status subresource the `status` in `obj` is ignored. Any change outside metadata/status bumps generation.

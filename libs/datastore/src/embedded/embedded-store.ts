@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import type { Datastore } from '../datastore.js';
+import type { CreateOptions, Datastore } from '../datastore.js';
 import { AlreadyExistsError, ConflictError, GoneError, InvalidError, NotFoundError, StatusError } from '../errors.js';
 import { compileSelector, isValidLabelKey, isValidLabelValue, LabelSelectorError, type CompiledSelector } from '../label-selector.js';
 import {
@@ -17,7 +17,7 @@ import {
   type WatchEvent,
   type WatchOptions,
 } from '../types.js';
-import { LogAppender, fsyncDir, readLog, writeCompactedLog, type EventRecord, type LogRecord } from './log-file.js';
+import { LOG_NAME, LogAppender, fsyncDir, readLog, writeCompactedLog, writeLogTemp, type EventRecord, type LogBatchInfo, type LogRecord } from './log-file.js';
 
 export interface EmbeddedDatastoreOptions {
   /** Directory holding `store.log` (created if missing). */
@@ -28,14 +28,46 @@ export interface EmbeddedDatastoreOptions {
   compactAfterEvents?: number;
   /** Clock for creation/deletion timestamps (tests). */
   now?: () => Date;
+  /**
+   * Called for every commit batch after its records are written to the log and before its fdatasync. A slow
+   * hook holds the batch like a slow disk; a throw fails the batch exactly like an I/O error (fault injection).
+   */
+  beforeLogSync?: (batch: LogBatchInfo) => void | Promise<void>;
+}
+
+/** Counters of the commit pipeline since the store was opened. */
+export interface CommitStats {
+  /** Batches made durable (one fdatasync each). */
+  batches: number;
+  /** Changes in those batches. */
+  events: number;
+  /** Batches that failed (every change in them was rejected and rolled back). */
+  failedBatches: number;
 }
 
 type AnyStored = Stored<KubeObject>;
+
+/** Changes staged together: one log write, one fdatasync, one acknowledgement. */
+interface CommitBatch {
+  events: EventRecord[];
+  /** Resolves when the batch is durable and applied; rejects when it failed. */
+  done: Promise<void>;
+  resolve(): void;
+  reject(err: Error): void;
+}
+
+/** A staged (not yet durable) state of one object: `object` undefined = deleted. */
+interface PendingObject {
+  object: AnyStored | undefined;
+  rv: number;
+  batch: CommitBatch;
+}
 
 const NAME_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
 const kindKeyOf = (kind: ResourceKind): string => `${groupOf(kind.apiVersion)}/${kind.kind}`;
 const objKey = (k: string, namespace: string | undefined, name: string): string => `${k}|${namespace ?? ''}|${name}`;
+const kindOfKey = (key: string): string => key.slice(0, key.indexOf('|'));
 const clone = <T>(v: T): T => structuredClone(v);
 const k8sTime = (d: Date): string => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 
@@ -59,25 +91,57 @@ function bodyOf(o: KubeObject, withStatus: boolean): Record<string, unknown> {
   return withStatus ? { ...rest, status } : rest;
 }
 
+function newBatch(): CommitBatch {
+  let resolve!: () => void;
+  let reject!: (err: Error) => void;
+  const done = new Promise<void>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  // Every writer attaches its own handler; this one keeps a batch nobody waits for from being "unhandled".
+  done.catch(() => undefined);
+  return { events: [], done, resolve, reject };
+}
+
 /**
- * The embedded datastore: all objects in memory, every change appended to an fsync'ed JSON-lines log under
+ * The embedded datastore: all objects in memory, every change appended to an fdatasync'ed JSON-lines log under
  * `dataDir` (see `log-file.ts`). One process owns a data directory at a time (`LOCK` file with its pid).
- * Changes are serialised; each gets the next resourceVersion (a decimal counter that survives restarts).
+ *
+ * Writes (group commit): a write is validated against the latest *staged* state (committed changes plus those
+ * waiting for their sync), gets the next resourceVersion and joins the open batch. One batch at a time is
+ * written and fdatasync'ed; writes arriving meanwhile form the next batch, so concurrent writers share one
+ * fdatasync. A write is acknowledged only when its batch is durable; only then is it applied to the committed
+ * state that get/list/watch read, so readers never see an unacknowledged change and never wait for a sync.
+ * resourceVersion order = log order = watch event order. A failed batch is cut off the log again; it and every
+ * write staged behind it (they were validated against it) are rejected, and the staged state is dropped.
  * The garbage collector for ownerReferences / Foreground / Orphan propagation runs inside the store after changes.
  */
 export class EmbeddedDatastore implements Datastore {
+  /** Committed (durable) state: what reads and watches see. */
   private readonly objects = new Map<string, AnyStored>();
   private readonly uids = new Map<string, string>();
   private readonly history: EventRecord[] = [];
+  /** Staged state on top of `objects` / `uids`: what writes are validated against. */
+  private readonly pendingObjects = new Map<string, PendingObject>();
+  private readonly pendingUids = new Map<string, { key: string | undefined; rv: number }>();
+  /** Last durable resourceVersion. */
   private rv = 0;
+  /** Last resourceVersion handed out (durable or staged). */
+  private stagedRv = 0;
+  private openBatch: CommitBatch | undefined;
+  private flushing: Promise<void> | undefined;
+  /** Set when the log could not be restored after a failed batch: the store refuses writes from then on. */
+  private failure: Error | undefined;
   private eventsSinceCompaction = 0;
-  private chain: Promise<unknown> = Promise.resolve();
   private waiters = new Set<() => void>();
+  private closing: Promise<void> | undefined;
   private closed = false;
   private gcScheduled = false;
+  private readonly stats: CommitStats = { batches: 0, events: 0, failedBatches: 0 };
   private readonly historyLimit: number;
   private readonly compactAfter: number;
   private readonly now: () => Date;
+  private readonly beforeLogSync: EmbeddedDatastoreOptions['beforeLogSync'];
 
   private constructor(
     private readonly dir: string,
@@ -87,6 +151,7 @@ export class EmbeddedDatastore implements Datastore {
     this.historyLimit = Math.max(1, opts.historyLimit ?? 1000);
     this.compactAfter = Math.max(1, opts.compactAfterEvents ?? 5000);
     this.now = opts.now ?? (() => new Date());
+    this.beforeLogSync = opts.beforeLogSync;
   }
 
   static async open(opts: EmbeddedDatastoreOptions): Promise<EmbeddedDatastore> {
@@ -112,6 +177,11 @@ export class EmbeddedDatastore implements Datastore {
     return String(this.rv);
   }
 
+  /** Commit pipeline counters (batches = fdatasyncs of change batches). */
+  get commitStats(): CommitStats {
+    return { ...this.stats };
+  }
+
   private load(records: LogRecord[]): void {
     for (const r of records) {
       switch (r.op) {
@@ -134,18 +204,10 @@ export class EmbeddedDatastore implements Datastore {
       }
     }
     this.trimHistory();
+    this.stagedRv = this.rv;
   }
 
-  // ---------------------------------------------------------------- serialisation and commit
-
-  private serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.chain.then(() => {
-      if (this.closed) throw new Error('datastore is closed');
-      return fn();
-    });
-    this.chain = run.catch(() => undefined);
-    return run;
-  }
+  // ---------------------------------------------------------------- staging and group commit
 
   private applyEvent(ev: EventRecord): void {
     const o = ev.object as AnyStored;
@@ -166,33 +228,191 @@ export class EmbeddedDatastore implements Datastore {
     if (extra > 0) this.history.splice(0, extra);
   }
 
-  /** Durably appends one change, then applies it and wakes watchers. */
-  private async commit(k: string, type: EventRecord['type'], object: AnyStored, prevLabels?: Record<string, string>): Promise<AnyStored> {
-    const rv = this.rv + 1;
-    object.metadata.resourceVersion = String(rv);
-    const ev: EventRecord = { rv, k, type, object, ...(prevLabels ? { pl: prevLabels } : {}) };
-    await this.appender.append([{ op: 'ev', ...ev }]);
-    this.applyEvent(ev);
-    this.trimHistory();
-    this.eventsSinceCompaction++;
-    const waiters = this.waiters;
-    this.waiters = new Set();
-    for (const w of waiters) w();
-    if (this.eventsSinceCompaction >= this.compactAfter) await this.compact();
-    return clone(object);
+  /** The object as writes see it: staged state first, then committed. */
+  private view(key: string): AnyStored | undefined {
+    const p = this.pendingObjects.get(key);
+    return p ? p.object : this.objects.get(key);
   }
 
+  private viewHasUid(uid: string): boolean {
+    const p = this.pendingUids.get(uid);
+    return p ? p.key !== undefined : this.uids.has(uid);
+  }
+
+  private *viewEntries(): Generator<[string, AnyStored]> {
+    for (const [key, o] of this.objects) if (!this.pendingObjects.has(key)) yield [key, o];
+    for (const [key, p] of this.pendingObjects) if (p.object) yield [key, p.object];
+  }
+
+  /** `cur` as a write result: when it is still staged, resolves once its batch is durable. */
+  private settled(key: string, cur: AnyStored): Promise<AnyStored> {
+    const result = clone(cur);
+    const p = this.pendingObjects.get(key);
+    return p ? p.batch.done.then(() => result) : Promise.resolve(result);
+  }
+
+  private assertWritable(): void {
+    if (this.closing) throw new Error('datastore is closed');
+    if (this.failure) throw this.failure;
+  }
+
+  /**
+   * Runs a write: `fn` validates against the staged state and stages synchronously, then waits for durability.
+   * A rejection caused by a staged change of the same object (Conflict, AlreadyExists, NotFound …) is delivered
+   * after that change's batch settles, so a client that re-reads and retries sees the state it conflicted with
+   * (reads show committed state only) instead of spinning against a change that is not yet visible.
+   */
+  private write<T extends KubeObject>(key: string | undefined, fn: () => Promise<AnyStored>): Promise<Stored<T>> {
+    try {
+      this.assertWritable();
+      return fn() as Promise<Stored<T>>;
+    } catch (err) {
+      const p = key === undefined ? undefined : this.pendingObjects.get(key);
+      if (p) {
+        const fail = (): never => {
+          throw err;
+        };
+        return p.batch.done.then(fail, fail);
+      }
+      return Promise.reject(err);
+    }
+  }
+
+  /**
+   * Stages one change: gives it the next resourceVersion, adds it to the open batch and to the staged state.
+   * Resolves with the stored object once the batch is durable and applied.
+   */
+  private stage(k: string, type: EventRecord['type'], object: AnyStored, prevLabels?: Record<string, string>): Promise<AnyStored> {
+    const rv = ++this.stagedRv;
+    object.metadata.resourceVersion = String(rv);
+    const ev: EventRecord = { rv, k, type, object, ...(prevLabels ? { pl: prevLabels } : {}) };
+    const batch = (this.openBatch ??= newBatch());
+    batch.events.push(ev);
+    const key = objKey(k, object.metadata.namespace, object.metadata.name);
+    const deleted = type === 'DELETED';
+    this.pendingObjects.set(key, { object: deleted ? undefined : object, rv, batch });
+    this.pendingUids.set(object.metadata.uid, { key: deleted ? undefined : key, rv });
+    this.scheduleFlush();
+    const result = clone(object);
+    return batch.done.then(() => result);
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushing) return;
+    this.flushing = new Promise<void>((resolve) => {
+      // Let writers issued in the same turn join the first batch.
+      setImmediate(() => {
+        void this.flushLoop().finally(() => {
+          this.flushing = undefined;
+          resolve();
+          if (this.openBatch) this.scheduleFlush();
+        });
+      });
+    });
+  }
+
+  /** Writes and syncs batches one at a time until nothing is staged. */
+  private async flushLoop(): Promise<void> {
+    while (this.openBatch) {
+      const batch = this.openBatch;
+      this.openBatch = undefined;
+      if (this.failure) {
+        this.dropStaged();
+        batch.reject(this.failure);
+        continue;
+      }
+      try {
+        await this.appender.append(
+          batch.events.map((ev) => ({ op: 'ev', ...ev })),
+          this.beforeLogSync,
+        );
+      } catch (err) {
+        await this.abandon(batch, err);
+        continue;
+      }
+      for (const ev of batch.events) this.applyEvent(ev);
+      const last = batch.events[batch.events.length - 1].rv;
+      for (const [key, p] of this.pendingObjects) if (p.rv <= last) this.pendingObjects.delete(key);
+      for (const [uid, p] of this.pendingUids) if (p.rv <= last) this.pendingUids.delete(uid);
+      this.trimHistory();
+      this.eventsSinceCompaction += batch.events.length;
+      this.stats.batches++;
+      this.stats.events += batch.events.length;
+      const waiters = this.waiters;
+      this.waiters = new Set();
+      for (const w of waiters) w();
+      batch.resolve();
+      if (this.eventsSinceCompaction >= this.compactAfter) await this.compactQuietly();
+    }
+  }
+
+  private dropStaged(): void {
+    this.pendingObjects.clear();
+    this.pendingUids.clear();
+    this.stagedRv = this.rv;
+  }
+
+  /**
+   * A batch failed: cut it off the log, drop the staged state (the batch and everything staged behind it, which
+   * was validated against it) and reject all of those writes. If the log cannot be cut back, the store refuses
+   * further writes (reads keep working); reopening it recovers from the log.
+   */
+  private async abandon(batch: CommitBatch, err: unknown): Promise<void> {
+    const behind = this.openBatch;
+    this.openBatch = undefined;
+    this.dropStaged();
+    this.stats.failedBatches++;
+    const why = err instanceof Error ? err.message : String(err);
+    try {
+      await this.appender.rollback();
+    } catch (rollbackErr) {
+      this.failure = internalError(
+        `datastore log ${path.join(this.dir, LOG_NAME)} could not be cut back after a failed write (${why}; then ${rollbackErr instanceof Error ? rollbackErr.message : String(rollbackErr)}); writes are refused until the store is reopened`,
+        rollbackErr,
+      );
+    }
+    batch.reject(internalError(`datastore log write failed, the change was not applied: ${why}`, err));
+    behind?.reject(internalError(`datastore log write failed for an earlier change this one was validated against, the change was not applied: ${why}`, err));
+    // Changes staged during the rollback were validated against the committed state: they stay in `openBatch`.
+  }
+
+  private async compactQuietly(): Promise<void> {
+    try {
+      await this.compact();
+    } catch (err) {
+      if (this.failure) return;
+      // The old log is intact and still appended to; try again after another round of events.
+      this.eventsSinceCompaction = 0;
+    }
+  }
+
+  /** Rewrites the log from the committed state. Called only between batches (no append in flight). */
   private async compact(): Promise<void> {
     const records: LogRecord[] = [{ op: 'header', format: 1, rv: this.rv }];
     for (const h of this.history) records.push({ op: 'hist', ...h });
-    for (const [key, o] of this.objects) records.push({ op: 'obj', k: key.slice(0, key.indexOf('|')), object: o });
-    await this.appender.close();
-    await writeCompactedLog(this.dir, records);
-    this.appender = await LogAppender.open(this.dir);
+    for (const [key, o] of this.objects) records.push({ op: 'obj', k: kindOfKey(key), object: o });
+    const tmp = await writeLogTemp(this.dir, records);
+    try {
+      await fsp.rename(tmp, path.join(this.dir, LOG_NAME));
+    } catch (err) {
+      await fsp.rm(tmp, { force: true });
+      throw err;
+    }
+    // From here on the old file is unlinked: appends must go to the new one.
+    try {
+      const next = await LogAppender.open(this.dir);
+      const old = this.appender;
+      this.appender = next;
+      await old.close();
+      await fsyncDir(this.dir);
+    } catch (err) {
+      this.failure = internalError(`datastore log compaction of ${this.dir} failed after the rename (${err instanceof Error ? err.message : String(err)}); writes are refused until the store is reopened`, err);
+      throw err;
+    }
     this.eventsSinceCompaction = 0;
   }
 
-  // ---------------------------------------------------------------- reads
+  // ---------------------------------------------------------------- reads (committed state only, never wait for a sync)
 
   async get<T extends KubeObject>(kind: ResourceKind<T>, name: string, namespace?: string): Promise<Stored<T>> {
     const o = this.objects.get(objKey(kindKeyOf(kind), kind.namespaced ? namespace : undefined, name));
@@ -298,10 +518,10 @@ export class EmbeddedDatastore implements Datastore {
     });
   }
 
-  // ---------------------------------------------------------------- writes
+  // ---------------------------------------------------------------- writes (validated and staged synchronously)
 
-  create<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
-    return this.serial(async () => {
+  create<T extends KubeObject>(kind: ResourceKind<T>, input: T, opts: CreateOptions = {}): Promise<Stored<T>> {
+    return this.write(this.inputKey(kind, input), () => {
       const obj = clone(input) as KubeObject;
       obj.apiVersion = obj.apiVersion || kind.apiVersion;
       obj.kind = obj.kind || kind.kind;
@@ -312,22 +532,23 @@ export class EmbeddedDatastore implements Datastore {
       if (causes.length) throw new InvalidError(kind, m.name ?? '', causes);
       if (!kind.namespaced) delete m.namespace;
       const k = kindKeyOf(kind);
-      if (this.objects.has(objKey(k, m.namespace, m.name))) throw new AlreadyExistsError(kind, m.name);
+      if (this.view(objKey(k, m.namespace, m.name))) throw new AlreadyExistsError(kind, m.name);
       delete m.generateName;
       delete m.deletionTimestamp;
+      delete m.resourceVersion;
       m.uid = randomUUID();
       m.generation = 1;
       m.creationTimestamp = k8sTime(this.now());
-      if (kind.statusSubresource) delete obj.status;
-      const stored = await this.commit(k, 'ADDED', obj as AnyStored);
+      if (kind.statusSubresource && !opts.keepStatus) delete obj.status;
+      const stored = this.stage(k, 'ADDED', obj as AnyStored);
       // A dependent created after its owner was deleted must be collected.
       if (m.ownerReferences?.length) this.scheduleGc();
-      return stored as Stored<T>;
+      return stored;
     });
   }
 
   update<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
-    return this.serial(async () => {
+    return this.write(this.inputKey(kind, input), () => {
       const { key, cur } = this.forWrite(kind, input);
       const obj = clone(input) as KubeObject;
       const causes = validateCommon(kind, obj);
@@ -356,28 +577,27 @@ export class EmbeddedDatastore implements Datastore {
       }
       const bodyChanged = canonical(bodyOf(cur, !kind.statusSubresource)) !== canonical(bodyOf(next, !kind.statusSubresource));
       if (bodyChanged) next.metadata.generation = cur.metadata.generation + 1;
-      if (!bodyChanged && canonical(next.metadata) === canonical(cur.metadata)) return clone(cur) as Stored<T>;
-      const result = await this.writeOrFinish(key, next, cur);
-      return result as Stored<T>;
+      if (!bodyChanged && canonical(next.metadata) === canonical(cur.metadata)) return this.settled(key, cur);
+      return this.writeOrFinish(key, next, cur);
     });
   }
 
   updateStatus<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
-    return this.serial(async () => {
+    return this.write(this.inputKey(kind, input), () => {
       const { key, cur } = this.forWrite(kind, input);
       const next = clone(cur);
       if (input.status === undefined) delete next.status;
       else next.status = clone(input.status);
-      if (canonical(next.status) === canonical(cur.status)) return clone(cur) as Stored<T>;
-      return (await this.commit(key.slice(0, key.indexOf('|')), 'MODIFIED', next, cur.metadata.labels ?? {})) as Stored<T>;
+      if (canonical(next.status) === canonical(cur.status)) return this.settled(key, cur);
+      return this.stage(kindOfKey(key), 'MODIFIED', next, cur.metadata.labels ?? {});
     });
   }
 
   delete<T extends KubeObject>(kind: ResourceKind<T>, name: string, namespace?: string, opts: DeleteOptions = {}): Promise<Stored<T>> {
-    return this.serial(async () => {
-      const k = kindKeyOf(kind);
-      const key = objKey(k, kind.namespaced ? namespace : undefined, name);
-      const cur = this.objects.get(key);
+    const k = kindKeyOf(kind);
+    const key = objKey(k, kind.namespaced ? namespace : undefined, name);
+    return this.write(key, () => {
+      const cur = this.view(key);
       if (!cur) throw new NotFoundError(kind, name);
       const pre = opts.preconditions;
       if (pre?.uid && pre.uid !== cur.metadata.uid) {
@@ -386,29 +606,38 @@ export class EmbeddedDatastore implements Datastore {
       if (pre?.resourceVersion && pre.resourceVersion !== cur.metadata.resourceVersion) {
         throw new ConflictError(kind, name, `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${cur.metadata.resourceVersion}`);
       }
-      const result = await this.deleteByKey(key, opts.propagationPolicy ?? 'Background');
+      const result = this.deleteByKey(key, opts.propagationPolicy ?? 'Background');
       this.scheduleGc();
-      return result as Stored<T>;
+      return result;
     });
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
-    await this.chain;
-    this.closed = true;
-    for (const w of this.waiters) w();
-    this.waiters.clear();
-    await this.appender.close();
-    await fsp.rm(path.join(this.dir, 'LOCK'), { force: true });
+  /** Waits for every staged change to be durable, ends every watch and releases the directory. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      while (this.flushing) await this.flushing;
+      this.closed = true;
+      for (const w of this.waiters) w();
+      this.waiters.clear();
+      await this.appender.close();
+      await fsp.rm(path.join(this.dir, 'LOCK'), { force: true });
+    })();
+    return this.closing;
   }
 
-  // ---------------------------------------------------------------- internals
+  // ---------------------------------------------------------------- internals (all synchronous against the staged state)
+
+  private inputKey(kind: ResourceKind, input: KubeObject | undefined): string | undefined {
+    const m = input?.metadata;
+    if (!m?.name) return undefined;
+    return objKey(kindKeyOf(kind), kind.namespaced ? m.namespace : undefined, m.name);
+  }
 
   private forWrite(kind: ResourceKind, input: KubeObject): { key: string; cur: AnyStored } {
     const name = input?.metadata?.name;
     if (!name) throw new InvalidError(kind, '', [{ field: 'metadata.name', message: 'Required value: name is required' }]);
     const key = objKey(kindKeyOf(kind), kind.namespaced ? input.metadata.namespace : undefined, name);
-    const cur = this.objects.get(key);
+    const cur = this.view(key);
     if (!cur) throw new NotFoundError(kind, name);
     if (input.metadata.uid && input.metadata.uid !== cur.metadata.uid) {
       throw new ConflictError(kind, name, `Precondition failed: UID in precondition: ${input.metadata.uid}, UID in object meta: ${cur.metadata.uid}`);
@@ -417,91 +646,92 @@ export class EmbeddedDatastore implements Datastore {
     return { key, cur };
   }
 
-  /** Commits a MODIFIED state, or removes the object when it is being deleted and has no finalizers left. */
-  private async writeOrFinish(key: string, next: AnyStored, cur: AnyStored): Promise<AnyStored> {
-    const k = key.slice(0, key.indexOf('|'));
+  /** Stages a MODIFIED state, or removes the object when it is being deleted and has no finalizers left. */
+  private writeOrFinish(key: string, next: AnyStored, cur: AnyStored): Promise<AnyStored> {
+    const k = kindOfKey(key);
     if (next.metadata.deletionTimestamp && (next.metadata.finalizers ?? []).length === 0) {
-      const r = await this.commit(k, 'DELETED', next);
+      const r = this.stage(k, 'DELETED', next);
       this.scheduleGc();
       return r;
     }
-    const r = await this.commit(k, 'MODIFIED', next, cur.metadata.labels ?? {});
+    const r = this.stage(k, 'MODIFIED', next, cur.metadata.labels ?? {});
     if (next.metadata.deletionTimestamp || canonical(next.metadata.ownerReferences) !== canonical(cur.metadata.ownerReferences)) this.scheduleGc();
     return r;
   }
 
-  private async deleteByKey(key: string, policy: 'Foreground' | 'Background' | 'Orphan'): Promise<AnyStored> {
-    const cur = this.objects.get(key) as AnyStored;
-    if (cur.metadata.deletionTimestamp) return clone(cur);
+  private deleteByKey(key: string, policy: 'Foreground' | 'Background' | 'Orphan'): Promise<AnyStored> {
+    const cur = this.view(key) as AnyStored;
+    if (cur.metadata.deletionTimestamp) return this.settled(key, cur);
     const finalizers = [...(cur.metadata.finalizers ?? [])];
     if (policy === 'Foreground' && !finalizers.includes(FOREGROUND_FINALIZER)) finalizers.push(FOREGROUND_FINALIZER);
     if (policy === 'Orphan' && !finalizers.includes(ORPHAN_FINALIZER)) finalizers.push(ORPHAN_FINALIZER);
-    const k = key.slice(0, key.indexOf('|'));
-    if (finalizers.length === 0) return this.commit(k, 'DELETED', clone(cur));
+    const k = kindOfKey(key);
+    if (finalizers.length === 0) return this.stage(k, 'DELETED', clone(cur));
     const next = clone(cur);
     next.metadata.finalizers = finalizers;
     next.metadata.deletionTimestamp = k8sTime(this.now());
-    return this.commit(k, 'MODIFIED', next, cur.metadata.labels ?? {});
+    return this.stage(k, 'MODIFIED', next, cur.metadata.labels ?? {});
   }
 
   private dependentsOf(uid: string): string[] {
     const out: string[] = [];
-    for (const [key, o] of this.objects) if (o.metadata.ownerReferences?.some((r) => r.uid === uid)) out.push(key);
+    for (const [key, o] of this.viewEntries()) if (o.metadata.ownerReferences?.some((r) => r.uid === uid)) out.push(key);
     return out;
   }
 
   private scheduleGc(): void {
-    if (this.gcScheduled || this.closed) return;
+    if (this.gcScheduled || this.closing) return;
     this.gcScheduled = true;
-    void this.serial(async () => {
+    setImmediate(() => {
       this.gcScheduled = false;
-      await this.collectGarbage();
-    }).catch(() => {
-      // A failed GC pass (e.g. disk error) is retried after the next change.
+      if (this.closing || this.failure) return;
+      // A failed batch rolls the collector's changes back too; they are staged again after the next change.
+      this.collectGarbage();
     });
   }
 
-  /** One garbage-collection pass; repeats until nothing changes. */
-  private async collectGarbage(): Promise<void> {
+  /** Stages one garbage-collection pass; repeats until nothing changes. */
+  private collectGarbage(): void {
+    const ignore = (p: Promise<unknown>): void => void p.catch(() => undefined);
     for (let round = 0; round < 1000; round++) {
       let changed = false;
-      for (const key of [...this.objects.keys()]) {
-        const o = this.objects.get(key);
+      for (const key of [...this.viewEntries()].map(([key]) => key)) {
+        const o = this.view(key);
         if (!o) continue;
         const fin = o.metadata.finalizers ?? [];
         if (o.metadata.deletionTimestamp && fin.includes(ORPHAN_FINALIZER)) {
           for (const dk of this.dependentsOf(o.metadata.uid)) {
-            const d = this.objects.get(dk) as AnyStored;
+            const d = this.view(dk) as AnyStored;
             const next = clone(d);
             next.metadata.ownerReferences = (d.metadata.ownerReferences ?? []).filter((r) => r.uid !== o.metadata.uid);
             cleanMeta(next);
-            await this.commit(dk.slice(0, dk.indexOf('|')), 'MODIFIED', next, d.metadata.labels ?? {});
+            ignore(this.stage(kindOfKey(dk), 'MODIFIED', next, d.metadata.labels ?? {}));
           }
-          await this.removeFinalizer(key, ORPHAN_FINALIZER);
+          this.removeFinalizer(key, ORPHAN_FINALIZER);
           changed = true;
           continue;
         }
         if (o.metadata.deletionTimestamp && fin.includes(FOREGROUND_FINALIZER)) {
           const deps = this.dependentsOf(o.metadata.uid);
           for (const dk of deps) {
-            const d = this.objects.get(dk) as AnyStored;
+            const d = this.view(dk) as AnyStored;
             if (!d.metadata.deletionTimestamp) {
-              await this.deleteByKey(dk, this.dependentsOf(d.metadata.uid).length > 0 ? 'Foreground' : 'Background');
+              ignore(this.deleteByKey(dk, this.dependentsOf(d.metadata.uid).length > 0 ? 'Foreground' : 'Background'));
               changed = true;
             }
           }
           const blocking = this.dependentsOf(o.metadata.uid).filter((dk) =>
-            (this.objects.get(dk) as AnyStored).metadata.ownerReferences?.some((r) => r.uid === o.metadata.uid && r.blockOwnerDeletion),
+            (this.view(dk) as AnyStored).metadata.ownerReferences?.some((r) => r.uid === o.metadata.uid && r.blockOwnerDeletion),
           );
           if (blocking.length === 0) {
-            await this.removeFinalizer(key, FOREGROUND_FINALIZER);
+            this.removeFinalizer(key, FOREGROUND_FINALIZER);
             changed = true;
           }
           continue;
         }
         const refs = o.metadata.ownerReferences ?? [];
-        if (refs.length > 0 && !o.metadata.deletionTimestamp && refs.every((r) => !this.uids.has(r.uid))) {
-          await this.deleteByKey(key, 'Background');
+        if (refs.length > 0 && !o.metadata.deletionTimestamp && refs.every((r) => !this.viewHasUid(r.uid))) {
+          ignore(this.deleteByKey(key, 'Background'));
           changed = true;
         }
       }
@@ -509,14 +739,20 @@ export class EmbeddedDatastore implements Datastore {
     }
   }
 
-  private async removeFinalizer(key: string, finalizer: string): Promise<void> {
-    const cur = this.objects.get(key);
+  private removeFinalizer(key: string, finalizer: string): void {
+    const cur = this.view(key);
     if (!cur) return;
     const next = clone(cur);
     next.metadata.finalizers = (cur.metadata.finalizers ?? []).filter((f) => f !== finalizer);
     cleanMeta(next);
-    await this.writeOrFinish(key, next, cur);
+    void this.writeOrFinish(key, next, cur).catch(() => undefined);
   }
+}
+
+function internalError(message: string, cause: unknown): StatusError {
+  const err = new StatusError('InternalError', 500, message);
+  Object.defineProperty(err, 'cause', { value: cause, enumerable: false, configurable: true, writable: true });
+  return err;
 }
 
 function stripOp<T extends { op: string }>(r: T): Omit<T, 'op'> {

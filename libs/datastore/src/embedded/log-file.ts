@@ -10,7 +10,9 @@ import type { KubeObject, WatchEventType } from '../types.js';
  *   {"op":"obj","k":kindKey,"object":{...}}    every live object as of the header's rv
  *   {"op":"ev", ...EventRecord}                each committed change after that, in resourceVersion order
  *
- * A change is acknowledged only after its line is written and fdatasync'ed. Compaction writes a new file
+ * A change is acknowledged only after its line is written and fdatasync'ed. Changes staged while a sync is in
+ * flight are appended together as one batch (one write, one fdatasync: group commit); a batch that fails is cut
+ * off again (truncate to the last durable length + fdatasync), so the file never keeps an unacknowledged change. Compaction writes a new file
  * (`store.log.tmp`), fsyncs it, renames it over `store.log` and fsyncs the directory, so a crash leaves
  * either the old or the new file. A torn last line (crash during an append, never acknowledged) is cut off
  * when the store opens; a damaged line anywhere else stops the open with an error naming the line.
@@ -94,8 +96,8 @@ export async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-/** Atomically replaces the log with `records` (temp file + fsync + rename + dir fsync). */
-export async function writeCompactedLog(dir: string, records: LogRecord[]): Promise<void> {
+/** Writes `records` to `store.log.tmp` and fsyncs it (the first half of a compaction). Returns the temp path. */
+export async function writeLogTemp(dir: string, records: LogRecord[]): Promise<string> {
   const tmp = path.join(dir, LOG_NAME + '.tmp');
   const fh = await fsp.open(tmp, 'w', 0o600);
   try {
@@ -113,21 +115,70 @@ export async function writeCompactedLog(dir: string, records: LogRecord[]): Prom
     }
     if (chunk.length) await fh.write(chunk.join(''));
     await fh.sync();
-  } finally {
-    await fh.close();
+  } catch (err) {
+    await fh.close().catch(() => undefined);
+    await fsp.rm(tmp, { force: true });
+    throw err;
   }
+  await fh.close();
+  return tmp;
+}
+
+/** Atomically replaces the log with `records` (temp file + fsync + rename + dir fsync). */
+export async function writeCompactedLog(dir: string, records: LogRecord[]): Promise<void> {
+  const tmp = await writeLogTemp(dir, records);
   await fsp.rename(tmp, path.join(dir, LOG_NAME));
   await fsyncDir(dir);
 }
 
-/** Appends records and fdatasyncs before resolving. */
+/** What a batch hook is told about the batch being committed. */
+export interface LogBatchInfo {
+  /** Change records in the batch. */
+  events: number;
+  /** Bytes appended. */
+  bytes: number;
+}
+
+/**
+ * Appends batches of records: one write, one fdatasync per batch. It remembers the length of the log up to the
+ * last durable batch, so a failed batch can be cut off again (`rollback`).
+ */
 export class LogAppender {
-  private constructor(private readonly fh: fsp.FileHandle) {}
+  private constructor(
+    private readonly fh: fsp.FileHandle,
+    private durableSize: number,
+  ) {}
   static async open(dir: string): Promise<LogAppender> {
-    return new LogAppender(await fsp.open(path.join(dir, LOG_NAME), 'a', 0o600));
+    const fh = await fsp.open(path.join(dir, LOG_NAME), 'a', 0o600);
+    try {
+      return new LogAppender(fh, (await fh.stat()).size);
+    } catch (err) {
+      await fh.close();
+      throw err;
+    }
   }
-  async append(records: LogRecord[]): Promise<void> {
-    await this.fh.write(records.map((r) => JSON.stringify(r) + '\n').join(''));
+  /** Bytes of the log that are durable. */
+  get size(): number {
+    return this.durableSize;
+  }
+  /**
+   * Writes the records, calls `beforeSync` (if given), fdatasyncs; resolves once the batch is durable. On a
+   * rejection the file may hold part of the batch: call `rollback()` before appending again.
+   */
+  async append(records: LogRecord[], beforeSync?: (info: LogBatchInfo) => void | Promise<void>): Promise<void> {
+    const buf = Buffer.from(records.map((r) => JSON.stringify(r) + '\n').join(''), 'utf8');
+    for (let off = 0; off < buf.length; ) {
+      const { bytesWritten } = await this.fh.write(buf, off, buf.length - off);
+      if (bytesWritten <= 0) throw new Error(`short write to ${LOG_NAME}`);
+      off += bytesWritten;
+    }
+    if (beforeSync) await beforeSync({ events: records.length, bytes: buf.length });
+    await this.fh.datasync();
+    this.durableSize += buf.length;
+  }
+  /** Cuts the log back to its durable length (drops a failed batch) and syncs that. */
+  async rollback(): Promise<void> {
+    await this.fh.truncate(this.durableSize);
     await this.fh.datasync();
   }
   async close(): Promise<void> {
