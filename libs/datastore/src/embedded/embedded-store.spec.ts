@@ -2,7 +2,8 @@ import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { runDatastoreContract, WidgetKind, type Widget } from '../testing/index.js';
+import { isConflict, isNotFound, StatusError } from '../errors.js';
+import { runDatastoreContract, takeEvents, WidgetKind, type Widget } from '../testing/index.js';
 import { EmbeddedDatastore } from './embedded-store.js';
 import { LOG_NAME } from './log-file.js';
 
@@ -86,5 +87,224 @@ describe('EmbeddedDatastore on disk', () => {
     await s.close();
     const again = await EmbeddedDatastore.open({ dataDir: dir });
     await again.close();
+  });
+});
+
+/** A gate a test opens by hand: `wait()` resolves once `open()` was called. */
+function gate(): { wait: () => Promise<void>; open: () => void } {
+  let open!: () => void;
+  const p = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  return { wait: () => p, open };
+}
+
+async function logEventRvs(dir: string): Promise<number[]> {
+  const lines = (await fsp.readFile(path.join(dir, LOG_NAME), 'utf8')).split('\n').filter(Boolean);
+  return lines.map((l) => JSON.parse(l) as { op: string; rv?: number }).filter((r) => r.op === 'ev').map((r) => r.rv as number);
+}
+
+describe('EmbeddedDatastore group commit', () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'bis-ds-gc-'));
+  });
+  afterEach(async () => {
+    await fsp.rm(dir, { recursive: true, force: true });
+  });
+
+  it('concurrent writers share fdatasyncs; every acknowledged write is durable across a reopen', async () => {
+    const batchSizes: number[] = [];
+    const s = await EmbeddedDatastore.open({ dataDir: dir, beforeLogSync: (b) => void batchSizes.push(b.events) });
+    // 200 creates issued in one turn: one batch, one fdatasync.
+    const created = await Promise.all(Array.from({ length: 200 }, (_, i) => s.create(WidgetKind, w(`w-${i}`, i))));
+    expect(batchSizes).toEqual([200]);
+    expect(created.map((c) => Number(c.metadata.resourceVersion)).sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
+    // 64 writers, each 5 sequential read-modify-writes of its own objects: writes arriving during a sync share the next.
+    const acked = new Map<string, number>();
+    await Promise.all(
+      Array.from({ length: 64 }, async (_, wr) => {
+        for (let j = 0; j < 5; j++) {
+          const name = `w-${wr * 3 + (j % 3)}`;
+          const cur = await s.get(WidgetKind, name, 'ns');
+          const u = await s.updateStatus(WidgetKind, { ...cur, status: { phase: `p${j}`, count: wr } });
+          acked.set(name, Number(u.metadata.resourceVersion));
+        }
+      }),
+    );
+    const stats = s.commitStats;
+    expect(stats.events).toBe(200 + 64 * 5);
+    expect(stats.batches).toBe(batchSizes.length);
+    expect(stats.batches).toBeLessThan(64 * 5);
+    expect(Math.max(...batchSizes.slice(1))).toBeGreaterThan(1);
+    const rvBefore = s.resourceVersion;
+    expect(rvBefore).toBe(String(200 + 64 * 5));
+    const snapshot = (await s.list(WidgetKind)).items;
+    await s.close();
+
+    const s2 = await EmbeddedDatastore.open({ dataDir: dir });
+    expect(s2.resourceVersion).toBe(rvBefore);
+    expect((await s2.list(WidgetKind)).items).toEqual(snapshot);
+    for (const [name, rv] of acked) {
+      const got = await s2.get(WidgetKind, name, 'ns');
+      expect(Number(got.metadata.resourceVersion)).toBeGreaterThanOrEqual(rv);
+      expect(got.status).toBeDefined();
+    }
+    await s2.close();
+  });
+
+  it('watch order = resourceVersion order = log order, and every acknowledged version is delivered once', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir });
+    const { resourceVersion } = await s.list(WidgetKind, { namespace: 'ns' });
+    const total = 32 * 4;
+    const events = takeEvents((signal) => s.watch(WidgetKind, { namespace: 'ns', resourceVersion, signal }), total, 10000);
+    const ackedRvs: number[] = [];
+    await Promise.all(
+      Array.from({ length: 32 }, async (_, wr) => {
+        let cur = await s.create(WidgetKind, w(`o-${wr}`, 0));
+        ackedRvs.push(Number(cur.metadata.resourceVersion));
+        for (let j = 1; j < 4; j++) {
+          cur = await s.update(WidgetKind, { ...cur, spec: { size: j } });
+          ackedRvs.push(Number(cur.metadata.resourceVersion));
+        }
+      }),
+    );
+    const got = await events;
+    expect(got).toHaveLength(total);
+    const rvs = got.map((e) => Number(e.object.metadata.resourceVersion));
+    for (let i = 1; i < rvs.length; i++) expect(rvs[i]).toBe(rvs[i - 1] + 1);
+    expect([...rvs].sort((a, b) => a - b)).toEqual([...ackedRvs].sort((a, b) => a - b));
+    expect(await logEventRvs(dir)).toEqual(rvs);
+    // Per object the watch sees its changes in the order they were made.
+    for (let wr = 0; wr < 32; wr++) {
+      const mine = got.filter((e) => e.object.metadata.name === `o-${wr}`);
+      expect(mine.map((e) => `${e.type}:${e.object.spec.size}`)).toEqual(['ADDED:0', 'MODIFIED:1', 'MODIFIED:2', 'MODIFIED:3']);
+    }
+    await s.close();
+  });
+
+  it('reads and watches do not wait behind a sync and never show a change before it is durable', async () => {
+    const hold = { current: undefined as ReturnType<typeof gate> | undefined, entered: gate() };
+    const s = await EmbeddedDatastore.open({
+      dataDir: dir,
+      beforeLogSync: async () => {
+        const g = hold.current;
+        if (g) {
+          hold.entered.open();
+          await g.wait();
+        }
+      },
+    });
+    const a = await s.create(WidgetKind, w('a', 1));
+    hold.current = gate();
+    const watched = takeEvents((signal) => s.watch(WidgetKind, { namespace: 'ns', resourceVersion: a.metadata.resourceVersion, signal }), 1, 5000);
+    let acknowledged = false;
+    const pending = s.update(WidgetKind, { ...a, spec: { size: 2 } }).then((r) => {
+      acknowledged = true;
+      return r;
+    });
+    await hold.entered.wait(); // the batch is written and its sync is being held
+    // A second update from the same version conflicts with the staged one; the rejection waits for that batch.
+    let conflictSettled = false;
+    const loser = s.update(WidgetKind, { ...a, spec: { size: 3 } }).catch((err: unknown) => {
+      conflictSettled = true;
+      return err;
+    });
+    const t0 = Date.now();
+    expect((await s.get(WidgetKind, 'a', 'ns')).spec.size).toBe(1);
+    expect((await s.list(WidgetKind, { namespace: 'ns' })).items.map((i) => i.spec.size)).toEqual([1]);
+    expect(s.resourceVersion).toBe(a.metadata.resourceVersion);
+    expect(Date.now() - t0).toBeLessThan(1000);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(acknowledged).toBe(false);
+    expect(conflictSettled).toBe(false);
+    hold.current.open();
+    hold.current = undefined;
+    const u = await pending;
+    expect(u.spec.size).toBe(2);
+    expect(isConflict(await loser)).toBe(true);
+    // After the Conflict a re-read sees the state it conflicted with.
+    expect((await s.get(WidgetKind, 'a', 'ns')).metadata.resourceVersion).toBe(u.metadata.resourceVersion);
+    expect((await watched).map((e) => `${e.type}:${e.object.spec.size}`)).toEqual(['MODIFIED:2']);
+    await s.close();
+  });
+
+  it('a failed batch rejects all its writes and those staged behind it, leaves memory and log as before, and the store goes on', async () => {
+    let failNext: ReturnType<typeof gate> | undefined;
+    const entered = gate();
+    const s = await EmbeddedDatastore.open({
+      dataDir: dir,
+      beforeLogSync: async () => {
+        const g = failNext;
+        if (!g) return;
+        failNext = undefined;
+        entered.open();
+        await g.wait();
+        throw new Error('injected EIO');
+      },
+    });
+    const a = await s.create(WidgetKind, w('a', 1));
+    const rvBefore = s.resourceVersion;
+    const logBefore = await fsp.readFile(path.join(dir, LOG_NAME), 'utf8');
+    const watched = takeEvents((signal) => s.watch(WidgetKind, { namespace: 'ns', resourceVersion: rvBefore, signal }), 1, 5000);
+
+    const g = gate();
+    failNext = g;
+    // Batch 1 (fails): an update of a and a create of b.
+    const r1 = Promise.allSettled([s.update(WidgetKind, { ...a, spec: { size: 2 } }), s.create(WidgetKind, w('b'))]);
+    await entered.wait();
+    // Staged behind the failing batch (validated against it): c, and an update of a from the staged version.
+    const r2 = Promise.allSettled([s.create(WidgetKind, w('c')), s.update(WidgetKind, { ...a, metadata: { ...a.metadata, resourceVersion: String(Number(rvBefore) + 1) }, spec: { size: 5 } })]);
+    g.open();
+    for (const r of [...(await r1), ...(await r2)]) {
+      expect(r.status).toBe('rejected');
+      const reason = (r as PromiseRejectedResult).reason as StatusError;
+      expect(reason).toBeInstanceOf(StatusError);
+      expect(reason.code).toBe(500);
+      expect(reason.message).toMatch(/injected EIO/);
+    }
+    expect(s.commitStats.failedBatches).toBe(1);
+    // Memory and log are as before the failed batch.
+    expect(s.resourceVersion).toBe(rvBefore);
+    expect(await s.get(WidgetKind, 'a', 'ns')).toEqual(a);
+    expect(isNotFound(await s.get(WidgetKind, 'b', 'ns').catch((e: unknown) => e))).toBe(true);
+    expect(isNotFound(await s.get(WidgetKind, 'c', 'ns').catch((e: unknown) => e))).toBe(true);
+    expect(await fsp.readFile(path.join(dir, LOG_NAME), 'utf8')).toBe(logBefore);
+
+    // The store goes on: the next write takes the next version; the watch never saw the failed changes.
+    const b = await s.create(WidgetKind, w('b', 7));
+    expect(b.metadata.resourceVersion).toBe(String(Number(rvBefore) + 1));
+    expect((await watched).map((e) => `${e.type}:${e.object.metadata.name}:${e.object.spec.size}`)).toEqual(['ADDED:b:7']);
+    const names = (await s.list(WidgetKind)).items.map((i) => i.metadata.name);
+    await s.close();
+
+    const s2 = await EmbeddedDatastore.open({ dataDir: dir });
+    expect((await s2.list(WidgetKind)).items.map((i) => i.metadata.name)).toEqual(names);
+    expect((await s2.get(WidgetKind, 'a', 'ns')).spec.size).toBe(1);
+    expect(s2.resourceVersion).toBe(b.metadata.resourceVersion);
+    await s2.close();
+  });
+
+  it('creates with status in one step with keepStatus, and the status survives a reopen', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir });
+    const n = await s.create(WidgetKind, { ...w('node-1'), status: { phase: 'ready' } }, { keepStatus: true });
+    expect(n.metadata.resourceVersion).toBe('1');
+    expect(n.status).toEqual({ phase: 'ready' });
+    await s.close();
+    const s2 = await EmbeddedDatastore.open({ dataDir: dir });
+    expect(await s2.get(WidgetKind, 'node-1', 'ns')).toEqual(n);
+    await s2.close();
+  });
+
+  it('refuses writes after close but waits for staged ones to become durable', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir });
+    const writes = Array.from({ length: 20 }, (_, i) => s.create(WidgetKind, w(`x-${i}`)));
+    const closed = s.close();
+    await expect(s.create(WidgetKind, w('late'))).rejects.toThrow(/closed/);
+    expect(await Promise.all(writes)).toHaveLength(20);
+    await closed;
+    const s2 = await EmbeddedDatastore.open({ dataDir: dir });
+    expect((await s2.list(WidgetKind)).items).toHaveLength(20);
+    await s2.close();
   });
 });

@@ -104,6 +104,16 @@ export function runDatastoreContract(name: string, factory: (opts: ContractFacto
         expect(w.status).toBeUndefined();
       });
 
+      it('keeps the given status on create with { keepStatus: true }', async () => {
+        const w = await ds.create(WidgetKind, { ...widget('a', 2), status: { phase: 'ready', count: 3 } }, { keepStatus: true });
+        expect(w.status).toEqual({ phase: 'ready', count: 3 });
+        expect(w.spec.size).toBe(2);
+        expect(w.metadata.generation).toBe(1);
+        expect(await ds.get(WidgetKind, 'a', NS)).toEqual(w);
+        const plain = await ds.create(WidgetKind, { ...widget('b'), status: { phase: 'dropped' } }, { keepStatus: false });
+        expect(plain.status).toBeUndefined();
+      });
+
       it('generates a name from generateName', async () => {
         const w = await ds.create(WidgetKind, { ...widget(''), metadata: { name: '', generateName: 'gen-', namespace: NS } });
         expect(w.metadata.name).toMatch(/^gen-[a-z0-9]{5}$/);
