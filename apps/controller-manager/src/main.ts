@@ -11,7 +11,7 @@ const argv = process.argv.slice(2);
     const onSignal = (sig: string) => {
       if (stopping) return;
       stopping = true;
-      io.out(`received ${sig}: stopping the API, the controllers and every data-plane process`);
+      io.out(`received ${sig}: stopping the API, the controllers and ${argv[0] === 'daemon' ? 'the watches (the manager and data-source pods keep running)' : 'every data-plane process'}`);
       result.stop().then(
         () => {
           io.out('stopped');
