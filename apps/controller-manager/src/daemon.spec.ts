@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { BackingImageManagerKind, NodeKind, backingImageManagerName } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { eventually } from '@bis/datastore/testing';
-import { CONTROLLER_KINDS, KubeApiDouble, TestPodKind } from '@bis/kube/testing';
+import { CONTROLLER_KINDS, KubeApiDouble, TestKubeNodeKind, TestPodKind } from '@bis/kube/testing';
 import { runDaemonCli } from './daemon.js';
 
 const APP = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -28,6 +28,23 @@ describe('controller-manager daemon: usage', () => {
     expect(text).toContain('invalid --log-format "xml"');
   });
 });
+
+/**
+ * What the kubelet and the DaemonSet provide on a real cluster: a ready Kubernetes Node and a running, ready
+ * controller-manager pod on it (the daemon's node-health monitor marks a Longhorn node down without them).
+ */
+async function healthyKubernetesNode(api: KubeApiDouble, node: string): Promise<void> {
+  const kn = await api.store.create(TestKubeNodeKind, { apiVersion: 'v1', kind: 'Node', metadata: { name: node } });
+  await api.store.updateStatus(TestKubeNodeKind, { ...kn, status: { conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: '' }] } });
+  const name = `backing-image-system-manager-${node}`;
+  const pod = await api.store.create(TestPodKind, {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: NS, labels: { app: 'backing-image-system-manager' } },
+    spec: { nodeName: node, containers: [{ name: 'backing-image-system-manager', image: 'cm', command: ['controller-manager'] }] },
+  });
+  await api.store.updateStatus(TestPodKind, { ...pod, status: { phase: 'Running', podIP: '10.0.0.1', containerStatuses: [{ name: 'backing-image-system-manager', ready: true }] } });
+}
 
 describe('controller-manager daemon as a process against the API double', () => {
   let api: KubeApiDouble;
@@ -53,6 +70,8 @@ describe('controller-manager daemon as a process against the API double', () => 
   it("takes this node's objects only, reports its disk, creates a manager pod and answers REST", async () => {
     // Another node with a manager of its own: the daemon of node-1 must leave both alone.
     const store = api.store;
+    await healthyKubernetesNode(api, 'node-1');
+    await healthyKubernetesNode(api, 'node-2');
     const n2 = await store.create(NodeKind, {
       apiVersion: LONGHORN_API_VERSION,
       kind: 'Node',
@@ -131,6 +150,13 @@ describe('controller-manager daemon as a process against the API double', () => 
     const n2Now = await store.get(NodeKind, 'node-2', NS);
     expect(n2Now.metadata.resourceVersion).toBe(n2Saved.metadata.resourceVersion); // node-2's record is never written
     expect(n2Now.status?.diskStatus?.['d2']?.diskUUID).toBe('uuid-of-node-2');
+
+    // The node-health monitor runs: node-2's Kubernetes node goes away, so its Longhorn node is marked down.
+    await store.delete(TestKubeNodeKind, 'node-2');
+    await eventually(async () => {
+      const c = (await store.get(NodeKind, 'node-2', NS)).status?.conditions?.find((x) => x.type === 'Ready');
+      return c?.status === 'False' && c.reason === 'KubernetesNodeGone' ? c : undefined;
+    }, 15_000, 'node-2 marked KubernetesNodeGone');
 
     child.kill('SIGTERM');
     const code = await new Promise<number | null>((r) => child!.once('exit', (c) => r(c)));

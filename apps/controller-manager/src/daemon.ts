@@ -4,7 +4,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { parse as parseYaml } from 'yaml';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ControllerManager, EventRecorder, SettingName, SettingsReader, type Logger } from '@bis/controllers';
-import { KubeDataPlane, KubeDatastore, NodeDiskReporter, podSettingsFromStore } from '@bis/kube';
+import { DEFAULT_MANAGER_POD_SELECTOR, KubeDataPlane, KubeDatastore, NodeDiskReporter, NodeHealthMonitor, podSettingsFromStore } from '@bis/kube';
 import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources } from '@bis/api-resources';
 import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
 import type { CliIo } from './cli.js';
@@ -12,9 +12,11 @@ import type { CliIo } from './cli.js';
 export const DAEMON_USAGE = `usage: controller-manager daemon --datastore kubernetes --namespace <ns> --node-id <node>
        --backing-image-manager-image <image> [--listen 0.0.0.0:9500] [--service-account <sa>]
        [--default-settings <file>] [--default-data-path <dir>] [--log-format plain|json] [--kubeconfig <file>] [--disk-check-interval <seconds>]
+       [--manager-pod-selector <label selector>]
 
 Runs the controllers of one node in Kubernetes mode (the chart's DaemonSet): objects in the Kubernetes API, manager
-and data-source pods, this node's disks reported, the REST API on --listen. Without --kubeconfig the in-cluster
+and data-source pods, this node's disks reported, every Longhorn node marked down or up from its Kubernetes node and
+manager pod (--manager-pod-selector, default ${DEFAULT_MANAGER_POD_SELECTOR}), the REST API on --listen. Without --kubeconfig the in-cluster
 service account (or $KUBECONFIG) is used.`;
 
 export interface DaemonHandle {
@@ -23,6 +25,7 @@ export interface DaemonHandle {
   store: KubeDatastore;
   dataPlane: KubeDataPlane;
   disks: NodeDiskReporter;
+  health: NodeHealthMonitor;
   stop(): Promise<void>;
 }
 
@@ -78,6 +81,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         'log-format': { type: 'string', default: 'plain' },
         kubeconfig: { type: 'string' },
         'disk-check-interval': { type: 'string', default: '30' },
+        'manager-pod-selector': { type: 'string', default: DEFAULT_MANAGER_POD_SELECTOR },
       },
       strict: true,
     }));
@@ -116,11 +120,13 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   });
   const settings = new SettingsService({ store, namespace });
   const disks = new NodeDiskReporter({ store, namespace, nodeID, defaultDataPath: values['default-data-path'] ?? defaults['default-data-path'] ?? '/var/lib/longhorn/', intervalMs: interval * 1000, log });
+  const health = new NodeHealthMonitor({ kubeConfig, store, namespace, managerPodSelector: values['manager-pod-selector'], log });
   const events = new EventRecorder(5000, (l) => log.info(l));
   const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events });
   let app: FastifyInstance | undefined;
   const cleanup = async () => {
     await app?.close().catch(() => undefined);
+    await health.stop().catch(() => undefined);
     await controllers.stop().catch(() => undefined);
     await disks.stop().catch(() => undefined);
     dataPlane.close();
@@ -140,6 +146,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     await settings.ensureDefaults();
     await settings.set(SettingName.DefaultBackingImageManagerImage, image, { system: true });
     await disks.start();
+    await health.start();
     await controllers.start();
 
     const registry = new ApiRegistry().addResource(settingsResource(settings));
@@ -159,7 +166,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     const url = `http://${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${port}`;
     io.out(`backing-image system (kubernetes, node ${nodeID}, namespace ${namespace}) is running; REST API ${url}/v1`);
     let stopped: Promise<void> | undefined;
-    return { url, controllers, store, dataPlane, disks, stop: () => (stopped ??= cleanup()) };
+    return { url, controllers, store, dataPlane, disks, health, stop: () => (stopped ??= cleanup()) };
   } catch (err) {
     await cleanup();
     throw err;
