@@ -300,8 +300,8 @@ export class EmbeddedDatastore implements Datastore {
   private scheduleFlush(): void {
     if (this.flushing) return;
     this.flushing = new Promise<void>((resolve) => {
-      // Let writers issued in the same turn join the first batch.
-      setImmediate(() => {
+      // Writers issued in the same synchronous run join the first batch; later ones queue while its sync runs.
+      queueMicrotask(() => {
         void this.flushLoop().finally(() => {
           this.flushing = undefined;
           resolve();
