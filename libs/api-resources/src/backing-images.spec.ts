@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { BackingImageKind, BackupBackingImageKind, ReplicaKind, replicaLabels } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
-import { cleanupRefusal, countCopies, CLEANUP_NOT_ENOUGH_FILES, CLEANUP_NOT_ENOUGH_HANDLING, CLEANUP_NOT_ENOUGH_READY } from './cleanup.js';
+import { cleanupRefusal, countCopies, CLEANUP_NOT_ENOUGH_FILES, CLEANUP_NOT_ENOUGH_HANDLING, CLEANUP_NOT_ENOUGH_READY } from '@bis/controllers';
 import { goTimeString } from './errors.js';
 import { call, NS, putBackupTarget, putDataSource, setDiskStates, SHA, startHarness, type Harness } from './test-support/harness.js';
 

@@ -1,6 +1,5 @@
 export * from './deps.js';
 export * from './errors.js';
-export * from './cleanup.js';
 export * from './backing-images.js';
 export * from './backing-image-resources.js';
 export * from './upload-proxy.js';

@@ -1,27 +1,44 @@
 /**
  * The business logic of the backing-image REST actions (Longhorn's manager/ package plus the admission webhooks'
- * defaults and checks), as functions a REST handler calls. Errors carry Longhorn's messages.
+ * defaults and checks, from `@bis/crd-types`), as functions a REST handler calls. The REST resources of
+ * `@bis/api-resources` are thin callers of this class. Errors carry Longhorn's messages.
  */
 import { createHash } from 'node:crypto';
-import { isAlreadyExists, isNotFound, NotFoundError, type Datastore, type Stored } from '@bis/datastore';
-import { LONGHORN_API_VERSION } from '@bis/crd-types';
-import type { DataPlane } from './data-plane.js';
+import { isAlreadyExists, isConflict, isNotFound, NotFoundError, type Datastore, type Stored } from '@bis/datastore';
+import {
+  applyBackingImageCreateDefaults,
+  applyBackupBackingImageCreateDefaults,
+  backupBackingImageName,
+  backupTargetNameForBackupUrl,
+  BackingImageDataSourceType,
+  DataSourceParameter,
+  LabelKey,
+  LONGHORN_API_VERSION,
+  validateBackingImageCreate,
+  validateBackingImageUpdate,
+  validateBackupBackingImageCreate,
+  type BackingImage as BackingImageCrd,
+  type BackupBackingImage as BackupBackingImageCrd,
+  type DownloadUrlPolicy,
+  type ValidationIssue,
+} from '@bis/crd-types';
+import type { ManagerApi } from './data-plane.js';
 import {
   BackingImageDataSourceKind,
   BackingImageKind,
   BackingImageManagerKind,
   BackupBackingImageKind,
   BackupTargetKind,
+  ReplicaKind,
   type BackingImage,
   type BackupBackingImage,
 } from './kinds.js';
-import { Annotation, backupBackingImageName, Component, FINALIZER, Label, MANAGED_BY } from './names.js';
-import { replicasOf } from './common.js';
-import { cleanupHaVerdict } from './rules.js';
-import { SettingName, type SettingsReader } from './settings.js';
+import { Annotation, Label } from './names.js';
+import { cleanupRefusal, countCopies } from './rules.js';
+import { SettingName } from './settings.js';
 import type { ControllerContext } from './base-controller.js';
 
-/** A request the caller got wrong (a REST handler answers it like Longhorn: 500 with the message, or 404 for NotFound). */
+/** A request the caller got wrong or that is refused (a REST handler answers it like Longhorn: 500 with the message). */
 export class ActionError extends Error {
   constructor(message: string) {
     super(message);
@@ -29,22 +46,54 @@ export class ActionError extends Error {
   }
 }
 
-export interface CreateBackingImageInput {
-  name: string;
-  sourceType: string;
-  parameters?: Record<string, string> | null;
-  expectedChecksum?: string;
-  minNumberOfCopies?: number;
-  nodeSelector?: string[] | null;
-  diskSelector?: string[] | null;
-  secret?: string;
-  secretNamespace?: string;
-  dataEngine?: string;
+/** Longhorn's webhook names: rejections carry them like the Kubernetes API server renders a webhook denial. */
+export const VALIDATOR = 'validator.longhorn.io';
+export const MUTATOR = 'mutator.longhorn.io';
+
+/** `admission webhook "<webhook>" denied the request: <message>`. */
+export function admissionDenied(webhook: string, message: string): ActionError {
+  return new ActionError(`admission webhook "${webhook}" denied the request: ${message}`);
+}
+/** The issues as one message. */
+export function issuesMessage(issues: readonly ValidationIssue[]): string {
+  return issues.map((i) => i.message).join('; ');
+}
+function denyIfIssues(issues: readonly ValidationIssue[], webhook = VALIDATOR): void {
+  if (issues.length > 0) throw admissionDenied(webhook, issuesMessage(issues));
 }
 
-const SOURCE_TYPES = ['download', 'upload', 'export-from-volume', 'restore', 'clone'];
-const NAME_RE = /^[a-z0-9][a-z0-9_.-]+$/;
-const K8S_NAME_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** Retries `fn` on a write conflict (someone else updated the object in between). */
+export async function retryOnConflict<T>(fn: () => Promise<T>, attempts = 5): Promise<T> {
+  for (let i = 0; ; i++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (i + 1 >= attempts || !isConflict(err)) throw err;
+    }
+  }
+}
+
+/** The fields of `POST /v1/backingimages` (Longhorn's `api.BackingImage` as decoded from a request: any JSON). */
+export interface CreateBackingImageInput {
+  name?: unknown;
+  sourceType?: unknown;
+  parameters?: unknown;
+  expectedChecksum?: unknown;
+  minNumberOfCopies?: unknown;
+  nodeSelector?: unknown;
+  diskSelector?: unknown;
+  secret?: unknown;
+  secretNamespace?: unknown;
+  dataEngine?: unknown;
+}
+
+const str = (v: unknown): string => (typeof v === 'string' ? v : '');
+const strArray = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
+const strMap = (v: unknown): Record<string, string> => {
+  const out: Record<string, string> = {};
+  if (v && typeof v === 'object' && !Array.isArray(v)) for (const [k, x] of Object.entries(v)) out[k] = typeof x === 'string' ? x : String(x);
+  return out;
+};
 
 /** The mutator's name rule: lowercase, and longer than 40 characters → first 31 + `-` + 8 hex of its SHA-512. */
 export function normalizeBackingImageName(name: string): string {
@@ -54,216 +103,231 @@ export function normalizeBackingImageName(name: string): string {
   return `${lower.slice(0, 31)}-${hash}`;
 }
 
-function isLoopbackHost(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
-  return h === 'localhost' || h.endsWith('.localhost') || h === '::1' || /^127\./.test(h) || h === '0.0.0.0';
+/** The settings the actions read (satisfied by `SettingsReader`). */
+export interface ActionSettings {
+  get(name: SettingName): Promise<string>;
+  int(name: SettingName): Promise<number>;
 }
 
 export interface ActionDeps {
   store: Datastore;
   namespace: string;
-  settings: SettingsReader;
-  dataPlane: DataPlane;
-  /** Hosts or CIDRs allowed as download sources even though they are loopback (standalone tests, local mirrors). */
-  allowSourceHosts?: readonly string[];
+  settings: ActionSettings;
+  /** For `downloadURL` (PrepareDownload on the manager). */
+  dataPlane?: { managerClient(address: string): Pick<ManagerApi, 'prepareDownload'> };
+  /** Policy for `download` URLs (Longhorn always rejects loopback hosts). */
+  downloadUrlPolicy?: DownloadUrlPolicy;
+  /** Whether a Secret exists (Kubernetes mode). Without it, secret references are not checked for existence. */
+  secretExists?: (namespace: string, name: string) => Promise<boolean>;
 }
 
 export class BackingImageActions {
   constructor(private readonly d: ActionDeps) {}
 
+  /** `allowSourceHosts`: hosts (or `host:port`) accepted as download sources although loopback (CIDRs are ignored). */
   static fromContext(ctx: ControllerContext, allowSourceHosts?: readonly string[]): BackingImageActions {
-    return new BackingImageActions({ store: ctx.store, namespace: ctx.namespace, settings: ctx.settings, dataPlane: ctx.dataPlane, allowSourceHosts });
+    return new BackingImageActions({
+      store: ctx.store,
+      namespace: ctx.namespace,
+      settings: ctx.settings,
+      dataPlane: ctx.dataPlane,
+      downloadUrlPolicy: { allowedHosts: (allowSourceHosts ?? []).filter((h) => !h.includes('/')).map((h) => h.toLowerCase()) },
+    });
   }
 
-  private hostAllowed(host: string): boolean {
-    const h = host.replace(/^\[|\]$/g, '');
-    return (this.d.allowSourceHosts ?? []).some((a) => a === h || (a.includes('/') && cidrContains(a, h)));
+  private get ns(): string {
+    return this.d.namespace;
   }
 
-  /** Create with the mutator's defaults and the validator's checks (§2.4). */
-  async create(input: CreateBackingImageInput): Promise<Stored<BackingImage>> {
-    const { store, namespace, settings } = this.d;
-    const name = normalizeBackingImageName((input.name ?? '').trim());
-    if (!NAME_RE.test(name) || !K8S_NAME_RE.test(name)) throw new ActionError(`invalid name ${JSON.stringify(input.name)}: must match ^[a-z0-9][a-z0-9_.-]+$ and be a valid Kubernetes name`);
-    if (!SOURCE_TYPES.includes(input.sourceType)) {
-      throw new ActionError(`BackingImage.longhorn.io "${name}" is invalid: spec.sourceType: Unsupported value: "${input.sourceType ?? ''}": supported values: ${SOURCE_TYPES.map((s) => `"${s}"`).join(', ')}`);
+  private async getOrUndefined<T>(p: Promise<T>): Promise<T | undefined> {
+    try {
+      return await p;
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
     }
-    const dataEngine = input.dataEngine || 'v1';
-    if (dataEngine === 'v2') throw new ActionError('v2 backing image is not supported');
-    if (dataEngine !== 'v1') throw new ActionError(`invalid data engine ${dataEngine}`);
-    let min = input.minNumberOfCopies ?? 0;
-    if (min === 0) min = await settings.int(SettingName.DefaultMinNumberOfBackingImageCopies);
-    if (min < 1 || !Number.isInteger(min)) throw new ActionError(`minimum number of backing image copies ${min} must larger than 0`);
-    const checksum = (input.expectedChecksum ?? '').trim();
-    if (checksum && !/^[0-9a-f]{128}$/.test(checksum)) throw new ActionError(`invalid checksum ${checksum}: must be a SHA-512 as 128 lowercase hex characters`);
-    const parameters: Record<string, string> = {};
-    for (const [k, v] of Object.entries(input.parameters ?? {})) parameters[k] = String(v).trim();
-    if (input.sourceType === 'download') {
-      const raw = parameters['url'];
-      if (!raw) throw new ActionError('invalid parameter: url is required for source type download');
-      let u: URL;
-      try {
-        u = new URL(raw);
-      } catch {
-        throw new ActionError(`invalid url ${raw}`);
-      }
-      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ActionError(`invalid url ${raw}: scheme must be http or https`);
-      if (isLoopbackHost(u.hostname) && !this.hostAllowed(u.hostname)) throw new ActionError(`invalid url ${raw}: loopback addresses are not allowed`);
-    }
-    if (input.sourceType === 'clone') {
-      const src = parameters['backing-image'] ?? '';
-      const source = await store.get(BackingImageKind, src, namespace).catch((err) => {
-        if (isNotFound(err)) throw new ActionError(`cannot find the source backing image ${src} to clone`);
-        throw err;
-      });
-      const enc = (parameters['encryption'] ||= 'ignore');
-      if (!['encrypt', 'decrypt', 'ignore'].includes(enc)) throw new ActionError(`invalid encryption ${enc}`);
-      if (enc !== 'ignore') throw new ActionError(`encryption ${enc} needs Kubernetes secrets, which the standalone system does not provide`);
-      if (!source.status?.checksum) throw new ActionError(`source backing image ${src} has no checksum yet`);
-    }
-    if (input.sourceType === 'restore') {
-      parameters['concurrent-limit'] ||= String(await settings.int(SettingName.BackupConcurrentLimit));
-      if (!parameters['backup-url']) throw new ActionError('invalid parameter: backup-url is required for source type restore');
-      parameters['backup-target-name'] ||= 'default';
-    }
-    const bi: BackingImage = {
+  }
+
+  /** Names of the disks where replicas use the image (Longhorn's replica labels). */
+  async replicaDisks(name: string): Promise<Set<string>> {
+    const { items } = await this.d.store.list(ReplicaKind, { namespace: this.ns, labelSelector: { matchLabels: { [LabelKey.ReplicaBackingImage]: name } } });
+    return new Set(items.map((r) => r.metadata.labels?.[LabelKey.ReplicaLegacyDiskUUID] || r.spec.diskID));
+  }
+
+  /**
+   * Create (§2.4): the mutating webhook's defaults, then the CRD schema and validating webhook's checks (all from
+   * `@bis/crd-types`), then the store. Rejections carry the webhook's name like Longhorn's apiserver errors.
+   */
+  async create(req: CreateBackingImageInput): Promise<Stored<BackingImage>> {
+    const { store, settings } = this.d;
+    const draft: BackingImageCrd = {
       apiVersion: LONGHORN_API_VERSION,
       kind: 'BackingImage',
-      metadata: { name, namespace, finalizers: [FINALIZER], labels: { [Label.ManagedBy]: MANAGED_BY, [Label.Component]: Component.BackingImage } },
+      metadata: { name: str(req.name), namespace: this.ns },
       spec: {
         disks: {},
         diskFileSpecMap: {},
-        checksum,
-        sourceType: input.sourceType as NonNullable<BackingImage['spec']>['sourceType'],
-        sourceParameters: parameters,
-        minNumberOfCopies: min,
-        nodeSelector: input.nodeSelector ?? [],
-        diskSelector: input.diskSelector ?? [],
-        secret: input.secret ?? '',
-        secretNamespace: input.secretNamespace ?? '',
-        dataEngine: 'v1',
+        checksum: str(req.expectedChecksum),
+        sourceType: str(req.sourceType) as NonNullable<BackingImageCrd['spec']>['sourceType'],
+        sourceParameters: strMap(req.parameters),
+        minNumberOfCopies: typeof req.minNumberOfCopies === 'number' ? req.minNumberOfCopies : 0,
+        nodeSelector: strArray(req.nodeSelector),
+        diskSelector: strArray(req.diskSelector),
+        secret: str(req.secret),
+        secretNamespace: str(req.secretNamespace),
+        dataEngine: str(req.dataEngine) as NonNullable<BackingImageCrd['spec']>['dataEngine'],
       },
-      status: {},
     };
-    if (input.sourceType === 'clone') {
-      const source = await store.get(BackingImageKind, parameters['backing-image']!, namespace);
-      bi.spec!.checksum = source.status?.checksum ?? '';
-      bi.spec!.secret = source.spec?.secret ?? '';
-      bi.spec!.secretNamespace = source.spec?.secretNamespace ?? '';
+    const sourceType = draft.spec?.sourceType as string;
+    const params = draft.spec?.sourceParameters ?? {};
+    // Lookups the webhooks make.
+    let cloneSource: Stored<BackingImage> | undefined;
+    if (sourceType === BackingImageDataSourceType.Clone && params[DataSourceParameter.BackingImage]) {
+      cloneSource = await this.getOrUndefined(store.get(BackingImageKind, params[DataSourceParameter.BackingImage].trim(), this.ns));
     }
-    return store.create(BackingImageKind, bi);
+    let restoreTarget: string | undefined;
+    if (sourceType === BackingImageDataSourceType.Restore && !params[DataSourceParameter.BackupTargetName]) {
+      const bbis = (await store.list(BackupBackingImageKind, { namespace: this.ns })).items;
+      restoreTarget = backupTargetNameForBackupUrl((params[DataSourceParameter.BackupUrl] ?? '').trim(), bbis as BackupBackingImageCrd[]);
+    }
+    let mutated: BackingImageCrd;
+    try {
+      mutated = applyBackingImageCreateDefaults(draft, {
+        defaultMinNumberOfCopies: await settings.int(SettingName.DefaultMinNumberOfBackingImageCopies),
+        backupConcurrentLimit: await settings.int(SettingName.BackupConcurrentLimit),
+        cloneSource: cloneSource as BackingImageCrd | undefined,
+        restoreBackupTargetName: restoreTarget,
+      });
+    } catch (err) {
+      throw admissionDenied(MUTATOR, (err as Error).message);
+    }
+    const issues = validateBackingImageCreate(mutated, {
+      downloadUrlPolicy: this.d.downloadUrlPolicy,
+      getBackingImage: (n) => (cloneSource && cloneSource.metadata.name === n ? (cloneSource as BackingImageCrd) : undefined),
+    });
+    denyIfIssues(issues);
+    await this.checkSecrets(mutated);
+    return store.create(BackingImageKind, mutated as BackingImage);
+  }
+
+  private async checkSecrets(bi: BackingImageCrd): Promise<void> {
+    const exists = this.d.secretExists;
+    if (!exists) return;
+    const refs: [string, string][] = [];
+    if (bi.spec?.secret && bi.spec.secretNamespace) refs.push([bi.spec.secretNamespace, bi.spec.secret]);
+    const p = bi.spec?.sourceParameters ?? {};
+    if (p[DataSourceParameter.Secret] && p[DataSourceParameter.SecretNamespace]) refs.push([p[DataSourceParameter.SecretNamespace], p[DataSourceParameter.Secret]]);
+    for (const [ns, name] of refs) if (!(await exists(ns, name))) throw admissionDenied(VALIDATOR, `secret ${ns}/${name} not found`);
   }
 
   async get(name: string): Promise<Stored<BackingImage>> {
-    return this.d.store.get(BackingImageKind, name, this.d.namespace);
+    return this.d.store.get(BackingImageKind, name, this.ns);
   }
 
-  /** DELETE: refused while replicas use the image; Foreground propagation. */
+  /** DELETE: the validator refuses it while replicas use the image; Foreground propagation like Longhorn. */
   async delete(name: string): Promise<void> {
-    const { store, namespace } = this.d;
-    await store.get(BackingImageKind, name, namespace);
-    const replicas = await replicasOf({ store, namespace } as ControllerContext, name);
-    if (replicas.length > 0) throw new ActionError(`cannot delete backing image ${name} since there are replicas using it`);
-    await store.delete(BackingImageKind, name, namespace, { propagationPolicy: 'Foreground' });
+    await this.get(name);
+    if ((await this.replicaDisks(name)).size > 0) throw admissionDenied(VALIDATOR, `cannot delete backing image ${name} since there are replicas using it`);
+    await this.d.store.delete(BackingImageKind, name, this.ns, { propagationPolicy: 'Foreground' });
   }
 
-  /** `backingImageCleanup` (§2.5). */
+  /**
+   * `backingImageCleanup` (§2.5): removes the given disks from `spec.diskFileSpecMap` unless a replica (or the
+   * unfinished data source) uses them, or too few copies would remain (`cleanupRefusal`, which fixes Longhorn's
+   * counting fault).
+   */
   async cleanupDiskFiles(name: string, disks: readonly string[]): Promise<Stored<BackingImage>> {
-    const { store, namespace } = this.d;
-    const bi = await store.get(BackingImageKind, name, namespace);
-    if (bi.metadata.deletionTimestamp || !bi.spec?.diskFileSpecMap) return bi;
-    const bids = await store.get(BackingImageDataSourceKind, name, namespace).catch((err) => {
-      if (isNotFound(err)) return undefined;
-      throw err;
+    return retryOnConflict(async () => {
+      const bi = await this.get(name);
+      const specMap = bi.spec?.diskFileSpecMap;
+      if (bi.metadata.deletionTimestamp || !specMap) return bi;
+      const bids = await this.getOrUndefined(this.d.store.get(BackingImageDataSourceKind, name, this.ns));
+      const inUse = await this.replicaDisks(name);
+      if (bids && !bids.spec?.fileTransferred && bids.spec?.diskUUID) inUse.add(bids.spec.diskUUID);
+      const next = { ...specMap };
+      const removed = new Set<string>();
+      for (const disk of disks) {
+        if (inUse.has(disk)) throw new ActionError(`cannot clean up backing image ${name} in disk ${disk} since there is at least one replica using it`);
+        if (!(disk in next)) continue;
+        delete next[disk];
+        removed.add(disk);
+      }
+      const statusMap = bi.status?.diskFileStatusMap ?? {};
+      const why = cleanupRefusal(countCopies(Object.keys(specMap), (d) => statusMap[d]?.state, removed), bi.spec?.minNumberOfCopies ?? 1);
+      if (why) throw new ActionError(why);
+      if (removed.size === 0) return bi;
+      return this.d.store.update(BackingImageKind, { ...bi, spec: { ...bi.spec, diskFileSpecMap: next } });
     });
-    const inUse = new Set((await replicasOf({ store, namespace } as ControllerContext, name)).map((r) => r.spec.diskID));
-    if (bids && !bids.spec?.fileTransferred && bids.spec?.diskUUID) inUse.add(bids.spec.diskUUID);
-    const original = bi.spec.diskFileSpecMap;
-    const next = { ...original };
-    const cleanup = new Set<string>();
-    for (const d of disks) {
-      if (inUse.has(d)) throw new ActionError(`cannot clean up backing image ${name} in disk ${d} since there is at least one replica using it`);
-      if (!(d in next)) continue;
-      delete next[d];
-      cleanup.add(d);
-    }
-    const verdict = cleanupHaVerdict(original, bi.status?.diskFileStatusMap ?? {}, cleanup, bi.spec.minNumberOfCopies ?? 1);
-    if (!verdict.ok) throw new ActionError(verdict.message);
-    if (cleanup.size === 0) return bi;
-    return store.update(BackingImageKind, { ...bi, spec: { ...bi.spec, diskFileSpecMap: next } });
   }
 
-  /** `updateMinNumberOfCopies`. */
-  async updateMinNumberOfCopies(name: string, n: number): Promise<Stored<BackingImage>> {
-    const { store, namespace } = this.d;
-    if (!Number.isInteger(n) || n < 1) throw new ActionError(`minimum number of backing image copies ${n} must larger than 0`);
-    const bi = await store.get(BackingImageKind, name, namespace);
-    return store.update(BackingImageKind, { ...bi, spec: { ...bi.spec, minNumberOfCopies: n } });
+  /**
+   * `updateMinNumberOfCopies`, checked by the update validator. Longhorn's handler dereferences a nil result when the
+   * update fails and the client sees a dropped connection; here every failure is an error.
+   */
+  async updateMinNumberOfCopies(name: string, n: unknown): Promise<Stored<BackingImage>> {
+    if (typeof n !== 'number' || !Number.isSafeInteger(n)) throw new ActionError(`invalid input for action updateMinNumberOfCopies: field "minNumberOfCopies" must be an integer`);
+    return retryOnConflict(async () => {
+      const bi = await this.get(name);
+      const next: Stored<BackingImage> = { ...bi, spec: { ...bi.spec, minNumberOfCopies: n } };
+      denyIfIssues(validateBackingImageUpdate(bi as BackingImageCrd, next as BackingImageCrd, { downloadUrlPolicy: this.d.downloadUrlPolicy }));
+      return this.d.store.update(BackingImageKind, next);
+    });
   }
 
-  /** `backupBackingImageCreate`. Returns the created BBI. */
-  async createBackup(biName: string, backupTargetName = '', labels: Record<string, string> = {}): Promise<Stored<BackupBackingImage>> {
-    const { store, namespace } = this.d;
-    const bi = await store.get(BackingImageKind, biName, namespace);
-    if (bi.spec?.dataEngine === 'v2') throw new ActionError('v2 backing image is not supported for backup');
-    let targetName = backupTargetName || 'default';
-    const target = await store.get(BackupTargetKind, targetName, namespace).catch(async (err) => {
-      if (!isNotFound(err)) throw err;
-      targetName = 'default';
-      return store.get(BackupTargetKind, 'default', namespace).catch((e2) => {
-        if (isNotFound(e2)) throw new ActionError(`backup target ${backupTargetName || 'default'} is not available`);
-        throw e2;
-      });
-    });
-    if (!target.spec?.backupTargetURL || !target.status?.available) throw new ActionError(`backup target ${targetName} is not available`);
-    const existing = await store.list(BackupBackingImageKind, { namespace, labelSelector: { matchLabels: { [Label.BackupTarget]: targetName, [Label.BackupBackingImage]: biName } } });
-    if (existing.items.length > 0) throw new ActionError(`backup backing image ${biName} for backup target ${targetName} already exists`);
+  /** `backupBackingImageCreate`: a BBI `<bi>-<8 hex>` for the target (default `default`), through the BBI webhooks. */
+  async createBackup(biName: string, backupTargetName = ''): Promise<Stored<BackupBackingImage>> {
+    const { store } = this.d;
+    const bi = await this.get(biName);
     const name = backupBackingImageName(biName);
+    const targets = new Map((await store.list(BackupTargetKind, { namespace: this.ns })).items.map((t) => [t.metadata.name, t]));
+    let bbi: BackupBackingImageCrd = {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'BackupBackingImage',
+      metadata: { name, namespace: this.ns },
+      spec: { userCreated: true, backingImage: biName, backupTargetName },
+    };
     try {
-      return await store.create(BackupBackingImageKind, {
-        apiVersion: LONGHORN_API_VERSION,
-        kind: 'BackupBackingImage',
-        metadata: { name, namespace, finalizers: [FINALIZER], labels: { [Label.BackupTarget]: targetName, [Label.BackupBackingImage]: biName } },
-        spec: { backingImage: biName, backupTargetName: targetName, userCreated: true, labels },
-        status: {},
-      });
+      bbi = applyBackupBackingImageCreateDefaults(bbi, (t) => targets.has(t));
+    } catch (err) {
+      throw admissionDenied(MUTATOR, (err as Error).message);
+    }
+    const others = (await store.list(BackupBackingImageKind, { namespace: this.ns })).items;
+    const issues = validateBackupBackingImageCreate(bbi, {
+      backingImage: bi as BackingImageCrd,
+      otherBackupBackingImages: others as BackupBackingImageCrd[],
+      backupTarget: targets.get(bbi.metadata.labels?.[LabelKey.BackupTarget] ?? ''),
+    });
+    denyIfIssues(issues);
+    try {
+      return await store.create(BackupBackingImageKind, bbi as BackupBackingImage);
     } catch (err) {
       if (isAlreadyExists(err)) throw new ActionError(`backup backing image ${name} already exists`);
       throw err;
     }
   }
 
-  /** `backupBackingImageRestore`: creates the BI of type restore. */
-  async restoreBackup(bbiName: string, input: { secret?: string; secretNamespace?: string; dataEngine?: string }): Promise<Stored<BackingImage> | undefined> {
-    const { store, namespace, settings } = this.d;
-    const dataEngine = input.dataEngine ?? '';
+  /** `backupBackingImageRestore` (§2.5): creates BI `bbi.spec.backingImage` of type restore (undefined when it raced with another create). */
+  async restoreBackup(bbiName: string, input: { secret?: unknown; secretNamespace?: unknown; dataEngine?: unknown }): Promise<Stored<BackingImage> | undefined> {
+    const dataEngine = str(input.dataEngine);
     if (!bbiName || !dataEngine) throw new ActionError(`missing parameters for restoring backing image, name=${bbiName} dataEngine=${dataEngine}`);
-    const bbi = await store.get(BackupBackingImageKind, bbiName, namespace);
+    const bbi = await this.d.store.get(BackupBackingImageKind, bbiName, this.ns);
     const biName = bbi.spec?.backingImage ?? '';
-    const exists = await store.get(BackingImageKind, biName, namespace).then(
-      () => true,
-      (err) => {
-        if (isNotFound(err)) return false;
-        throw err;
-      },
-    );
-    if (exists) throw new ActionError(`backing image ${biName} already exists`);
-    if (dataEngine !== 'v1' && dataEngine !== 'v2') throw new ActionError(`invalid data engine ${dataEngine}`);
+    if (await this.getOrUndefined(this.get(biName))) throw new ActionError(`backing image ${biName} already exists`);
+    if (dataEngine !== 'v1' && dataEngine !== 'v2') throw new ActionError(`invalid data engine ${dataEngine}: must be v1 or v2`);
     try {
-      const bi = await this.create({
+      return await this.create({
         name: biName,
-        sourceType: 'restore',
+        sourceType: BackingImageDataSourceType.Restore,
         dataEngine,
         expectedChecksum: bbi.status?.checksum ?? '',
         parameters: {
-          'backup-target-name': bbi.spec?.backupTargetName || 'default',
-          'backup-url': bbi.status?.url ?? '',
-          'concurrent-limit': String(await settings.int(SettingName.BackupConcurrentLimit)),
+          [DataSourceParameter.BackupTargetName]: bbi.spec?.backupTargetName || 'default',
+          [DataSourceParameter.BackupUrl]: bbi.status?.url ?? '',
+          [DataSourceParameter.ConcurrentLimit]: String(await this.d.settings.int(SettingName.BackupConcurrentLimit)),
         },
-        secret: input.secret ?? '',
-        secretNamespace: input.secretNamespace ?? '',
+        secret: str(input.secret),
+        secretNamespace: str(input.secretNamespace),
       });
-      return bi;
     } catch (err) {
       if (isAlreadyExists(err)) return undefined;
       throw err;
@@ -293,6 +357,7 @@ export class BackingImageActions {
   /** Where a download is served (§2.6): `http://<sync address>/v1/files/<escaped path>/download`. */
   async downloadURL(name: string): Promise<string> {
     const { store, namespace, settings, dataPlane } = this.d;
+    if (!dataPlane) throw new ActionError(`downloads of backing image ${name} need a data plane`);
     const bi = await store.get(BackingImageKind, name, namespace);
     const image = await settings.get(SettingName.DefaultBackingImageManagerImage);
     const disk = Object.entries(bi.status?.diskFileStatusMap ?? {}).find(([, s]) => s.state === 'ready')?.[0];

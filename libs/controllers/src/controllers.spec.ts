@@ -237,12 +237,12 @@ describe('backing image controllers over the embedded store', () => {
 
   it('rejects invalid creations with clear messages', async () => {
     h = await startHarness();
-    await expect(h.cm.actions.create({ name: 'x1', sourceType: 'nope' })).rejects.toThrow('spec.sourceType: Unsupported value: "nope"');
-    await expect(h.cm.actions.create({ name: 'x2', sourceType: 'download', parameters: {} })).rejects.toThrow('url is required');
-    await expect(h.cm.actions.create({ name: 'x3', sourceType: 'download', parameters: { url: 'ftp://h/x' } })).rejects.toThrow('scheme must be http or https');
-    await expect(h.cm.actions.create({ name: 'x4', sourceType: 'download', parameters: { url: 'http://localhost/x' } })).rejects.toThrow('loopback');
+    await expect(h.cm.actions.create({ name: 'x1', sourceType: 'nope' })).rejects.toThrow('admission webhook "validator.longhorn.io" denied the request: spec.sourceType: must be one of');
+    await expect(h.cm.actions.create({ name: 'x2', sourceType: 'download', parameters: {} })).rejects.toThrow('is required for source type download');
+    await expect(h.cm.actions.create({ name: 'x3', sourceType: 'download', parameters: { url: 'ftp://h/x' } })).rejects.toThrow('must use scheme http or https');
+    await expect(h.cm.actions.create({ name: 'x4', sourceType: 'download', parameters: { url: 'http://localhost/x' } })).rejects.toThrow('must not point to a loopback host');
     await expect(h.cm.actions.create({ name: 'x5', sourceType: 'upload', dataEngine: 'v2' })).rejects.toThrow('v2 backing image is not supported');
-    await expect(h.cm.actions.create({ name: 'x6', sourceType: 'upload', expectedChecksum: 'abc' })).rejects.toThrow('invalid checksum');
+    await expect(h.cm.actions.create({ name: 'x6', sourceType: 'upload', expectedChecksum: 'abc' })).rejects.toThrow('sha512 checksum must be 128 hex characters');
     await expect(h.cm.actions.create({ name: 'x7', sourceType: 'upload', minNumberOfCopies: -1 })).rejects.toThrow('must larger than 0');
     const d = await h.cm.actions.create({ name: 'Defaults', sourceType: 'upload' });
     expect(d.metadata.name).toBe('defaults');

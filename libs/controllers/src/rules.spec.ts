@@ -68,18 +68,20 @@ describe('HA cleanup rules (backingImageCleanup)', () => {
     });
   });
 
-  it('reproduces the cleanup-count quirk for handling and failed copies', () => {
-    // readyActive 1, handlingCleanup 1: m=2 <= 1+1 → allowed (Longhorn adds the *cleanup* count).
-    expect(cleanupHaVerdict(spec('a', 'b'), { a: st('ready'), b: st('in-progress') }, new Set(['b']), 2)).toEqual({ ok: true });
-    // m=3: handling cleanup present → refused with the second message.
-    expect(cleanupHaVerdict(spec('a', 'b'), { a: st('ready'), b: st('in-progress') }, new Set(['b']), 3)).toEqual({
+  it('counts the copies that stay, not the ones removed (Longhorn counting fault fixed)', () => {
+    // Longhorn allowed this (it counted the removed in-progress copy): only one copy would remain for min 2.
+    expect(cleanupHaVerdict(spec('a', 'b'), { a: st('ready'), b: st('in-progress') }, new Set(['b']), 2)).toEqual({
       ok: false,
       message: 'failed to do cleanup since there will be no enough ready/in-progress/pending files for HA after the deletion',
     });
+    // An in-progress copy that stays counts.
+    expect(cleanupHaVerdict(spec('a', 'b', 'c'), { a: st('ready'), b: st('in-progress'), c: st('pending') }, new Set(['c']), 2)).toEqual({ ok: true });
     expect(cleanupHaVerdict(spec('a', 'b'), { a: st('ready'), b: st('failed') }, new Set(['b']), 3)).toEqual({
       ok: false,
       message: 'cannot do cleanup since there are no enough files for HA',
     });
+    // A failed copy that stays counts for the last class.
+    expect(cleanupHaVerdict(spec('a', 'b', 'c'), { a: st('ready'), b: st('failed'), c: st('failed') }, new Set(['c']), 2)).toEqual({ ok: true });
     // Nothing removed and not enough copies: allowed (nothing gets worse).
     expect(cleanupHaVerdict(spec('a'), { a: st('in-progress') }, new Set(), 3)).toEqual({ ok: true });
   });

@@ -74,28 +74,51 @@ export function classify(state: string | undefined): 'ready' | 'failed' | 'handl
   return 'handling';
 }
 
-/**
- * The HA rule of the `backingImageCleanup` action (§2.5 step 5), with Longhorn's exact comparisons and messages.
- * Longhorn compares against the *cleanup* handling/failed counts where *active* counts were probably meant; this is
- * reproduced for compatibility (documented in docs/controller-manager.md).
- */
-export function cleanupHaVerdict(originalSpec: SpecMap, statusMap: StatusMap, cleanup: ReadonlySet<string>, minCopies: number): CleanupVerdict {
-  const c = { readyActive: 0, readyCleanup: 0, handlingCleanup: 0, failedCleanup: 0 };
-  for (const disk of Object.keys(originalSpec)) {
-    const g = classify(statusMap[disk]?.state);
-    const removed = cleanup.has(disk);
-    if (g === 'ready') removed ? c.readyCleanup++ : c.readyActive++;
-    else if (g === 'failed') { if (removed) c.failedCleanup++; }
-    else if (removed) c.handlingCleanup++;
+export const CLEANUP_NOT_ENOUGH_READY = 'failed to do cleanup since there will be no enough ready files for HA after the deletion';
+export const CLEANUP_NOT_ENOUGH_HANDLING = 'failed to do cleanup since there will be no enough ready/in-progress/pending files for HA after the deletion';
+export const CLEANUP_NOT_ENOUGH_FILES = 'cannot do cleanup since there are no enough files for HA';
+
+export interface CleanupCounts {
+  readyActive: number;
+  handlingActive: number;
+  failedActive: number;
+  readyCleanup: number;
+  handlingCleanup: number;
+  failedCleanup: number;
+}
+
+/** Copies of the spec map by class, split into the ones that stay (active) and the ones being removed (cleanup). */
+export function countCopies(specDisks: readonly string[], stateOf: (disk: string) => string | undefined, cleanup: ReadonlySet<string>): CleanupCounts {
+  const c: CleanupCounts = { readyActive: 0, handlingActive: 0, failedActive: 0, readyCleanup: 0, handlingCleanup: 0, failedCleanup: 0 };
+  for (const disk of specDisks) {
+    const key = `${classify(stateOf(disk))}${cleanup.has(disk) ? 'Cleanup' : 'Active'}` as keyof CleanupCounts;
+    c[key]++;
   }
+  return c;
+}
+
+/**
+ * The HA rule of the `backingImageCleanup` action (§2.5 step 5) with Longhorn's messages, and with Longhorn's counting
+ * fault fixed: Longhorn compares `minNumberOfCopies` against `readyActive + handlingCleanup (+ failedCleanup)`, i.e. it
+ * counts the copies being REMOVED as if they stayed, so removing the only pending copy of an image that needs two
+ * copies was allowed. Here the copies that stay are counted: a cleanup is refused when fewer than `minCopies` copies
+ * would remain in the best class the removed copies belong to.
+ */
+export function cleanupRefusal(c: CleanupCounts, minCopies: number): string | undefined {
   const m = minCopies;
-  if (m <= c.readyActive) return { ok: true };
-  if (c.readyCleanup > 0) return { ok: false, message: 'failed to do cleanup since there will be no enough ready files for HA after the deletion' };
-  if (m <= c.readyActive + c.handlingCleanup) return { ok: true };
-  if (c.handlingCleanup > 0) return { ok: false, message: 'failed to do cleanup since there will be no enough ready/in-progress/pending files for HA after the deletion' };
-  if (m <= c.readyActive + c.handlingCleanup + c.failedCleanup) return { ok: true };
-  if (c.failedCleanup > 0) return { ok: false, message: 'cannot do cleanup since there are no enough files for HA' };
-  return { ok: true };
+  if (m <= c.readyActive) return undefined;
+  if (c.readyCleanup > 0) return CLEANUP_NOT_ENOUGH_READY;
+  if (m <= c.readyActive + c.handlingActive) return undefined;
+  if (c.handlingCleanup > 0) return CLEANUP_NOT_ENOUGH_HANDLING;
+  if (m <= c.readyActive + c.handlingActive + c.failedActive) return undefined;
+  if (c.failedCleanup > 0) return CLEANUP_NOT_ENOUGH_FILES;
+  return undefined;
+}
+
+/** `cleanupRefusal` over a BackingImage's spec and status maps. */
+export function cleanupHaVerdict(originalSpec: SpecMap, statusMap: StatusMap, cleanup: ReadonlySet<string>, minCopies: number): CleanupVerdict {
+  const why = cleanupRefusal(countCopies(Object.keys(originalSpec), (d) => statusMap[d]?.state, cleanup), minCopies);
+  return why === undefined ? { ok: true } : { ok: false, message: why };
 }
 
 // ---------------------------------------------------------------- node-side cleanup of unused copies
