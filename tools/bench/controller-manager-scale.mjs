@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Scale benchmark of the standalone system: N backing images × 3 disks from a local HTTP server converge to ready.
-// Reports convergence time, REST list latency (p50/p99, during convergence and at rest), max RSS of the
+// Reports convergence time, store writes (the embedded store's final resourceVersion: one per committed write;
+// `writesPerImage` divides all of them, including the few dozen of the start-up, by the number of images), REST list latency (p50/p99, during convergence and at rest), max RSS of the
 // controller-manager process and of the data-plane processes, and a reference: curl fetching the same N images to
 // 3 directories (xargs -P 8) measured in the same run.
 //
@@ -14,6 +15,8 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import readline from 'node:readline';
+import { createReadStream } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -126,6 +129,25 @@ const pct = (a, p) => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 };
 
+// The store's resourceVersion counts committed writes; read it from the store log (the process owns the file, so
+// only after it stopped, and from `--keep`-less runs too).
+async function storeRv(dir) {
+  const files = [];
+  const walk = (d) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      if (e.isDirectory()) walk(path.join(d, e.name));
+      else if (e.name === 'store.log') files.push(path.join(d, e.name));
+    }
+  };
+  walk(dir);
+  let rv = 0;
+  for (const f of files) {
+    for await (const line of readline.createInterface({ input: createReadStream(f) })) {
+      if (line.startsWith('{"op":"header"') || line.startsWith('{"op":"ev"')) rv = Math.max(rv, JSON.parse(line).rv);
+    }
+  }
+  return rv;
+}
 const c0 = performance.now();
 let next = 0;
 await Promise.all(
@@ -187,6 +209,7 @@ cm.kill('SIGINT');
 await new Promise((r) => cm.once('exit', r));
 const stopMs = performance.now() - s0;
 server.close();
+const storeWrites = await storeRv(path.join(tmp, 'data'));
 
 const result = {
   images: N,
@@ -197,6 +220,8 @@ const result = {
   createSeconds: +(createMs / 1000).toFixed(1),
   convergeSeconds: +(convergeMs / 1000).toFixed(1),
   originDownloads: gets1,
+  storeWrites,
+  writesPerImage: +(storeWrites / N).toFixed(1),
   filesOnDisks: files,
   listBusyMs: { p50: +pct(busyLat, 50).toFixed(1), p99: +pct(busyLat, 99).toFixed(1), n: busyLat.length },
   listIdleMs: { p50: +pct(idleLat, 50).toFixed(1), p99: +pct(idleLat, 99).toFixed(1), n: idleLat.length },
