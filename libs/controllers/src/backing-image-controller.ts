@@ -63,13 +63,7 @@ export class BackingImageController extends Controller {
     if (!bi) return;
     const isDown = await nodeDownChecker(this.ctx);
     if (!isResponsibleFor(nodeID, '', bi.status?.ownerID ?? '', isDown)) return;
-    let claim: { ownerID: string; uuid: string } | undefined;
     if (bi.status?.ownerID !== nodeID || !bi.status?.uuid) {
-      const uuid = bi.status?.uuid || newBackingImageUUID();
-      // Usually the claim rides on this reconcile's status write (one write instead of claim-then-rewrite).
-      if (!bi.metadata.deletionTimestamp && bi.metadata.finalizers?.includes(FINALIZER)) claim = { ownerID: nodeID, uuid };
-    }
-    if (!claim && (bi.status?.ownerID !== nodeID || !bi.status?.uuid)) {
       // Claim ownership and initialise the UUID in one status write.
       const uuid = bi.status?.uuid || newBackingImageUUID();
       try {
@@ -93,7 +87,6 @@ export class BackingImageController extends Controller {
     next.status ??= {};
     next.status.diskFileStatusMap ??= {};
     next.status.diskLastRefAtMap ??= {};
-    if (claim) Object.assign(next.status, claim);
     const topo = await topology(this.ctx);
     const replicas = await replicasOf(this.ctx, name);
     const disksInUse = new Set(replicas.map((r) => r.spec.diskID));
@@ -107,13 +100,7 @@ export class BackingImageController extends Controller {
       await this.replenish(next, topo);
       this.evict(next, disksInUse);
     }
-    try {
-      await this.writeBack(bi, next);
-    } catch (err) {
-      if (claim && isConflict(err)) return this.enqueue(name);
-      throw err;
-    }
-    if (claim && !bi.status?.uuid) this.event(bi, 'Normal', EventReason.Update, `Initialized UUID to ${claim.uuid}`);
+    await this.writeBack(bi, next);
     // Replenishment adds one copy per reconcile; come back while copies are still being produced.
     const handling = Object.values(next.status.diskFileStatusMap ?? {}).some((s) => ['', 'pending', 'starting', 'in-progress', 'ready-for-transfer'].includes(s.state ?? ''));
     // Backpressure: with a long queue the events and the resync bring images back; polling would only add load.

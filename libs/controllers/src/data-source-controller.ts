@@ -58,7 +58,7 @@ export class BackingImageDataSourceController extends Controller {
       this.stopMonitor(name);
       return;
     }
-    if (bids.metadata.deletionTimestamp && bids.status?.ownerID !== nodeID) {
+    if (bids.status?.ownerID !== nodeID) {
       await store.updateStatus(BackingImageDataSourceKind, { ...bids, status: { ...bids.status, ownerID: nodeID } });
       return;
     }
@@ -66,8 +66,6 @@ export class BackingImageDataSourceController extends Controller {
     if (bids.metadata.deletionTimestamp) return this.handleDeletion(bids);
 
     const status = clone(bids.status ?? {});
-    // Claiming ownership rides on this reconcile's status write (one write instead of claim-then-rewrite).
-    status.ownerID = nodeID;
     try {
       await this.sync(bids, status);
     } finally {
@@ -241,8 +239,7 @@ export class BackingImageDataSourceController extends Controller {
     const { store, namespace, nodeID } = this.ctx;
     try {
       const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
-      // An empty owner is this reconcile's claim not yet written (it rides on the reconcile's status write).
-      if (!bids || (bids.status?.ownerID && bids.status.ownerID !== nodeID)) return this.stopMonitor(name);
+      if (!bids || bids.status?.ownerID !== nodeID) return this.stopMonitor(name);
       if (!bids.status?.ip) return;
       const info = await this.ctx.dataPlane.dataSourceClient(m.address).get();
       m.failures = 0;
