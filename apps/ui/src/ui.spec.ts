@@ -148,12 +148,13 @@ describe('web UI in headless Chromium against controller-manager standalone', ()
   }, 90_000);
 
   it('backs up, deletes in a batch, and restores from the backups page', async () => {
+    page.setDefaultTimeout(30_000); // each step fails on its own, well within the test's timeout
     await page.click('#backup');
     await expectText(page.locator('.notice'), 'Backup of ubuntu-minimal started.');
     await page.goto(`${sys.url}/#/backups`);
     await expectText(page.locator('#targets [data-target=default] .badge'), 'available');
     const bk = page.locator('#backups tr[data-backup^="ubuntu-minimal-"]');
-    await bk.locator('[data-state=Completed]').waitFor();
+    await bk.locator('[data-state=Completed]').waitFor({ timeout: 40_000 });
     await expectDisabled(bk.locator('button.restore')); // the image still exists
 
     await page.goto(`${sys.url}/#/`);
@@ -163,7 +164,7 @@ describe('web UI in headless Chromium against controller-manager standalone', ()
     await page.click('#delete-selected');
     await page.click('#confirm-delete');
     for (const name of ['ubuntu-minimal', 'debian-bad-sum']) {
-      await eventually(async () => expect(await row(name).count()).toBe(0), 60_000).catch(async (err: Error) => {
+      await eventually(async () => expect(await row(name).count()).toBe(0), 40_000).catch(async (err: Error) => {
         const api = await (await fetch(`${sys.url}/v1/backingimages/${name}`)).text();
         throw new Error(`${name} was not deleted: row "${await row(name).textContent()}", API ${api}\n${err.message}`);
       });
@@ -177,5 +178,5 @@ describe('web UI in headless Chromium against controller-manager standalone', ()
     await page.locator('#disks [data-state=ready]').first().waitFor();
     await expectText(page.locator('#current-checksum'), sha512);
     await expectText(page.locator('dl.props dd').nth(1), 'restore');
-  }, 150_000);
+  }, 240_000);
 });
