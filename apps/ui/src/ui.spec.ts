@@ -38,8 +38,8 @@ describe('web UI in headless Chromium against controller-manager standalone', ()
   const row = (name: string) => page.locator(`#images tr[data-name="${name}"]`);
   const readyDisks = () => page.locator('#disks tbody tr[data-disk]', { has: page.locator('[data-state=ready]') });
   /** Marks the loaded document; `expectSameDocument` fails if the page was reloaded since (live updates only). */
-  const markDocument = () => page.evaluate(() => ((window as unknown as { bisMark: number }).bisMark = 1));
-  const expectSameDocument = async () => expect(await page.evaluate(() => (window as unknown as { bisMark?: number }).bisMark)).toBe(1);
+  const markDocument = () => page.evaluate(() => ((globalThis as unknown as { bisMark: number }).bisMark = 1));
+  const expectSameDocument = async () => expect(await page.evaluate(() => (globalThis as unknown as { bisMark?: number }).bisMark)).toBe(1);
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'ui-e2e-'));
