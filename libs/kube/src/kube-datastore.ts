@@ -6,6 +6,7 @@ import {
   StatusError,
   groupOf,
   isConflict,
+  type CreateOptions,
   type Datastore,
   type DeleteOptions,
   type KubeObject,
@@ -121,14 +122,23 @@ export class KubeDatastore implements Datastore {
     return { items, resourceVersion: res.metadata?.resourceVersion ?? '' };
   }
 
-  async create<T extends KubeObject>(kind: ResourceKind<T>, obj: T): Promise<Stored<T>> {
+  /**
+   * POST. The API server drops `status` on create when the kind has a status subresource; with `keepStatus` the
+   * given status is written right after through the status subresource (one resourceVersion later).
+   */
+  async create<T extends KubeObject>(kind: ResourceKind<T>, obj: T, opts?: CreateOptions): Promise<Stored<T>> {
     const t = this.target(kind, 'create');
     const name = obj.metadata?.name ?? '';
     const ns = this.ns(kind, obj.metadata?.namespace, name);
     const body = { ...obj, metadata: { ...obj.metadata, ...(ns ? { namespace: ns } : {}) } };
-    return this.call(kind, name, () =>
+    const created = (await this.call(kind, name, () =>
       ns === undefined ? this.api.createClusterCustomObject({ ...t, body }) : this.api.createNamespacedCustomObject({ ...t, namespace: ns, body }),
-    ) as Promise<Stored<T>>;
+    )) as Stored<T>;
+    const status = (obj as { status?: unknown }).status;
+    if (opts?.keepStatus && kind.statusSubresource && status !== undefined) {
+      return this.updateStatus(kind, { ...created, status } as T);
+    }
+    return created;
   }
 
   update<T extends KubeObject>(kind: ResourceKind<T>, obj: T): Promise<Stored<T>> {
