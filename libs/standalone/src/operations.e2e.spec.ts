@@ -121,10 +121,7 @@ describe('standalone operations with real processes', () => {
     await sys.store.update(NodeKind, { ...n2, spec: { ...n2.spec, disks } });
   }, 120_000);
 
-  // Skipped: the backing-image-manager daemon does not wire a backup runner yet (BackupCreate answers
-  // "backups are not configured on this manager"); the controllers' backup/restore flow is covered in
-  // @bis/controllers (controllers.spec.ts) against the simulated data plane. Enable once the daemon has backups.
-  it.skip('backup to the filesystem target and restore as a new image with the same checksum', async () => {
+  it('backup to the filesystem target and restore as a new image with the same checksum', async () => {
     await dumpOnFailure(waitFor('backup target available', async () => (await sys.store.get(BackupTargetKind, 'default', sys.namespace)).status?.available, 30_000));
     const bbi = await sys.controllers.actions.createBackup('up');
     const done = await dumpOnFailure(waitFor('backup completed', async () => {
