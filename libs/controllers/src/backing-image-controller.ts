@@ -1,4 +1,4 @@
-import type { BackingImageDiskFileSpec } from '@bis/crd-types';
+import { BackingImageDataSourceType, DataSourceParameter, type BackingImageDiskFileSpec } from '@bis/crd-types';
 import { isAlreadyExists, isConflict, type Stored } from '@bis/datastore';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { changed, clone, defaultManagerImage, getOrUndefined, listManagers, nodeDownChecker, replicasOf, selectorPolicy, topology } from './common.js';
@@ -7,6 +7,7 @@ import {
   BackingImageDataSourceKind,
   BackingImageKind,
   BackingImageManagerKind,
+  BackupBackingImageKind,
   ReplicaKind,
   type BackingImage,
   type BackingImageDataSource,
@@ -198,15 +199,32 @@ export class BackingImageController extends Controller {
     if (!nextSpec.fileTransferred) {
       if (bids.status?.currentState === 'ready' && statusMap[nextSpec.diskUUID ?? '']?.state === 'ready') nextSpec.fileTransferred = true;
     } else if (unavailable) {
-      if (nextSpec.sourceType === 'download') {
+      // Every copy failed (a healthy copy would have been synced from, as a peer): prepare the first file again,
+      // from a completed backup of the same content when there is one, else from the origin URL.
+      const backup = await this.completedBackupOf(bi);
+      if (backup) {
+        this.ctx.log.warn(`every copy of backing image ${name} failed for longer than the recovery wait interval; restoring it from backup ${backup.name}`);
+        this.event(bi, 'Warning', EventReason.Update, `All copies failed; restoring the first file from backup ${backup.name}`);
+        nextSpec.sourceType = BackingImageDataSourceType.Restore;
+        nextSpec.parameters = {
+          [DataSourceParameter.BackupUrl]: backup.url,
+          [DataSourceParameter.BackupTargetName]: backup.target,
+          [DataSourceParameter.ConcurrentLimit]: String(await this.ctx.settings.int(SettingName.BackupConcurrentLimit)),
+        };
+        nextSpec.checksum = bi.status?.checksum || nextSpec.checksum;
+      } else if (bi.spec!.sourceType === 'download') {
         this.ctx.log.warn(`every copy of backing image ${name} failed for longer than the recovery wait interval; downloading it again`);
         this.event(bi, 'Warning', EventReason.Update, 'All copies failed; preparing the first file again from the source');
+        nextSpec.sourceType = BackingImageDataSourceType.Download;
+        nextSpec.parameters = { ...(bi.spec!.sourceParameters ?? {}) };
+      } else {
+        this.ctx.log.warn(`every copy of backing image ${name} failed and source type ${nextSpec.sourceType} cannot be prepared again (no completed backup)`);
+      }
+      if (backup || bi.spec!.sourceType === 'download') {
         nextSpec.fileTransferred = false;
         nextSpec.nodeID = '';
         nextSpec.diskUUID = '';
         nextSpec.diskPath = '';
-      } else {
-        this.ctx.log.warn(`every copy of backing image ${name} failed and source type ${nextSpec.sourceType} cannot be prepared again`);
       }
     }
     if (!nextSpec.fileTransferred) {
@@ -219,6 +237,19 @@ export class BackingImageController extends Controller {
       }
     }
     if (changed(bids.spec, nextSpec)) await store.update(BackingImageDataSourceKind, { ...bids, spec: nextSpec });
+  }
+
+  /** A completed backup of this image whose checksum is the image's current checksum (the newest one). */
+  private async completedBackupOf(bi: BackingImage): Promise<{ name: string; url: string; target: string } | undefined> {
+    const checksum = bi.status?.checksum ?? '';
+    if (!checksum) return undefined;
+    const { items } = await this.ctx.store.list(BackupBackingImageKind, { namespace: this.ctx.namespace });
+    const done = items
+      .filter((b) => (b.spec?.backingImage ?? b.status?.backingImage) === bi.metadata.name && !b.metadata.deletionTimestamp)
+      .filter((b) => b.status?.state === 'Completed' && !!b.status.url && b.status.checksum === checksum)
+      .sort((a, b) => (b.status?.backupCreatedAt ?? '').localeCompare(a.status?.backupCreatedAt ?? ''));
+    const b = done[0];
+    return b ? { name: b.metadata.name, url: b.status!.url!, target: b.spec?.backupTargetName || 'default' } : undefined;
   }
 
   private async pickFirstDisk(bi: BackingImage, topo: Topology): Promise<{ nodeID: string; diskUUID: string; path: string }> {

@@ -191,6 +191,38 @@ describe('backing image controllers over the embedded store', () => {
     expect(recovered.status?.checksum).toBe(sum);
   });
 
+  it('when every copy failed, an image with a completed backup is restored from it, not downloaded again', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    await setSetting('backing-image-recovery-wait-interval', '0');
+    await h.store.create(BackupTargetKind, { apiVersion: LONGHORN_API_VERSION, kind: 'BackupTarget', metadata: { name: 'default', namespace: NS }, spec: { backupTargetURL: 'vfs:///backups', pollInterval: '1s' } });
+    await waitFor('backup target available', async () => (await h!.store.get(BackupTargetKind, 'default', NS)).status?.available);
+    await h.cm.actions.create({ name: 'bak', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
+    const bi = await waitReady('bak', 1);
+    const bbi = await h.cm.actions.createBackup('bak');
+    await waitFor('backup completed', async () => (await h!.store.get(BackupBackingImageKind, bbi.metadata.name, NS)).status?.state === 'Completed');
+    const disk = readyDisks(bi)[0]!;
+    const m = [...h.sim.managers.values()].find((x) => x.diskUUID === disk)!;
+    Object.assign(m.files.get('bak')!, { state: 'failed', message: 'file vanished' });
+    h.sim.disks.get(disk)!.clear();
+    for (const w of m.watchers) w();
+    const bids = await waitFor('the first file prepared again from the backup', async () => {
+      const d = await h!.store.get(BackingImageDataSourceKind, 'bak', NS);
+      return d.spec?.sourceType === 'restore' ? d : undefined;
+    }, 15_000);
+    expect(bids.spec?.parameters?.['backup-url']).toContain('backingImage=bak');
+    expect(bids.spec?.checksum).toBe(sum);
+    const recovered = await waitFor('every copy ready again', async () => {
+      const b = await getBI('bak');
+      const spec = Object.keys(b.spec?.diskFileSpecMap ?? {});
+      return spec.length >= 1 && readyDisks(b).length === spec.length && readyDisks(b).includes(disk) ? b : undefined;
+    }, 15_000);
+    expect(recovered.status?.checksum).toBe(sum);
+    expect(h.sim.downloads.get(URL)).toBe(1); // the origin was not asked again
+    expect(recovered.spec?.sourceType).toBe('download'); // the image keeps its origin
+    expect(h.logs.some((l) => l.includes('All copies failed; restoring the first file from backup'))).toBe(true);
+  });
+
   it('backs up to the backup target and restores as a new image with the same checksum', async () => {
     h = await startHarness();
     const sum = h.sim.serve(URL, DATA);

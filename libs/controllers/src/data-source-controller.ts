@@ -167,7 +167,8 @@ export class BackingImageDataSourceController extends Controller {
       }
     }
     if (w.phase === 'missing') {
-      const retriable = spec.sourceType === 'download' || spec.sourceType === 'export-from-volume';
+      // A restore can run again like a download (the backup does not change); Longhorn retries only download and export.
+      const retriable = spec.sourceType === 'download' || spec.sourceType === 'export-from-volume' || spec.sourceType === 'restore';
       const retry = !isNew && retriable && !this.retryBackoff.isInBackOffSinceUpdate(name);
       if (!isNew && retriable && !retry) this.queue.addAfter(name, this.retryBackoff.remaining(name) + 10);
       if (isNew || retry) {
