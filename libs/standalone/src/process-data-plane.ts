@@ -1,8 +1,9 @@
 import { appendFile, mkdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { deleteBackup, encodeBackupUrl, inspectBackup, listBackingImageBackups } from '@bis/backupstore';
 import { ManagerClient } from '@bis/bimrpc';
 import {
+  backupstoreTargetApi,
+  httpDataSourceClient,
   dataSourceWorkloadName,
   managerApiFromClient,
   type BackingImageDataSource,
@@ -10,7 +11,6 @@ import {
   type BackupTargetApi,
   type DataPlane,
   type DataSourceApi,
-  type DataSourceFileInfo,
   type DataSourceLaunch,
   type ManagerApi,
   type WorkloadStatus,
@@ -239,37 +239,8 @@ export class ProcessDataPlane implements DataPlane {
   }
 
   dataSourceClient(address: string): DataSourceApi {
-    return {
-      async get(): Promise<DataSourceFileInfo> {
-        const res = await fetch(`http://${address}/v1/file`, { signal: AbortSignal.timeout(10_000) });
-        if (!res.ok) throw new Error(`GET http://${address}/v1/file: HTTP ${res.status} ${await res.text()}`);
-        const b = (await res.json()) as Partial<DataSourceFileInfo>;
-        return { state: b.state ?? '', size: Number(b.size ?? 0), progress: Number(b.progress ?? 0), currentChecksum: b.currentChecksum ?? '', message: b.message ?? '' };
-      },
-    };
+    return httpDataSourceClient(address);
   }
 
-  readonly backupTarget: BackupTargetApi = {
-    async listBackingImages(targetURL) {
-      return (await listBackingImageBackups(targetURL)).filter((e) => e.state === 'complete').map((e) => e.name);
-    },
-    backingImageURL: (targetURL, biName) => encodeBackupUrl(biName, targetURL),
-    async inspectBackingImage(url) {
-      const i = await inspectBackup(url);
-      return {
-        name: i.name,
-        url: i.url,
-        size: i.size,
-        checksum: i.checksum,
-        labels: i.labels ?? {},
-        compressionMethod: i.compressionMethod,
-        secret: i.secret,
-        secretNamespace: i.secretNamespace,
-        createdAt: i.completeAt,
-      };
-    },
-    async deleteBackingImage(url) {
-      await deleteBackup(url);
-    },
-  };
+  readonly backupTarget: BackupTargetApi = backupstoreTargetApi;
 }
