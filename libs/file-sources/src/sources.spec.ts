@@ -8,7 +8,7 @@ import { createFileSources } from './provider.js';
 import { ImageSink, dataRuns, SLAB_BYTES, SLAB_COUNT } from './image-sink.js';
 import { parseExpectedChecksum, ChecksumMismatchError } from './checksum.js';
 import { startImageServer, type ImageServer } from './test-support/image-server.js';
-import { startTestProxy, type TestProxy } from './test-support/proxy.js';
+import { startTestProxy, type TestProxy } from './testing/proxy.js';
 import { padTo512, RecordingProgress, sha, sparseImage } from './test-support/images.js';
 
 let dir: string;
