@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
 import { startFileServer } from '@bis/api-client/test-support';
-import { startStandaloneProcess, type StandaloneProcess } from './test-support/standalone-process.js';
+import { startStandaloneProcess, type StandaloneProcess } from '@bis/standalone/testing';
 
 const BIN = resolve(import.meta.dirname, '../bin/bictl.js');
 

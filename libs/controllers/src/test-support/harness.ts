@@ -7,6 +7,7 @@ import { ControllerManager, type ControllerManagerOptions } from '../controller-
 import { NodeKind } from '../kinds.js';
 import { SimDataPlane } from './sim-data-plane.js';
 import { testNode, type TestDisk } from './fixtures.js';
+import { waitFor as pollUntil } from '@bis/datastore/testing';
 
 export const NS = 'longhorn-system';
 
@@ -75,18 +76,6 @@ export async function startHarness(disks: TestDisk[] = [{ uuid: 'disk-1' }, { uu
 }
 
 /** Polls `fn` until it returns a truthy value; fails with the last value after `timeoutMs`. */
-export async function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 10_000): Promise<NonNullable<T>> {
-  const deadline = Date.now() + timeoutMs;
-  let last: T | undefined;
-  let lastErr: unknown;
-  while (Date.now() < deadline) {
-    try {
-      last = await fn();
-      if (last) return last as NonNullable<T>;
-    } catch (err) {
-      lastErr = err;
-    }
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`timed out waiting for ${what}; last value ${JSON.stringify(last)}${lastErr ? `; last error ${(lastErr as Error).message}` : ''}`);
+export function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 10_000): Promise<NonNullable<T>> {
+  return pollUntil(what, fn, timeoutMs, 25);
 }

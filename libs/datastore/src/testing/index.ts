@@ -1,2 +1,2 @@
 export { runDatastoreContract, CONTRACT_KINDS, WidgetKind, GadgetKind, type Widget, type Gadget, type ContractHarness, type ContractFactoryOptions } from './contract.js';
-export { takeEvents, eventually } from './watch-helpers.js';
+export { takeEvents, eventually, waitFor } from './watch-helpers.js';

@@ -52,3 +52,23 @@ export async function eventually<R>(check: () => Promise<R | undefined | false> 
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+/**
+ * Polls `fn` every `intervalMs` until it returns a truthy value (a thrown error counts as "not yet"); after
+ * `timeoutMs` fails naming `what`, the last value and the last error.
+ */
+export async function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 10_000, intervalMs = 25): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: T | undefined;
+  let lastErr: unknown;
+  while (Date.now() < deadline) {
+    try {
+      last = await fn();
+      if (last) return last as NonNullable<T>;
+    } catch (err) {
+      lastErr = err;
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+  throw new Error(`timed out waiting for ${what}; last value ${JSON.stringify(last)}${lastErr ? `; last error ${(lastErr as Error).message}` : ''}`);
+}

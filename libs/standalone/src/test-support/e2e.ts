@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { DataPlaneBinaries } from '../process-data-plane.js';
+import { waitFor as pollUntil } from '@bis/datastore/testing';
 
 /** Repository root (libs/standalone/src/test-support → ../../../..). */
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
@@ -99,18 +100,7 @@ export async function tempDir(prefix: string): Promise<{ dir: string; remove(): 
   return { dir, remove: () => rm(dir, { recursive: true, force: true }) };
 }
 
-export async function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 30_000): Promise<NonNullable<T>> {
-  const deadline = Date.now() + timeoutMs;
-  let last: T | undefined;
-  let lastErr: unknown;
-  while (Date.now() < deadline) {
-    try {
-      last = await fn();
-      if (last) return last as NonNullable<T>;
-    } catch (err) {
-      lastErr = err;
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`timed out waiting for ${what}; last value ${JSON.stringify(last)}${lastErr ? `; last error ${(lastErr as Error).message}` : ''}`);
+/** Polls `fn` until it returns a truthy value; fails with the last value after `timeoutMs`. */
+export function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 30_000): Promise<NonNullable<T>> {
+  return pollUntil(what, fn, timeoutMs, 100);
 }
