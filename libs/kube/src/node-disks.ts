@@ -4,6 +4,7 @@ import path from 'node:path';
 import { LONGHORN_API_VERSION, type Condition } from '@bis/crd-types';
 import { NodeKind, type Logger, type Node } from '@bis/controllers';
 import { isConflict, isNotFound, type Datastore } from '@bis/datastore';
+import { CoalescedRun } from './coalesced-run.js';
 
 /** The disk configuration file Longhorn writes at the root of every disk (`{"diskUUID":"…"}`). */
 export const DISK_CONFIG_FILE = 'longhorn-disk.cfg';
@@ -51,8 +52,11 @@ function condition(type: string, ok: boolean, reason: string, message: string, p
  */
 export class NodeDiskReporter {
   private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private again = false;
+  private readonly runs = new CoalescedRun(
+    () => this.sync(),
+    (err) => this.o.log?.warn(`node ${this.o.nodeID}: disk status update failed: ${err.message}`),
+    () => this.stopped,
+  );
   private stopped = false;
 
   constructor(private readonly o: NodeDiskReporterOptions) {}
@@ -78,29 +82,13 @@ export class NodeDiskReporter {
 
   /** Runs a disk check now (coalesced with one that is running). */
   trigger(): Promise<void> {
-    if (this.running) {
-      this.again = true;
-      return this.running;
-    }
-    this.running = (async () => {
-      do {
-        this.again = false;
-        try {
-          await this.sync();
-        } catch (err) {
-          this.o.log?.warn(`node ${this.o.nodeID}: disk status update failed: ${(err as Error).message}`);
-        }
-      } while (this.again && !this.stopped);
-    })().finally(() => {
-      this.running = undefined;
-    });
-    return this.running;
+    return this.runs.trigger();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    await this.running;
+    await this.runs.running;
   }
 
   /** Longhorn's daemon start: the Node record of this node with one default disk, when there is none. */

@@ -3,6 +3,7 @@ import type { Condition } from '@bis/crd-types';
 import { NodeKind, type Logger, type Node } from '@bis/controllers';
 import { isConflict, isNotFound, type Datastore } from '@bis/datastore';
 import { ApiAccess } from './api-access.js';
+import { CoalescedRun } from './coalesced-run.js';
 
 /** Label selector of the chart's controller-manager DaemonSet pods. */
 export const DEFAULT_MANAGER_POD_SELECTOR = 'app=backing-image-system-manager';
@@ -90,8 +91,11 @@ export class NodeHealthMonitor {
   private readonly access: ApiAccess;
   private readonly aborts = new Set<AbortController>();
   private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private again = false;
+  private readonly runs = new CoalescedRun(
+    () => this.sync(),
+    (err) => this.o.log?.warn(`node health check failed: ${err.message}`),
+    () => this.stopped,
+  );
   private stopped = false;
 
   constructor(private readonly o: NodeHealthMonitorOptions) {
@@ -143,30 +147,14 @@ export class NodeHealthMonitor {
   /** Runs a check now (coalesced with one that is running). Never rejects. */
   trigger(): Promise<void> {
     if (this.stopped) return Promise.resolve();
-    if (this.running) {
-      this.again = true;
-      return this.running;
-    }
-    this.running = (async () => {
-      do {
-        this.again = false;
-        try {
-          await this.sync();
-        } catch (err) {
-          this.o.log?.warn(`node health check failed: ${(err as Error).message}`);
-        }
-      } while (this.again && !this.stopped);
-    })().finally(() => {
-      this.running = undefined;
-    });
-    return this.running;
+    return this.runs.trigger();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     for (const a of this.aborts) a.abort();
-    await this.running;
+    await this.runs.running;
   }
 
   /** One pass over every Longhorn Node record of the namespace. */
