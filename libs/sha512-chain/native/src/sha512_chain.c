@@ -1,0 +1,310 @@
+/*
+ * sha512_chain: SHA-512 compression over whole 128-byte blocks starting from an explicit chaining state, and the
+ * final padding step, using the OpenSSL SHA-512 that the node binary itself exports (its assembly implementation).
+ *
+ * A state is 64 bytes: h0..h7, each big-endian. The compression of whole blocks does not depend on the running
+ * length, so states carry no length; only finalize() takes the total length.
+ *
+ *   advance(state, data)              -> Buffer(64)            data.byteLength % 128 == 0, on the calling thread
+ *   advanceAsync(state, data)         -> Promise<Buffer(64)>   same, on the libuv thread pool (data is referenced
+ *                                                              until the work is done)
+ *   advanceZeros(state, length)       -> Buffer(64)            length % 128 == 0 zero bytes, no length-sized buffer
+ *   advanceZerosAsync(state, length)  -> Promise<Buffer(64)>
+ *   finalize(state, totalLength, tail)-> Buffer(64)            the SHA-512 digest; tail.byteLength == totalLength % 128
+ *
+ * Argument errors throw TypeError / RangeError with a message naming the argument.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <node_api.h>
+#include <openssl/sha.h>
+
+#define STATE_BYTES 64
+#define BLOCK_BYTES 128
+#define ZERO_CHUNK (64 * 1024)
+#define MAX_SAFE_INTEGER 9007199254740991.0
+
+static const unsigned char zero_chunk[ZERO_CHUNK];
+
+static void import_state(SHA512_CTX *ctx, const unsigned char *state) {
+  SHA512_Init(ctx);
+  for (int i = 0; i < 8; i++) {
+    uint64_t v = 0;
+    for (int j = 0; j < 8; j++) v = (v << 8) | state[i * 8 + j];
+    ctx->h[i] = v;
+  }
+  ctx->Nl = 0;
+  ctx->Nh = 0;
+  ctx->num = 0;
+}
+
+static void export_state(const SHA512_CTX *ctx, unsigned char *state) {
+  for (int i = 0; i < 8; i++) {
+    uint64_t v = ctx->h[i];
+    for (int j = 7; j >= 0; j--) {
+      state[i * 8 + j] = (unsigned char)(v & 0xff);
+      v >>= 8;
+    }
+  }
+}
+
+static void advance_blocks(unsigned char *state, const unsigned char *data, size_t length) {
+  SHA512_CTX ctx;
+  import_state(&ctx, state);
+  if (length > 0) SHA512_Update(&ctx, data, length);
+  export_state(&ctx, state);
+}
+
+static void advance_zero_blocks(unsigned char *state, uint64_t length) {
+  SHA512_CTX ctx;
+  import_state(&ctx, state);
+  while (length > 0) {
+    size_t n = length > ZERO_CHUNK ? ZERO_CHUNK : (size_t)length;
+    SHA512_Update(&ctx, zero_chunk, n);
+    length -= n;
+  }
+  export_state(&ctx, state);
+}
+
+/* Reads a Uint8Array (or Buffer) argument: pointer and byte length. Throws a TypeError naming `what` otherwise. */
+static int get_bytes(napi_env env, napi_value value, const char *what, unsigned char **data, size_t *length) {
+  bool is_typed = false;
+  napi_is_typedarray(env, value, &is_typed);
+  if (!is_typed) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", what);
+    return 0;
+  }
+  napi_typedarray_type type;
+  size_t count;
+  void *ptr;
+  if (napi_get_typedarray_info(env, value, &type, &count, &ptr, NULL, NULL) != napi_ok ||
+      (type != napi_uint8_array && type != napi_uint8_clamped_array)) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", what);
+    return 0;
+  }
+  *data = ptr;
+  *length = count;
+  return 1;
+}
+
+static int get_state(napi_env env, napi_value value, unsigned char *state) {
+  unsigned char *data;
+  size_t length;
+  if (!get_bytes(env, value, "state must be a Uint8Array of 64 bytes", &data, &length)) return 0;
+  if (length != STATE_BYTES) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "state must be exactly 64 bytes (h0..h7 big-endian)");
+    return 0;
+  }
+  memcpy(state, data, STATE_BYTES);
+  return 1;
+}
+
+static int get_length(napi_env env, napi_value value, const char *what, uint64_t *out) {
+  napi_valuetype type;
+  napi_typeof(env, value, &type);
+  if (type != napi_number) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", what);
+    return 0;
+  }
+  double d;
+  napi_get_value_double(env, value, &d);
+  if (!(d >= 0) || d > MAX_SAFE_INTEGER || d != (double)(uint64_t)d) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", what);
+    return 0;
+  }
+  *out = (uint64_t)d;
+  return 1;
+}
+
+static napi_value state_buffer(napi_env env, const unsigned char *state) {
+  napi_value result;
+  void *copy;
+  napi_create_buffer_copy(env, STATE_BYTES, state, &copy, &result);
+  return result;
+}
+
+/* ---- synchronous ---- */
+
+static napi_value advance_sync(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 2) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "advance(state, data) needs two arguments");
+    return NULL;
+  }
+  unsigned char state[STATE_BYTES];
+  unsigned char *data;
+  size_t length;
+  if (!get_state(env, argv[0], state)) return NULL;
+  if (!get_bytes(env, argv[1], "data must be a Uint8Array", &data, &length)) return NULL;
+  if (length % BLOCK_BYTES != 0) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "data length must be a multiple of 128 bytes");
+    return NULL;
+  }
+  advance_blocks(state, data, length);
+  return state_buffer(env, state);
+}
+
+static napi_value advance_zeros_sync(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 2) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "advanceZeros(state, length) needs two arguments");
+    return NULL;
+  }
+  unsigned char state[STATE_BYTES];
+  uint64_t length;
+  if (!get_state(env, argv[0], state)) return NULL;
+  if (!get_length(env, argv[1], "length must be a non-negative safe integer", &length)) return NULL;
+  if (length % BLOCK_BYTES != 0) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "length must be a multiple of 128 bytes");
+    return NULL;
+  }
+  advance_zero_blocks(state, length);
+  return state_buffer(env, state);
+}
+
+static napi_value finalize(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 3) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "finalize(state, totalLength, tail) needs three arguments");
+    return NULL;
+  }
+  unsigned char state[STATE_BYTES];
+  uint64_t total;
+  unsigned char *tail;
+  size_t tail_length;
+  if (!get_state(env, argv[0], state)) return NULL;
+  if (!get_length(env, argv[1], "totalLength must be a non-negative safe integer", &total)) return NULL;
+  if (!get_bytes(env, argv[2], "tail must be a Uint8Array", &tail, &tail_length)) return NULL;
+  if (tail_length != total % BLOCK_BYTES) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "tail length must be totalLength % 128");
+    return NULL;
+  }
+  SHA512_CTX ctx;
+  import_state(&ctx, state);
+  /* Bit count of the whole blocks already compressed into the state; total < 2^53, so it fits in Nl. */
+  ctx.Nl = (SHA_LONG64)((total - tail_length) << 3);
+  ctx.Nh = 0;
+  if (tail_length > 0) SHA512_Update(&ctx, tail, tail_length);
+  unsigned char digest[SHA512_DIGEST_LENGTH];
+  SHA512_Final(digest, &ctx);
+  return state_buffer(env, digest);
+}
+
+/* ---- on the libuv thread pool ---- */
+
+typedef struct {
+  napi_async_work work;
+  napi_deferred deferred;
+  napi_ref data_ref; /* keeps the input alive until complete; NULL for zeros */
+  const unsigned char *data;
+  uint64_t length;
+  unsigned char state[STATE_BYTES];
+} advance_request;
+
+static void advance_execute(napi_env env, void *raw) {
+  (void)env;
+  advance_request *req = raw;
+  if (req->data != NULL) advance_blocks(req->state, req->data, (size_t)req->length);
+  else advance_zero_blocks(req->state, req->length);
+}
+
+static void advance_complete(napi_env env, napi_status status, void *raw) {
+  advance_request *req = raw;
+  if (status != napi_ok) {
+    napi_value message, error;
+    napi_create_string_utf8(env, "SHA-512 chain advance was cancelled", NAPI_AUTO_LENGTH, &message);
+    napi_create_error(env, NULL, message, &error);
+    napi_reject_deferred(env, req->deferred, error);
+  } else {
+    napi_resolve_deferred(env, req->deferred, state_buffer(env, req->state));
+  }
+  if (req->data_ref != NULL) napi_delete_reference(env, req->data_ref);
+  napi_delete_async_work(env, req->work);
+  free(req);
+}
+
+static napi_value queue_advance(napi_env env, advance_request *req, const char *name) {
+  napi_value promise, resource_name;
+  napi_create_promise(env, &req->deferred, &promise);
+  napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &resource_name);
+  napi_create_async_work(env, NULL, resource_name, advance_execute, advance_complete, req, &req->work);
+  napi_queue_async_work(env, req->work);
+  return promise;
+}
+
+static napi_value advance_async(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 2) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "advanceAsync(state, data) needs two arguments");
+    return NULL;
+  }
+  unsigned char state[STATE_BYTES];
+  unsigned char *data;
+  size_t length;
+  if (!get_state(env, argv[0], state)) return NULL;
+  if (!get_bytes(env, argv[1], "data must be a Uint8Array", &data, &length)) return NULL;
+  if (length % BLOCK_BYTES != 0) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "data length must be a multiple of 128 bytes");
+    return NULL;
+  }
+  advance_request *req = calloc(1, sizeof *req);
+  if (req == NULL) {
+    napi_throw_error(env, "ENOMEM", "advanceAsync: out of memory");
+    return NULL;
+  }
+  memcpy(req->state, state, STATE_BYTES);
+  req->length = length;
+  /* An empty view may have a NULL pointer; the zero path with length 0 is the same no-op. */
+  req->data = length > 0 ? data : NULL;
+  if (length > 0) napi_create_reference(env, argv[1], 1, &req->data_ref);
+  return queue_advance(env, req, "bis.sha512_chain.advance");
+}
+
+static napi_value advance_zeros_async(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 2) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "advanceZerosAsync(state, length) needs two arguments");
+    return NULL;
+  }
+  unsigned char state[STATE_BYTES];
+  uint64_t length;
+  if (!get_state(env, argv[0], state)) return NULL;
+  if (!get_length(env, argv[1], "length must be a non-negative safe integer", &length)) return NULL;
+  if (length % BLOCK_BYTES != 0) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "length must be a multiple of 128 bytes");
+    return NULL;
+  }
+  advance_request *req = calloc(1, sizeof *req);
+  if (req == NULL) {
+    napi_throw_error(env, "ENOMEM", "advanceZerosAsync: out of memory");
+    return NULL;
+  }
+  memcpy(req->state, state, STATE_BYTES);
+  req->length = length;
+  return queue_advance(env, req, "bis.sha512_chain.advanceZeros");
+}
+
+static napi_value init(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+    {"advance", NULL, advance_sync, NULL, NULL, NULL, napi_enumerable, NULL},
+    {"advanceAsync", NULL, advance_async, NULL, NULL, NULL, napi_enumerable, NULL},
+    {"advanceZeros", NULL, advance_zeros_sync, NULL, NULL, NULL, napi_enumerable, NULL},
+    {"advanceZerosAsync", NULL, advance_zeros_async, NULL, NULL, NULL, napi_enumerable, NULL},
+    {"finalize", NULL, finalize, NULL, NULL, NULL, napi_enumerable, NULL},
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

@@ -1,0 +1,25 @@
+export {
+  DEFAULT_CHAIN_SEGMENT,
+  SHA512_BLOCK,
+  SHA512_INITIAL_STATE,
+  type Sha512State,
+  nativeSha512ChainAvailable,
+  advanceSync,
+  advance,
+  advanceZeros,
+  finalizeHex,
+} from './state.js';
+export {
+  type Sha512Chain,
+  encodeChain,
+  decodeChain,
+  segmentCount,
+  CHAIN_MAGIC,
+  CHAIN_VERSION,
+  CHAIN_HEADER_BYTES,
+  MAX_CHAIN_SEGMENT,
+} from './chain.js';
+export { Sha512ChainUnavailableError, Sha512ChainMismatchError, Sha512ChainFormatError } from './errors.js';
+export { Sha512ChainRecorder } from './recorder.js';
+export { Sha512ChainVerifier, type Sha512ChainVerifierOptions } from './verifier.js';
+export { nativeAddonStatus, DISABLE_NATIVE_ENV, ADDON_PATH_ENV } from './native.js';

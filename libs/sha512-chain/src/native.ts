@@ -1,0 +1,54 @@
+import { createRequire } from 'node:module';
+
+/** The functions of the `sha512_chain` N-API addon (`native/src/sha512_chain.c`). States are 64-byte buffers. */
+export interface Sha512ChainAddon {
+  /** Compresses `data` (a multiple of 128 bytes) into a copy of `state`, on the calling thread. */
+  advance(state: Uint8Array, data: Uint8Array): Buffer;
+  /** Same as `advance`, on the libuv thread pool; `data` is referenced until the promise settles. */
+  advanceAsync(state: Uint8Array, data: Uint8Array): Promise<Buffer>;
+  /** Compresses `length` zero bytes (a multiple of 128) without allocating them, on the calling thread. */
+  advanceZeros(state: Uint8Array, length: number): Buffer;
+  /** Same as `advanceZeros`, on the libuv thread pool. */
+  advanceZerosAsync(state: Uint8Array, length: number): Promise<Buffer>;
+  /** The SHA-512 digest (64 bytes) of a message of `totalLength` bytes whose whole blocks are compressed in `state`. */
+  finalize(state: Uint8Array, totalLength: number, tail: Uint8Array): Buffer;
+}
+
+/** Set to `0` to skip loading the addon (the library then behaves as if it were not built). */
+export const DISABLE_NATIVE_ENV = 'BIS_SHA512_CHAIN_NATIVE';
+/** Absolute path of a `sha512_chain.node` to load instead of the one built in this package. */
+export const ADDON_PATH_ENV = 'BIS_SHA512_CHAIN_ADDON';
+
+const ADDON_PATH = '../native/build/Release/sha512_chain.node';
+const ADDON_FUNCTIONS = ['advance', 'advanceAsync', 'advanceZeros', 'advanceZerosAsync', 'finalize'] as const;
+
+let loaded: { addon: Sha512ChainAddon | null; reason: string } | undefined;
+
+function isAddon(value: unknown): value is Sha512ChainAddon {
+  if (typeof value !== 'object' || value === null) return false;
+  const v = value as Record<string, unknown>;
+  return ADDON_FUNCTIONS.every((name) => typeof v[name] === 'function');
+}
+
+/** Loads the addon on first use; returns null (from then on) when it cannot be loaded. */
+export function nativeAddon(): Sha512ChainAddon | null {
+  if (loaded) return loaded.addon;
+  if (process.env[DISABLE_NATIVE_ENV] === '0') {
+    loaded = { addon: null, reason: `disabled by ${DISABLE_NATIVE_ENV}=0` };
+    return null;
+  }
+  try {
+    const value: unknown = createRequire(import.meta.url)(process.env[ADDON_PATH_ENV] || ADDON_PATH);
+    if (!isAddon(value)) throw new Error(`the module does not export ${ADDON_FUNCTIONS.join(', ')}`);
+    loaded = { addon: value, reason: 'loaded' };
+  } catch (err) {
+    loaded = { addon: null, reason: err instanceof Error ? err.message : String(err) };
+  }
+  return loaded.addon;
+}
+
+/** Why the addon is or is not in use (for diagnostics). */
+export function nativeAddonStatus(): string {
+  nativeAddon();
+  return loaded?.reason ?? 'not loaded';
+}

@@ -1,0 +1,118 @@
+import { Sha512ChainUnavailableError } from './errors.js';
+import { nativeAddon, nativeAddonStatus, type Sha512ChainAddon } from './native.js';
+
+/** Default distance between two recorded chaining states: 2 MiB (Longhorn's sync block size). */
+export const DEFAULT_CHAIN_SEGMENT = 2 * 1024 * 1024;
+/** SHA-512 block size: chaining states exist only between whole blocks. */
+export const SHA512_BLOCK = 128;
+/** Bytes of a chaining state: h0..h7, 8 bytes each. */
+export const SHA512_STATE_BYTES = 64;
+
+/** A SHA-512 chaining state: 64 bytes, h0..h7 big-endian (FIPS 180-4 §6.4). */
+export type Sha512State = Buffer;
+
+const INITIAL_STATE_HEX =
+  '6a09e667f3bcc908bb67ae8584caa73b3c6ef372fe94f82ba54ff53a5f1d36f1' +
+  '510e527fade682d19b05688c2b3e6c1f1f83d9abfb41bd6b5be0cd19137e2179';
+
+/** The SHA-512 initial hash value H(0) (FIPS 180-4 §5.3.5): the state before any block. */
+export const SHA512_INITIAL_STATE: Sha512State = Buffer.from(INITIAL_STATE_HEX, 'hex');
+
+/** A private copy of the initial state (the exported buffer could be written to by a caller). */
+export function initialState(): Sha512State {
+  return Buffer.from(INITIAL_STATE_HEX, 'hex');
+}
+
+/** True when the native addon is loaded; when false, every hashing function throws `Sha512ChainUnavailableError`. */
+export function nativeSha512ChainAvailable(): boolean {
+  return nativeAddon() !== null;
+}
+
+/** The addon, or a `Sha512ChainUnavailableError`. */
+export function requireAddon(): Sha512ChainAddon {
+  const addon = nativeAddon();
+  if (!addon) throw new Sha512ChainUnavailableError(nativeAddonStatus());
+  return addon;
+}
+
+export function assertState(state: unknown, what = 'state'): asserts state is Uint8Array {
+  if (!(state instanceof Uint8Array)) throw new TypeError(`${what} must be a Buffer of 64 bytes`);
+  if (state.length !== SHA512_STATE_BYTES) {
+    throw new RangeError(`${what} must be exactly 64 bytes (h0..h7 big-endian), got ${state.length}`);
+  }
+}
+
+export function assertBlockLength(length: number, what: string): void {
+  if (!Number.isSafeInteger(length) || length < 0) {
+    throw new RangeError(`${what} must be a non-negative safe integer, got ${String(length)}`);
+  }
+  if (length % SHA512_BLOCK !== 0) {
+    throw new RangeError(`${what} must be a multiple of 128 bytes (whole SHA-512 blocks), got ${length}`);
+  }
+}
+
+function assertData(data: unknown): asserts data is Uint8Array {
+  if (!(data instanceof Uint8Array)) throw new TypeError('data must be a Uint8Array');
+  assertBlockLength(data.length, 'data length');
+}
+
+/** The state after compressing `data` (whole 128-byte blocks) into `state`, on the calling thread. */
+export function advanceSync(state: Sha512State, data: Uint8Array): Sha512State {
+  const addon = requireAddon();
+  assertState(state);
+  assertData(data);
+  return addon.advance(state, data);
+}
+
+/**
+ * The state after compressing `data` (whole 128-byte blocks) into `state`, on the libuv thread pool. Do not change
+ * `data` until the promise settles.
+ */
+export async function advance(state: Sha512State, data: Uint8Array): Promise<Sha512State> {
+  const addon = requireAddon();
+  assertState(state);
+  assertData(data);
+  return addon.advanceAsync(state, data);
+}
+
+/** The state after compressing `length` zero bytes (a multiple of 128) into `state`, without allocating them. */
+export async function advanceZeros(state: Sha512State, length: number): Promise<Sha512State> {
+  const addon = requireAddon();
+  assertState(state);
+  assertBlockLength(length, 'zero length');
+  return addon.advanceZerosAsync(state, length);
+}
+
+/** Synchronous `advanceZeros` (for small lengths on the calling thread). */
+export function advanceZerosSync(state: Sha512State, length: number): Sha512State {
+  const addon = requireAddon();
+  assertState(state);
+  assertBlockLength(length, 'zero length');
+  return addon.advanceZeros(state, length);
+}
+
+const EMPTY = new Uint8Array(0);
+
+/**
+ * The SHA-512 (lowercase hex) of a message of `totalLength` bytes: `state` holds every whole 128-byte block of it,
+ * `tail` the last `totalLength % 128` bytes.
+ */
+export function finalizeHex(state: Sha512State, totalLength: number, tail: Uint8Array = EMPTY): string {
+  const addon = requireAddon();
+  assertState(state);
+  if (!Number.isSafeInteger(totalLength) || totalLength < 0) {
+    throw new RangeError(`totalLength must be a non-negative safe integer, got ${String(totalLength)}`);
+  }
+  if (!(tail instanceof Uint8Array)) throw new TypeError('tail must be a Uint8Array');
+  if (tail.length !== totalLength % SHA512_BLOCK) {
+    throw new RangeError(
+      `tail must hold the last totalLength % 128 = ${totalLength % SHA512_BLOCK} bytes, got ${tail.length}`,
+    );
+  }
+  return addon.finalize(state, totalLength, tail).toString('hex');
+}
+
+/** Byte-wise equality of two states. */
+export function sameState(a: Uint8Array, b: Uint8Array): boolean {
+  return Buffer.from(a.buffer, a.byteOffset, a.length).equals(b);
+}
