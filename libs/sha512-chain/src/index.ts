@@ -23,3 +23,11 @@ export { Sha512ChainUnavailableError, Sha512ChainMismatchError, Sha512ChainForma
 export { Sha512ChainRecorder } from './recorder.js';
 export { Sha512ChainVerifier, type Sha512ChainVerifierOptions } from './verifier.js';
 export { nativeAddonStatus, DISABLE_NATIVE_ENV, ADDON_PATH_ENV } from './native.js';
+export {
+  computeFileChain,
+  verifyFileChain,
+  type ComputeFileChainOptions,
+  type VerifyFileChainOptions,
+  FILE_CHAIN_READ_SIZE,
+  FILE_CHAIN_ZERO_STEP,
+} from './file.js';
