@@ -67,7 +67,30 @@ export type PreparedBlock =
        * still needs compressing.
        */
       frame: Uint8Array[];
+      /** The xxh32 content checksum of that frame (undefined when `frame` is empty), to rebuild it later. */
+      xxh?: number;
     };
+
+/**
+ * The pieces of an uncompressed-block LZ4 frame around the `length` bytes in `slot.data`: header and trailer in
+ * `slot.stored` (written there by a block worker, or by {@link writeStoredFramePieces}).
+ */
+function storedFramePieces(slot: Slot, length: number): Uint8Array[] {
+  return [
+    slot.stored.subarray(0, STORED_FRAME_HEADER),
+    slot.data.subarray(0, length),
+    slot.stored.subarray(STORED_FRAME_HEADER, STORED_FRAME_HEADER + STORED_FRAME_TRAILER),
+  ];
+}
+
+/**
+ * Rebuilds the uncompressed-block frame of a block prepared earlier (its data read again into `slot.data`), from the
+ * content checksum `xxh` the block worker computed then: no byte of the data is hashed again.
+ */
+export function writeStoredFramePieces(slot: Slot, length: number, xxh: number): Uint8Array[] {
+  writeStoredFrameEnds(length, slot.stored, 0, xxh);
+  return storedFramePieces(slot, length);
+}
 
 /** What a block worker found out about a stored block read for restore. */
 export type CheckedBlock =
@@ -136,7 +159,7 @@ parentPort.on('message', (m) => {
         xxh = xxh32(view, 0);
         storedLength = writeStoredFrameEnds(view.length, mem, m.outOffset, xxh);
       }
-      parentPort.postMessage({ id: m.id, zero: false, checksum, storedLength });
+      parentPort.postMessage({ id: m.id, zero: false, checksum, storedLength, xxh });
     } else if (m.op === 'check') {
       let range;
       const lz4Frame = view.length >= 4 && view.readUInt32LE(0) === 0x184d2204;
@@ -278,14 +301,8 @@ export class BlockWorkerPool {
     });
     if (r['zero'] === true) return { zero: true };
     const framed = Number(r['storedLength']) > 0;
-    const frame = framed
-      ? [
-          slot.stored.subarray(0, STORED_FRAME_HEADER),
-          slot.data.subarray(0, length),
-          slot.stored.subarray(STORED_FRAME_HEADER, STORED_FRAME_HEADER + STORED_FRAME_TRAILER),
-        ]
-      : [];
-    return { zero: false, checksum: String(r['checksum']), frame };
+    if (!framed) return { zero: false, checksum: String(r['checksum']), frame: [] };
+    return { zero: false, checksum: String(r['checksum']), frame: storedFramePieces(slot, length), xxh: Number(r['xxh']) };
   }
 
   /**

@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import { getDataExtents, mapBlocks, type BlockMapping } from '@bis/block-mapping';
 import { compressBlock } from '../compression.js';
 import { ImageHasher } from '../image-hash.js';
-import { BlockWorkerPool, SlotPool, type PreparedBlock, type Slot } from '../pipeline.js';
+import { BlockWorkerPool, SlotPool, writeStoredFramePieces, type PreparedBlock, type Slot } from '../pipeline.js';
 import {
   encodeBackingImageConfig,
   goTimestamp,
@@ -23,7 +23,7 @@ import {
   throwIfAborted,
 } from '../names.js';
 import { encodeBackupUrl } from '../url.js';
-import { assertConcurrency, loadConfigIfExists, throttle, withDriver, type StoreAccessOptions } from './common.js';
+import { assertConcurrency, forEachConcurrent, loadConfigIfExists, throttle, withDriver, type StoreAccessOptions } from './common.js';
 
 export interface CreateBackupOptions extends StoreAccessOptions {
   /** Backup target URL (`s3://…`, `nfs://…`, `vfs://…`). */
@@ -219,7 +219,7 @@ async function runBackup(
     // source needs no lock); the store is written only once the lock is held.
     let source: BackupSource | undefined;
     try {
-      source = await BackupSource.open(opts.filePath, st.size, concurrency, signal);
+      source = await BackupSource.open(opts.filePath, st.size, concurrency, method === 'lz4', signal);
       await lock.acquire('backup create', signal);
       const cfgPath = backingImageConfigPath(opts.name);
       const existing = await loadConfigIfExists(driver, opts.name, signal);
@@ -332,10 +332,16 @@ async function runBackup(
 const READ_AHEAD_SLOTS = 4;
 
 /**
- * Reads the mapped blocks in order into a fixed set of shared slots; block worker threads check each for zeros, name
- * it (SHA-512) and frame it when it does not compress; at most `concurrency` uploads run at once; the whole-image
- * SHA-512 is fed in offset order on its own thread (holes and zero blocks from a shared zero buffer). Memory is
- * bounded by the slot count, whatever the image size.
+ * Two streams run at once once the lock is held:
+ *
+ * - the blocks the lock-wait pass already named and hashed ({@link BackupSource.known}) are only uploaded, at most
+ *   `concurrency` at once, each read again into a slot of a small pool of their own only when the store lacks it;
+ * - the rest are read in order into a fixed set of shared slots; block worker threads check each for zeros, name it
+ *   (SHA-512) and frame it when it does not compress; at most `concurrency` uploads run at once; the whole-image
+ *   SHA-512 is fed in offset order on its own thread (holes and zero blocks from a shared zero buffer).
+ *
+ * The whole-image hash is the critical path, so it never waits behind the first stream's uploads. Memory is bounded by
+ * the slot counts, whatever the image size.
  */
 async function uploadBlocks(
   driver: BackupStoreDriver,
@@ -354,12 +360,12 @@ async function uploadBlocks(
   const fail = (err: unknown) => {
     failure ??= { err };
   };
-  // Blocks before `prehashed.next` are already in the whole-image hash (hashed during the lock wait).
+  // Blocks before `prehashed.next` are already in the whole-image hash, named and zero-checked.
   const prehashed = await source.stopPrehash();
   const uploads = new Semaphore(concurrency);
   let posted = prehashed.posted; // image bytes submitted to the whole-image hash, in order
   let pendingBytes = 0; // bytes of blocks read but not finished
-  let readEnd = 0; // end of the last block the pipeline read (the pre-hash may be further on)
+  let readEnd = prehashed.posted; // end of the last block read (or handled by the lock-wait pass)
   let order: Promise<void> = Promise.resolve();
   const settled = new Set<Promise<void>>();
   const progress = () => {
@@ -367,6 +373,49 @@ async function uploadBlocks(
     status.progress = size === 0 ? 95 : Math.floor((status.processedBytes / size) * 95);
     report({ ...status });
   };
+  const upload = async (checksum: string, stored: () => Promise<Uint8Array | Uint8Array[]>) => {
+    await uploads.run(async () => {
+      const wrote = await uploadBlockOnce(driver, checksum, stored, signal, (bytes) => {
+        status.uploadedBlocks++;
+        status.uploadedBytes += bytes;
+      });
+      if (!wrote) status.reusedBlocks++;
+    });
+  };
+
+  // Stream 1: uploads of the blocks handled during the lock wait.
+  const knownIndexes: number[] = [];
+  for (let index = 0; index < prehashed.next; index++) {
+    const known = source.known(index);
+    const m = mappings[index] as BlockMapping;
+    if (!known) throw new BackupStoreError('Io', `internal error: block at ${m.offset} was hashed during the lock wait but not named`);
+    if (known.zero) status.zeroBlocks++;
+    else {
+      knownIndexes.push(index);
+      pendingBytes += m.size;
+    }
+  }
+  const knownPool = knownIndexes.length > 0 ? new SlotPool(Math.min(concurrency, knownIndexes.length)) : undefined;
+  const knownUploads = forEachConcurrent(knownIndexes, concurrency, async (index) => {
+    if (failure) return;
+    throwIfAborted(signal);
+    const known = source.known(index) as Extract<KnownBlock, { zero: false }>;
+    const m = mappings[index] as BlockMapping;
+    const slot = await (knownPool as SlotPool).acquire();
+    try {
+      await upload(known.checksum, async () => {
+        await readFully(fh, slot.data, m.size, m.offset, opts.filePath);
+        return known.xxh !== undefined ? writeStoredFramePieces(slot, m.size, known.xxh) : compressBlock(method, slot.data.subarray(0, m.size));
+      });
+      blocks.push({ offset: m.offset, blockChecksum: known.checksum });
+    } finally {
+      (knownPool as SlotPool).release(slot);
+      pendingBytes -= m.size;
+      if (!failure) progress();
+    }
+  }).catch((err: unknown) => fail(err));
+
+  // Stream 2: the rest, in order.
   const handle = async (offset: number, length: number, slot: Slot, prepared: PreparedBlock): Promise<void> => {
     if (prepared.zero) {
       status.zeroBlocks++;
@@ -375,17 +424,12 @@ async function uploadBlocks(
     const data = slot.data.subarray(0, length);
     const stored = (): Promise<Uint8Array | Uint8Array[]> =>
       prepared.frame.length > 0 ? Promise.resolve(prepared.frame) : compressBlock(method, data);
-    await uploads.run(async () => {
-      const wrote = await uploadBlockOnce(driver, prepared.checksum, stored, signal, (bytes) => {
-        status.uploadedBlocks++;
-        status.uploadedBytes += bytes;
-      });
-      if (!wrote) status.reusedBlocks++;
-    });
+    await upload(prepared.checksum, stored);
     blocks.push({ offset, blockChecksum: prepared.checksum });
   };
   try {
-    for (const [index, m] of mappings.entries()) {
+    for (let index = prehashed.next; index < mappings.length; index++) {
+      const m = mappings[index] as BlockMapping;
       const slot = await pool.acquire();
       if (failure || signal?.aborted) {
         pool.release(slot);
@@ -405,7 +449,6 @@ async function uploadBlocks(
       // The whole-image hash takes the blocks in offset order: holes before the block, then the block itself.
       const step = order.then(async () => {
         const p = await prepared;
-        if (index < prehashed.next) return { done: Promise.resolve() };
         const gap = image.zeros(m.offset - posted);
         const own = p.zero ? image.zeros(m.size) : image.update(slot.data.subarray(0, m.size));
         posted = m.offset + m.size;
@@ -428,6 +471,7 @@ async function uploadBlocks(
       });
     }
     await Promise.all(settled);
+    await knownUploads;
     if (failure) throw failure.err;
     throwIfAborted(signal);
     await order;
@@ -437,17 +481,24 @@ async function uploadBlocks(
     progress();
     return { blocks, sha512: await image.digest() };
   } finally {
-    await Promise.allSettled([...settled]);
+    await Promise.allSettled([...settled, knownUploads]);
   }
 }
+
+/** A block the lock-wait pass has read, named and zero-checked (and, for LZ4, found incompressible: `xxh`). */
+type KnownBlock = { zero: true } | { zero: false; checksum: string; xxh?: number };
 
 /**
  * The source side of a backup: the image's block mappings, an open handle, the slot pool, the block workers and the
  * whole-image hasher. Opened before the store lock is acquired: until `stopPrehash`, it reads the mapped blocks in
- * order into free slots and feeds them to the whole-image hash, so that the lock's check wait is not idle time.
+ * order into free slots, feeds them to the whole-image hash and has the block workers name, zero-check and (for LZ4)
+ * frame-checksum them, keeping only those small results, so that the lock's check wait is not idle time: after it
+ * only the uploads of those blocks are left.
  */
 class BackupSource {
   private stopRequested = false;
+  /** What the lock-wait pass learnt about each block it read, by mapping index. */
+  private readonly plan: (KnownBlock | undefined)[] = [];
   private prehash: Promise<{ next: number; posted: number }> = Promise.resolve({ next: 0, posted: 0 });
 
   private constructor(
@@ -457,13 +508,19 @@ class BackupSource {
     readonly workers: BlockWorkerPool,
     readonly image: ImageHasher,
     private readonly file: string,
+    private readonly lz4: boolean,
   ) {}
 
-  static async open(file: string, size: number, concurrency: number, signal: AbortSignal | undefined): Promise<BackupSource> {
+  /** The block at mapping `index` as the lock-wait pass found it (undefined when that pass did not reach it). */
+  known(index: number): KnownBlock | undefined {
+    return this.plan[index];
+  }
+
+  static async open(file: string, size: number, concurrency: number, lz4: boolean, signal: AbortSignal | undefined): Promise<BackupSource> {
     const mappings = mapBlocks(await getDataExtents(file, { signal }), size, BACKUP_BLOCK_SIZE);
     const fh = await fs.open(file, 'r');
     const pool = new SlotPool(concurrency + READ_AHEAD_SLOTS);
-    const source = new BackupSource(mappings, fh, pool, new BlockWorkerPool(pool, concurrency), new ImageHasher(pool.memory), file);
+    const source = new BackupSource(mappings, fh, pool, new BlockWorkerPool(pool, concurrency), new ImageHasher(pool.memory), file, lz4);
     source.prehash = source.runPrehash(signal);
     source.prehash.catch(() => undefined);
     return source;
@@ -481,10 +538,19 @@ class BackupSource {
           this.pool.release(slot);
           break;
         }
-        await readFully(this.fh, slot.data, m.size, m.offset, this.file);
+        try {
+          await readFully(this.fh, slot.data, m.size, m.offset, this.file);
+        } catch (err) {
+          this.pool.release(slot);
+          throw err;
+        }
         const gap = this.image.zeros(m.offset - posted);
         const own = this.image.update(slot.data.subarray(0, m.size));
-        hashing.push(Promise.all([gap, own]).finally(() => this.pool.release(slot)).then(() => undefined));
+        const index = next;
+        const prepared = this.workers.prepare(slot, m.size, this.lz4).then((p) => {
+          this.plan[index] = p.zero ? { zero: true } : { zero: false, checksum: p.checksum, ...(p.xxh !== undefined ? { xxh: p.xxh } : {}) };
+        });
+        hashing.push(Promise.all([gap, own, prepared]).finally(() => this.pool.release(slot)).then(() => undefined));
         posted = m.offset + m.size;
         next++;
       }
