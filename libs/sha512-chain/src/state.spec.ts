@@ -28,6 +28,17 @@ describe('chain primitives against node:crypto', () => {
     expect(finalizeHex(SHA512_INITIAL_STATE, 0, new Uint8Array(0))).toBe(referenceSha512());
   });
 
+  it('known answers: FIPS 180-4 "abc", and Longhorn\'s block checksum of 2 MiB of zeros', async () => {
+    const abc = Buffer.from('abc');
+    expect(finalizeHex(SHA512_INITIAL_STATE, 3, abc)).toBe(
+      'ddaf35a193617abacc417349ae20413112e6fa4e89a97ea20a9eeee64b55d39a' +
+        '2192992a274fc1a836ba3c23a3feebbd454d4423643ce80e2a9ac94fa54ca49f',
+    );
+    // longhorn-backupstore-format.md §4.2: the first 64 hex characters of SHA-512 over 2 MiB of zeros.
+    const zeros = await advanceZeros(SHA512_INITIAL_STATE, 2 * MiB);
+    expect(finalizeHex(zeros, 2 * MiB).slice(0, 64)).toBe('731859029215873fdac1c9f2f8bd25a334abf0f3a9e1b057cf2cacc2826d86b0');
+  });
+
   it.each(SIZES)('advanceSync + finalizeHex == createHash for %i bytes', async (size) => {
     const data = randomData(size);
     expect(await viaChain(data, advanceSync)).toBe(referenceSha512(data));
