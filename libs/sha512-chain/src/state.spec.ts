@@ -79,6 +79,15 @@ describe('chain primitives against node:crypto', () => {
     expect(finalizeHex(s, total, tail)).toBe(referenceSha512(a, Buffer.alloc(2 * MiB), b, tail));
   });
 
+  it('hashes views into a SharedArrayBuffer (the image sink hashes from shared slabs)', async () => {
+    const view = new Uint8Array(new SharedArrayBuffer(8192), 256, 4096 + 100);
+    view.set(randomData(view.length));
+    expect(await viaChain(Buffer.from(view.buffer, view.byteOffset, view.length), advance)).toBe(referenceSha512(view));
+    expect(finalizeHex(await advance(SHA512_INITIAL_STATE, view.subarray(0, 4096)), view.length, view.subarray(4096))).toBe(
+      referenceSha512(view),
+    );
+  });
+
   it('does not change the input state', async () => {
     const before = Buffer.from(SHA512_INITIAL_STATE);
     await advance(SHA512_INITIAL_STATE, randomData(256));
