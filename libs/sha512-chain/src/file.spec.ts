@@ -6,7 +6,9 @@ import {
   computeFileChain,
   decodeChain,
   encodeChain,
+  FILE_CHAIN_ZERO_STEP,
   Sha512ChainMismatchError,
+  Sha512ChainRecorder,
   Sha512ChainVerifier,
   verifyFileChain,
 } from './index.js';
@@ -149,6 +151,32 @@ describe('computeFileChain / verifyFileChain on real sparse files', () => {
     });
     await expect(verify).rejects.toMatchObject({ name: 'AbortError' });
     expect(verified).toEqual([2 * MiB]);
+  });
+
+  it('records the same states as a recorder fed the bytes from memory', async () => {
+    const path = file();
+    const bytes = await writeSparseFile(path, SPARSE_SIZE, SPARSE_WRITES);
+    const fromFile = await computeFileChain(path, { segmentSize: 64 * 1024 });
+    const rec = new Sha512ChainRecorder(64 * 1024);
+    rec.updateSync(bytes);
+    expect(encodeChain(fromFile).equals(encodeChain(rec.finish()))).toBe(true);
+  });
+
+  it('cancelling inside a big hole stops between 64 MiB zero steps', async () => {
+    const path = file();
+    const size = 4 * FILE_CHAIN_ZERO_STEP;
+    await writeSparseFile(path, size, [[0, 4096]]);
+    const ac = new AbortController();
+    const seen: number[] = [];
+    const compute = computeFileChain(path, {
+      signal: ac.signal,
+      onProgress: (b) => {
+        seen.push(b);
+        if (b > 4096) ac.abort();
+      },
+    });
+    await expect(compute).rejects.toMatchObject({ name: 'AbortError' });
+    expect(seen[seen.length - 1]).toBeLessThanOrEqual(4096 + FILE_CHAIN_ZERO_STEP);
   });
 
   it('bad arguments get clear errors', async () => {
