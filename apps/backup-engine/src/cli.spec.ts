@@ -69,7 +69,7 @@ describe('backup-engine CLI', () => {
     const out = path.join(work, 'restored.img');
     const r = await run(['restore', '--backup-url', `${target}?backingImage=disk`, '--output', out, '--json']);
     expect(r.code).toBe(0);
-    expect(JSON.parse(r.stdout)).toEqual({ name: 'disk', size: data.length, sha512, blockCount: 3 });
+    expect(JSON.parse(r.stdout)).toEqual({ name: 'disk', size: data.length, sha512, blockCount: 3, verification: 'sha512-chain' });
     expect((await fs.readFile(out)).equals(data)).toBe(true);
 
     const gc = await run(['gc', '--target', target, '--dry-run', '--json']);

@@ -8,6 +8,11 @@ export const BACKUPSTORE_BASE = 'backupstore';
 export const BACKING_IMAGES_DIR = `${BACKUPSTORE_BASE}/backing-images/backing-images`;
 export const BLOCKS_DIR = `${BACKUPSTORE_BASE}/backing-images/blocks`;
 export const BACKING_IMAGE_CONFIG_FILE = 'backing-image.cfg';
+/**
+ * The SHA-512 chain of the image (`@bis/sha512-chain` encoding, 2 MiB segments), beside the config: lets a restore
+ * verify the whole-image checksum in parallel. Not part of Longhorn's format (Longhorn never reads it).
+ */
+export const BACKING_IMAGE_CHAIN_FILE = 'backing-image.sha512chain';
 /** Pseudo-volume whose lock directory serialises all backing-image operations of a store. */
 export const LOCK_VOLUME_NAME = 'BACKINGIMAGE';
 
@@ -56,6 +61,10 @@ export function backingImageDir(name: string): string {
 
 export function backingImageConfigPath(name: string): string {
   return `${BACKING_IMAGES_DIR}/${name}/${BACKING_IMAGE_CONFIG_FILE}`;
+}
+
+export function backingImageChainPath(name: string): string {
+  return `${BACKING_IMAGES_DIR}/${name}/${BACKING_IMAGE_CHAIN_FILE}`;
 }
 
 /** `backupstore/backing-images/blocks/<c[0:2]>/<c[2:4]>/<c>.blk` */

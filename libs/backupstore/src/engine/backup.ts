@@ -1,7 +1,8 @@
 import { promises as fs } from 'node:fs';
 import { getDataExtents, mapBlocks, type BlockMapping } from '@bis/block-mapping';
+import type { Sha512Chain } from '@bis/sha512-chain';
 import { compressBlock } from '../compression.js';
-import { ImageHasher } from '../image-hash.js';
+import { createWholeImageHash, encodeImageChain, type WholeImageHash } from '../image-chain.js';
 import { BlockWorkerPool, SlotPool, writeStoredFramePieces, type PreparedBlock, type Slot } from '../pipeline.js';
 import {
   encodeBackingImageConfig,
@@ -17,6 +18,7 @@ import {
   abortError,
   assertBackingImageName,
   BACKUP_BLOCK_SIZE,
+  backingImageChainPath,
   backingImageConfigPath,
   BackupStoreError,
   blockPath,
@@ -222,6 +224,7 @@ async function runBackup(
       source = await BackupSource.open(opts.filePath, st.size, concurrency, method === 'lz4', signal);
       await lock.acquire('backup create', signal);
       const cfgPath = backingImageConfigPath(opts.name);
+      const chainPath = backingImageChainPath(opts.name);
       const existing = await loadConfigIfExists(driver, opts.name, signal);
       if (existing) {
         if (existing.completeTime !== '') {
@@ -277,7 +280,7 @@ async function runBackup(
       markerRefresh.unref();
       let completed = false;
       try {
-        const { blocks, sha512 } = await uploadBlocks(driver, source, opts, method, concurrency, st.size, status, report);
+        const { blocks, sha512, chain } = await uploadBlocks(driver, source, opts, method, concurrency, st.size, status, report);
         if (opts.checksum && opts.checksum !== sha512) {
           throw new BackupStoreError(
             'ChecksumMismatch',
@@ -297,6 +300,9 @@ async function runBackup(
           secretNamespace: opts.secretNamespace ?? '',
         };
         throwIfAborted(signal);
+        // The chain sidecar goes first, so that a complete config never points at a missing chain.
+        if (chain) await driver.write(chainPath, encodeImageChain(chain), signal);
+        else await driver.remove(chainPath, signal); // a leftover of an earlier failed attempt
         await driver.write(cfgPath, encodeBackingImageConfig(final, false), signal);
         completed = true;
         return {
@@ -316,7 +322,9 @@ async function runBackup(
         await refreshing;
         if (!completed) {
           // Remove our own in-progress marker so that it neither blocks GC nor a retry. If the store is unreachable
-          // the marker stays and goes stale after the lock duration.
+          // the marker stays and goes stale after the lock duration. The sidecar goes first (a directory holding
+          // only a sidecar is not a backup).
+          await driver.remove(chainPath).catch(() => undefined);
           await driver.remove(cfgPath).catch(() => undefined);
         }
       }
@@ -352,7 +360,7 @@ async function uploadBlocks(
   size: number,
   status: BackupStatus,
   report: (p: BackupProgress, force?: boolean) => void,
-): Promise<{ blocks: BlockEntry[]; sha512: string }> {
+): Promise<{ blocks: BlockEntry[]; sha512: string; chain: Sha512Chain | undefined }> {
   const { signal } = opts;
   const { mappings, pool, workers, image, fh } = source;
   const blocks: BlockEntry[] = [];
@@ -479,7 +487,7 @@ async function uploadBlocks(
     posted = size;
     readEnd = size;
     progress();
-    return { blocks, sha512: await image.digest() };
+    return { blocks, ...(await image.finish()) };
   } finally {
     await Promise.allSettled([...settled, knownUploads]);
   }
@@ -506,7 +514,7 @@ class BackupSource {
     readonly fh: fs.FileHandle,
     readonly pool: SlotPool,
     readonly workers: BlockWorkerPool,
-    readonly image: ImageHasher,
+    readonly image: WholeImageHash,
     private readonly file: string,
     private readonly lz4: boolean,
   ) {}
@@ -520,7 +528,7 @@ class BackupSource {
     const mappings = mapBlocks(await getDataExtents(file, { signal }), size, BACKUP_BLOCK_SIZE);
     const fh = await fs.open(file, 'r');
     const pool = new SlotPool(concurrency + READ_AHEAD_SLOTS);
-    const source = new BackupSource(mappings, fh, pool, new BlockWorkerPool(pool, concurrency), new ImageHasher(pool.memory), file, lz4);
+    const source = new BackupSource(mappings, fh, pool, new BlockWorkerPool(pool, concurrency), createWholeImageHash(pool.memory), file, lz4);
     source.prehash = source.runPrehash(signal);
     source.prehash.catch(() => undefined);
     return source;

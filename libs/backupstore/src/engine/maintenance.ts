@@ -3,6 +3,8 @@ import { effectiveCompressionMethod, type BackingImageBackupConfig, type BackupI
 import type { BackupStoreDriver } from '../drivers/driver.js';
 import { BACKUP_LOCK, DELETION_LOCK, withLock } from '../lock.js';
 import {
+  BACKING_IMAGE_CHAIN_FILE,
+  backingImageChainPath,
   backingImageConfigPath,
   backingImageDir,
   BACKING_IMAGES_DIR,
@@ -146,12 +148,18 @@ async function collectGarbage(driver: BackupStoreDriver, dryRun: boolean, signal
   }
   result.totalBlocks = blocks.length;
   const referenced = new Set<string>();
+  const orphanedChains: string[] = [];
   for (const name of names) {
     let config: BackingImageBackupConfig;
     try {
       config = await loadConfig(driver, name, signal);
     } catch (err) {
       throwIfAborted(signal);
+      if (err instanceof BackupStoreError && err.code === 'NotFound' && (await onlyChainSidecar(driver, name, signal))) {
+        // The leftover of a backup that failed between removing its sidecar and its marker: references no block.
+        orphanedChains.push(name);
+        continue;
+      }
       return skip(`cannot load the config of backing image backup ${name}: ${(err as Error).message}`);
     }
     if (config.completeTime === '') return skip(`backing image backup ${name} is in progress or failed`);
@@ -169,6 +177,7 @@ async function collectGarbage(driver: BackupStoreDriver, dryRun: boolean, signal
   const unreferenced = blocks.filter((b) => !referenced.has(b));
   result.swept = true;
   if (dryRun) return { ...result, removedBlocks: unreferenced };
+  for (const name of orphanedChains) await driver.remove(backingImageChainPath(name), signal);
   const failed: string[] = [];
   await forEachConcurrent(unreferenced, 8, async (sum) => {
     throwIfAborted(signal);
@@ -184,6 +193,17 @@ async function collectGarbage(driver: BackupStoreDriver, dryRun: boolean, signal
     throw new BackupStoreError('Io', `failed to remove ${failed.length} unreferenced blocks: ${failed.join('; ')}`);
   }
   return result;
+}
+
+/** True when the image directory holds nothing but the SHA-512 chain sidecar (no config). */
+async function onlyChainSidecar(driver: BackupStoreDriver, name: string, signal?: AbortSignal): Promise<boolean> {
+  try {
+    const entries = await driver.list(backingImageDir(name), signal);
+    return entries.length > 0 && entries.every((e) => e === BACKING_IMAGE_CHAIN_FILE);
+  } catch {
+    throwIfAborted(signal);
+    return false;
+  }
 }
 
 export interface DeleteResult {

@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { promises as fs } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import * as path from 'node:path';
 import { isAllZero } from '@bis/block-mapping';
+import { Sha512ChainMismatchError, Sha512ChainVerifier, type Sha512Chain } from '@bis/sha512-chain';
 import { decompressAndVerifyBlock } from '../compression.js';
 import { ImageHasher } from '../image-hash.js';
 import { BlockWorkerPool, SlotPool, type Slot } from '../pipeline.js';
@@ -11,12 +13,14 @@ import { BackupStoreLock, LONGHORN_LOCK_TIMING, RESTORE_LOCK } from '../lock.js'
 import {
   abortError,
   BACKUP_BLOCK_SIZE,
+  backingImageChainPath,
   backingImageConfigPath,
   BackupStoreError,
   blockPath,
   throwIfAborted,
 } from '../names.js';
 import { parseBackupUrl } from '../url.js';
+import { usableImageChain } from '../image-chain.js';
 import { assertConcurrency, throttle, withDriver, type StoreAccessOptions } from './common.js';
 
 export interface RestoreBackupOptions extends StoreAccessOptions {
@@ -44,6 +48,11 @@ export interface RestoreResult {
   /** SHA-512 of the restored file, equal to the backup's recorded checksum. */
   sha512: string;
   blockCount: number;
+  /**
+   * How the whole-image SHA-512 was verified: `sha512-chain` (in parallel, with the backup's chain sidecar) or
+   * `sequential` (one in-order pass: no usable sidecar, e.g. a Longhorn backup).
+   */
+  verification: 'sha512-chain' | 'sequential';
 }
 
 function checkBlockList(config: BackingImageBackupConfig): void {
@@ -221,14 +230,35 @@ async function restoreOnce(
         force,
       );
     await fh.truncate(config.size);
-    // With a recorded whole-image checksum, that end-to-end check covers every block, so the blocks' own names are
-    // not recomputed on the way. Only when it fails is the restore run again with every block verified, which names
-    // the bad block with Longhorn's message (or resolves an ambiguous encoding by its name).
-    let sha512 = await restoreBlocks(driver, config, fh, concurrency, config.checksum === '', signal, progress);
-    if (config.checksum !== '' && sha512 !== config.checksum) {
-      await fh.truncate(0);
-      await fh.truncate(config.size);
-      sha512 = await restoreBlocks(driver, config, fh, concurrency, true, signal, progress);
+    let sha512: string | undefined;
+    let verification: RestoreResult['verification'] = 'sequential';
+    const sidecar = config.checksum === '' ? undefined : await loadImageChain(driver, config, signal);
+    if (sidecar?.chain) {
+      // The image's SHA-512 chain: every block's segment (and every hole's) is verified as it arrives, in parallel,
+      // and the verifier computes the whole-image SHA-512 from the verified links.
+      try {
+        sha512 = await restoreBlocksChained(driver, config, sidecar.chain, fh, concurrency, signal, progress);
+        verification = 'sha512-chain';
+      } catch (err) {
+        if (!(err instanceof Sha512ChainMismatchError)) throw err;
+        // A link does not hold. If the segment is a stored block that does not match its own name, that block is
+        // damaged: fail naming it. Otherwise the sidecar (or the block list) is wrong: the sequential path decides.
+        const block = config.blocks.find((b) => b.offset === err.offset);
+        if (block) await checkBlockByName(driver, config, block.offset, block.blockChecksum, signal);
+        await fh.truncate(0);
+        await fh.truncate(config.size);
+      }
+    }
+    if (sha512 === undefined) {
+      // With a recorded whole-image checksum, that end-to-end check covers every block, so the blocks' own names are
+      // not recomputed on the way. Only when it fails is the restore run again with every block verified, which
+      // names the bad block with Longhorn's message (or resolves an ambiguous encoding by its name).
+      sha512 = await restoreBlocks(driver, config, fh, concurrency, config.checksum === '', signal, progress);
+      if (config.checksum !== '' && sha512 !== config.checksum) {
+        await fh.truncate(0);
+        await fh.truncate(config.size);
+        sha512 = await restoreBlocks(driver, config, fh, concurrency, true, signal, progress);
+      }
     }
     if (config.checksum !== '' && sha512 !== config.checksum) {
       throw new BackupStoreError('ChecksumMismatch', `restored image ${name} has SHA-512 ${sha512}, but the backup records ${config.checksum}`);
@@ -241,10 +271,163 @@ async function restoreOnce(
     await fs.rename(tmp, output);
     renamed = true;
     report({ name, processedBytes: config.size, totalBytes: config.size, progress: 100 }, true);
-    return { name, size: config.size, sha512, blockCount: config.blocks.length };
+    return { name, size: config.size, sha512, blockCount: config.blocks.length, verification };
   } finally {
     await fh.close().catch(() => undefined);
     if (!renamed) await fs.rm(tmp, { force: true }).catch(() => undefined);
+  }
+}
+
+/** The backup's SHA-512 chain sidecar when it exists and fits the config; undefined (sequential hashing) otherwise. */
+async function loadImageChain(
+  driver: BackupStoreDriver,
+  config: BackingImageBackupConfig,
+  signal: AbortSignal | undefined,
+): Promise<{ chain?: Sha512Chain } | undefined> {
+  let bytes: Buffer;
+  try {
+    bytes = await driver.read(backingImageChainPath(config.name), signal);
+  } catch {
+    // Absent (Longhorn's backups, older ones) or unreadable: the sequential whole-image hash needs no sidecar.
+    throwIfAborted(signal);
+    return undefined;
+  }
+  const usable = usableImageChain(bytes, config);
+  return usable.chain ? { chain: usable.chain } : undefined;
+}
+
+/** Reads one stored block and checks it against its name; throws Longhorn's verification error naming it if not. */
+async function checkBlockByName(
+  driver: BackupStoreDriver,
+  config: BackingImageBackupConfig,
+  offset: number,
+  checksum: string,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  const p = blockPath(checksum);
+  let stored: Buffer;
+  try {
+    stored = await driver.read(p, signal);
+  } catch (err) {
+    if (err instanceof BackupStoreError && err.code === 'NotFound') {
+      throw new BackupStoreError('Corrupt', `block ${p} (offset ${offset}) of backup ${config.name} is missing from the backupstore`, { cause: err });
+    }
+    throw err;
+  }
+  await decompressAndVerifyBlock(effectiveCompressionMethod(config), stored, checksum, p);
+}
+
+/**
+ * Restores with the image's SHA-512 chain: blocks are fetched and written `concurrency` at once, and each block's
+ * segment (the decompressed data, or null for an all-zero block) and each hole's segment is verified against the chain
+ * on the libuv thread pool, in parallel, in whatever order they complete. Returns the SHA-512 the verifier computed
+ * from the verified links, which must be the config's. A failed link rejects with `Sha512ChainMismatchError`.
+ */
+async function restoreBlocksChained(
+  driver: BackupStoreDriver,
+  config: BackingImageBackupConfig,
+  chain: Sha512Chain,
+  fh: fs.FileHandle,
+  concurrency: number,
+  signal: AbortSignal | undefined,
+  progress: (verified: number, force?: boolean) => void,
+): Promise<string> {
+  const hashers = Math.min(concurrency, availableParallelism());
+  const verifier = new Sha512ChainVerifier(chain, { concurrency: hashers });
+  const listed = new Map<number, string>();
+  for (const b of config.blocks) listed.set(b.offset / BACKUP_BLOCK_SIZE, b.blockChecksum);
+  const pool = new SlotPool(concurrency + HASH_WINDOW_SLOTS);
+  const workers = new BlockWorkerPool(pool, concurrency);
+  const flusher = new BackgroundFlusher(fh);
+  const fetches = new Semaphore(concurrency);
+  // Holes need no slot; at most this many wait for the verifier at once, so they interleave with the blocks.
+  const holes = new Semaphore(hashers + 1);
+  let failure: { err: unknown } | undefined;
+  const fail = (err: unknown) => {
+    failure ??= { err };
+  };
+  let verified = 0;
+  const settled = new Set<Promise<void>>();
+  const track = (work: Promise<void>, length: number, after?: () => void) => {
+    const finished = work.then(
+      () => {
+        verified += length;
+        progress(verified);
+      },
+      (err: unknown) => fail(err),
+    );
+    settled.add(finished);
+    void finished.finally(() => {
+      settled.delete(finished);
+      after?.();
+    });
+  };
+  try {
+    for (let index = 0; index < verifier.segments; index++) {
+      if (failure || signal?.aborted) break;
+      const { offset, length } = verifier.segmentRange(index);
+      const checksum = listed.get(index);
+      if (checksum === undefined) {
+        await holes.acquire();
+        track(verifier.verifySegment(index, null), length, () => holes.release());
+        continue;
+      }
+      const slot = await pool.acquire();
+      if (failure || signal?.aborted) {
+        pool.release(slot);
+        break;
+      }
+      await fetches.acquire();
+      const work = (async () => {
+        let block: { data: Buffer; zero: boolean };
+        try {
+          block = await fetchBlock(driver, workers, config, offset, checksum, slot, false, signal);
+          throwIfAborted(signal);
+          if (!block.zero) {
+            await writeFully(fh, block.data, offset);
+            flusher.wrote(block.data.length);
+          }
+        } finally {
+          fetches.release();
+        }
+        await verifier.verifySegment(index, block.zero ? null : block.data);
+      })();
+      track(work, length, () => pool.release(slot));
+    }
+    await Promise.all(settled);
+    if (failure) throw failure.err;
+    throwIfAborted(signal);
+    if (!verifier.complete()) {
+      throw new BackupStoreError('Io', `internal error: segments ${verifier.pending().slice(0, 5).join(', ')} of ${config.name} were not verified`);
+    }
+    const sha512 = verifier.checksum();
+    if (sha512 !== config.checksum) {
+      throw new BackupStoreError('ChecksumMismatch', `restored image ${config.name} has SHA-512 ${sha512}, but the backup records ${config.checksum}`);
+    }
+    progress(config.size);
+    return sha512;
+  } finally {
+    await Promise.allSettled([...settled]);
+    await Promise.all([workers.close(), flusher.idle()]);
+  }
+}
+
+/** At most `limit` holders at once. */
+class Semaphore {
+  private active = 0;
+  private readonly waiting: (() => void)[] = [];
+  constructor(private readonly limit: number) {}
+  async acquire(): Promise<void> {
+    if (this.active < this.limit) {
+      this.active++;
+      return;
+    }
+    await new Promise<void>((r) => this.waiting.push(r));
+  }
+  release(): void {
+    const next = this.waiting.shift();
+    if (next) next();
+    else this.active--;
   }
 }
 

@@ -37,7 +37,7 @@ describe('the Longhorn fixture', () => {
       output: out,
       lockTiming: FAST_LOCKS,
     });
-    expect(result).toEqual({ name: 'fixture-lz4', size: 9437307, sha512: FIXTURE_SHA512, blockCount: 4 });
+    expect(result).toEqual({ name: 'fixture-lz4', size: 9437307, sha512: FIXTURE_SHA512, blockCount: 4, verification: 'sequential' });
     expect((await fs.stat(out)).size).toBe(9437307);
     expect(await sha512File(out)).toBe(FIXTURE_SHA512);
     const extents = await getDataExtents(out);
