@@ -23,6 +23,8 @@ import { DEFAULT_DISK_PATH, backingFilePath, cfgPathOf, tmpPathOf } from './layo
 import { SyncingFile, type DataEngine, type FileInfo } from './syncing-file.js';
 import { startSsyncReceiver } from './ssync/receiver.js';
 import { sendFile, type SendFileOptions } from './ssync/sender.js';
+import { computeFileChain, nativeSha512ChainAvailable, verifyFileChain, type Sha512Chain } from '@bis/sha512-chain';
+import { chainPathOf, hashFileRecordingChain, readChainFile, readStoredChain, removeChainFile, writeChainFile } from './chain-file.js';
 import type { FileLayoutProvider, HolePuncher } from './ssync/layout.js';
 
 export const SENDING_LIMIT = 3;
@@ -47,6 +49,11 @@ export interface SyncServiceOptions {
   receiverIdleTimeoutMs?: number;
   /** Concurrent sends per file (Longhorn: 3). */
   sendingLimit?: number;
+  /**
+   * Offer the file's SHA-512 chain to the peer receiver before sending (default true; our extension, a Longhorn
+   * receiver answers 404 and the send goes on as before). False sends exactly like Longhorn's sender.
+   */
+  sendChain?: boolean;
   /** Tuning of the peer sender. */
   sender?: Partial<Pick<SendFileOptions, 'workers' | 'chunkSize' | 'attempts' | 'openTimeoutMs' | 'requestTimeoutMs'>>;
   /** Diagnostics sink. */
@@ -93,6 +100,8 @@ export interface CloneFromBackingImageParams extends LaunchParams {
 interface WorkResult {
   size: number;
   sha512?: string;
+  /** The SHA-512 chain recorded with `sha512` (stored as `<file>.sha512chain`). */
+  chain?: Sha512Chain;
   virtualSize?: number;
   /** The source already compared the expected checksum. */
   expectedVerified?: boolean;
@@ -131,6 +140,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   readonly #files = new Map<string, SyncingFile>();
   readonly #opts: SyncServiceOptions;
   readonly #verifying = new Set<string>();
+  readonly #chainJobs = new Map<SyncingFile, ChainJob>();
   #monitor: NodeJS.Timeout | undefined;
   #closed = false;
 
@@ -221,11 +231,16 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         await fsp.rename(cfgPathOf(src), cfgPathOf(f.filePath)).catch((err: NodeJS.ErrnoException) => {
           if (err.code !== 'ENOENT') throw err;
         });
+        // a chain stored beside the source is bound to its size, mtime and checksum; it is used only if they match
+        await fsp.rename(chainPathOf(src), chainPathOf(f.filePath)).catch((err: NodeJS.ErrnoException) => {
+          if (err.code !== 'ENOENT') throw err;
+        });
         sink.updateProgress(st.size);
         return { size: st.size, trustCfg: true };
       } finally {
         await removeFile(src);
         await removeFile(cfgPathOf(src));
+        await removeChainFile(src);
       }
     });
   }
@@ -295,12 +310,14 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         // holes are not counted while receiving: the file is complete now
         sink.updateProgress(r.size);
         const s = r.hashStats;
+        const c = r.chainStats;
         this.#log(
           `received ${f.filePath}: ${r.dataBytes} data bytes, ${r.holeBytes} hole bytes in ${Math.round(r.timings.receiveMs)} ms; ` +
             `checksum final ${Math.round(r.timings.checksumTailMs)} ms after close` +
-            (s ? ` (in order ${s.inOrderBytes}, holes ${s.holeBytes}, read back ${s.readBackBytes}, post-pass ${s.postPassBytes} bytes)` : ''),
+            (s ? ` (in order ${s.inOrderBytes}, holes ${s.holeBytes}, read back ${s.readBackBytes}, post-pass ${s.postPassBytes} bytes)` : '') +
+            (c ? ` (SHA-512 chain: ${c.segments} segments, in flight ${c.inFlight}, holes ${c.holes}, read back ${c.readBack})` : ''),
         );
-        if (fileType !== 'qcow2') return { size: r.size, sha512: r.sha512 };
+        if (fileType !== 'qcow2') return { size: r.size, sha512: r.sha512, chain: r.chain };
         return await this.#convertReceivedToQcow2(f, sink, r.size);
       } finally {
         await receiver.closed;
@@ -325,9 +342,9 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     const st = await statFile(tmp);
     sink.setSize(st.size);
     sink.updateProgress(st.size);
-    const sha512 = await hashFile(tmp, { signal: f.signal });
+    const { sha512, chain } = await hashFileRecordingChain(tmp, { signal: f.signal });
     this.#log(`converted the received ${rawSize}-byte raw image ${f.filePath} to qcow2 (${st.size} bytes)`);
-    return { size: st.size, sha512, virtualSize: rawSize };
+    return { size: st.size, sha512, chain, virtualSize: rawSize };
   }
 
   async restoreFromBackupURL(p: RestoreFromBackupURLParams): Promise<void> {
@@ -401,7 +418,18 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     }
     f.sendingReference++;
     this.#changed(f);
-    void sendFile({ ...this.#opts.sender, path: filePath, toAddress, layout, signal: f.signal })
+    const useChain = this.#opts.sendChain ?? true;
+    void (async () => {
+      let chain: Sha512Chain | undefined;
+      if (useChain) {
+        chain = await this.#chainForSend(f).catch((err: unknown) => {
+          if (f.signal.aborted) throw err;
+          this.#log(`${filePath}: no SHA-512 chain for sending (${errorMessage(err)}); sending without one`);
+          return undefined;
+        });
+      }
+      return sendFile({ ...this.#opts.sender, path: filePath, toAddress, layout, signal: f.signal, chain });
+    })()
       .then(
         (r) => this.#log(`sent ${filePath} to ${toAddress}: ${r.dataBytes} data bytes, ${r.holeBytes} hole bytes`),
         (err: unknown) => this.#log(`failed to send ${filePath} to ${toAddress}: ${errorMessage(err)}`),
@@ -436,6 +464,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     await removeFile(filePath);
     await removeFile(tmpPathOf(filePath));
     await removeFile(cfgPathOf(filePath));
+    await removeChainFile(filePath);
     this.#changed(f);
   }
 
@@ -491,6 +520,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         throw new SyncServiceError(`syncing file should be directly reused but failed: ${reuseFailure}`);
       }
       await fsp.rm(cfgPathOf(f.filePath), { force: true });
+      await removeChainFile(f.filePath);
       await fsp.mkdir(path.dirname(f.filePath), { recursive: true });
       await fsp.rm(tmpPathOf(f.filePath), { force: true });
       await fsp.rm(f.filePath, { force: true });
@@ -542,9 +572,10 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         checksum = cfg.currentChecksum;
       }
     }
+    let chain: Sha512Chain | undefined;
     if (!checksum) {
       try {
-        checksum = await hashFile(f.filePath, { signal: f.signal, expected });
+        ({ sha512: checksum, chain } = await hashFileRecordingChain(f.filePath, { signal: f.signal, expected }));
       } catch (err) {
         if (err instanceof ChecksumMismatchError) {
           return `file expected checksum ${err.expected} doesn't match the existing file checksum ${err.actual}`;
@@ -559,13 +590,23 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     const after = await statFile(f.filePath);
     if (after.modificationTime !== st.modificationTime) return `the existing file was modified while being checked`;
     f.signal.throwIfAborted();
-    await this.#adopt(f, after, checksum);
+    await this.#adopt(f, after, checksum, undefined, chain);
     f.lifecycle.setSize(after.size);
     f.lifecycle.fire(FileEvent.ReuseSucceeded);
     return undefined;
   }
 
-  async #adopt(f: SyncingFile, st: { size: number; modificationTime: string; realSize: number }, checksum: string, virtualSize?: number): Promise<void> {
+  /**
+   * Takes `checksum` as the file's current checksum and writes `<file>.cfg`; a chain recorded with it is stored as
+   * `<file>.sha512chain`, bound to the same size, modification time and checksum.
+   */
+  async #adopt(
+    f: SyncingFile,
+    st: { size: number; modificationTime: string; realSize: number },
+    checksum: string,
+    virtualSize?: number,
+    chain?: Sha512Chain,
+  ): Promise<void> {
     f.currentChecksum = checksum;
     f.modificationTime = st.modificationTime;
     f.realSize = st.realSize;
@@ -580,6 +621,11 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       currentChecksum: checksum,
       modificationTime: st.modificationTime,
     });
+    if (chain && chain.checksum === checksum && chain.size === st.size) {
+      await writeChainFile(f.filePath, chain, st.modificationTime).catch((err: unknown) =>
+        this.#log(`${f.filePath}: could not store the SHA-512 chain: ${errorMessage(err)}`),
+      );
+    }
   }
 
   async #finish(f: SyncingFile, r: WorkResult): Promise<void> {
@@ -594,6 +640,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       throw new SyncServiceError(`processed data size ${st.size} does not match the expected file size ${size}`);
     }
     let checksum = r.sha512 ?? '';
+    let chain = r.sha512 !== undefined && r.chain?.checksum === r.sha512 ? r.chain : undefined;
     let verified = r.expectedVerified === true;
     if (!checksum && r.trustCfg) {
       const cfg = await readSyncingFileConfig(cfgPathOf(f.filePath)).catch(() => undefined);
@@ -603,7 +650,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       }
     }
     if (!checksum) {
-      checksum = await hashFile(tmp, { signal: f.signal, expected: f.expected });
+      ({ sha512: checksum, chain } = await hashFileRecordingChain(tmp, { signal: f.signal, expected: f.expected }));
       verified = true;
     }
     if (f.expected && !verified) {
@@ -616,8 +663,59 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     }
     f.signal.throwIfAborted();
     await fsp.rename(tmp, f.filePath);
-    await this.#adopt(f, after, checksum, r.virtualSize);
+    await this.#adopt(f, after, checksum, r.virtualSize, chain);
     f.lifecycle.fire(FileEvent.Processed);
+  }
+
+  /**
+   * The checksum of a ready file whose modification time changed. With a stored chain of the same size and checksum
+   * the file is verified against it in parallel (sound whatever the chain's mtime: a changed byte breaks a link, and
+   * the checksum is computed, not trusted); otherwise one sequential pass that also records a new chain.
+   */
+  async #recheck(f: SyncingFile, size: number): Promise<{ checksum: string; chain?: Sha512Chain }> {
+    if (nativeSha512ChainAvailable()) {
+      const stored = await readStoredChain(f.filePath);
+      if (stored && stored.chain.size === size && stored.chain.checksum === f.currentChecksum) {
+        try {
+          return { checksum: await verifyFileChain(f.filePath, stored.chain, { signal: f.signal }), chain: stored.chain };
+        } catch (err) {
+          if (f.signal.aborted) throw err;
+          this.#log(`${f.filePath}: the stored SHA-512 chain does not verify (${errorMessage(err)}); re-hashing the file`);
+        }
+      }
+    }
+    const { sha512, chain } = await hashFileRecordingChain(f.filePath, { signal: f.signal });
+    return { checksum: sha512, chain };
+  }
+
+  /**
+   * The chain of a ready file for a send: the stored one when it is bound to the file's size, modification time and
+   * checksum; else computed once (one pass, shared by concurrent sends) and stored. Undefined when the addon is not
+   * available or the file changed meanwhile: the send then proceeds without a chain.
+   */
+  async #chainForSend(f: SyncingFile): Promise<Sha512Chain | undefined> {
+    if (!nativeSha512ChainAvailable()) return undefined;
+    const st = await statFile(f.filePath);
+    const binding = { size: st.size, modificationTime: f.modificationTime, checksum: f.currentChecksum };
+    if (st.modificationTime !== f.modificationTime) return undefined;
+    const stored = await readChainFile(f.filePath, binding);
+    if (stored) return stored;
+    let job = this.#chainJobs.get(f);
+    if (!job) {
+      job = (async () => {
+        const chain = await computeFileChain(f.filePath, { signal: f.signal });
+        const after = await statFile(f.filePath);
+        if (chain.checksum !== f.currentChecksum || after.modificationTime !== f.modificationTime || chain.size !== after.size) {
+          this.#log(`${f.filePath}: the file changed while its SHA-512 chain was computed; sending without a chain`);
+          return undefined;
+        }
+        await writeChainFile(f.filePath, chain, after.modificationTime);
+        this.#log(`${f.filePath}: computed and stored its SHA-512 chain`);
+        return chain;
+      })().finally(() => this.#chainJobs.delete(f));
+      this.#chainJobs.set(f, job);
+    }
+    return job;
   }
 
   #fail(f: SyncingFile, err: unknown): void {
@@ -653,7 +751,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     f.lifecycle.fire(FileEvent.Modified, `ready file is suddenly modified at ${mtime}, need to re-check the checksum`);
     try {
       const st = await statFile(f.filePath);
-      const checksum = await hashFile(f.filePath, { signal: f.signal });
+      const { checksum, chain } = await this.#recheck(f, st.size);
       if (checksum !== f.currentChecksum) {
         throw new SyncServiceError(
           `ready file ${f.filePath} was modified on disk: its checksum changed from ${f.currentChecksum} to ${checksum}`,
@@ -663,13 +761,16 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       if (after.modificationTime !== st.modificationTime) {
         throw new SyncServiceError(`ready file ${f.filePath} kept changing while its checksum was re-checked`);
       }
-      await this.#adopt(f, after, checksum, f.virtualSize);
+      await this.#adopt(f, after, checksum, f.virtualSize, chain);
       f.lifecycle.fire(FileEvent.Verified);
     } catch (err) {
       this.#fail(f, f.signal.aborted ? f.signal.reason : err);
     }
   }
 }
+
+/** Sends in flight per chain computation: one lazy computation per file, shared by concurrent sends. */
+type ChainJob = Promise<Sha512Chain | undefined>;
 
 function fromSource(r: SourceResult): WorkResult {
   return { size: r.size, sha512: r.sha512, virtualSize: r.virtualSize, expectedVerified: r.expectedChecksumVerified === true };

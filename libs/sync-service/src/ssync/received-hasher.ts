@@ -1,5 +1,63 @@
 import type { promises as fsp } from 'node:fs';
 import { HashWorker } from '@bis/file-sources';
+import { nativeSha512ChainAvailable, Sha512ChainRecorder, type Sha512Chain } from '@bis/sha512-chain';
+
+/** The in-order SHA-512 the hasher feeds: a worker thread, or a chain recorder (thread pool) that also keeps states. */
+interface SequentialSha512 {
+  update(buffer: SharedArrayBuffer, offset: number, length: number): Promise<void>;
+  /** SHA-512 (hex) of everything fed since the start or the last reset. */
+  digest(): Promise<string>;
+  reset(): Promise<void>;
+  close(): Promise<void>;
+  /** The chain recorded with the last digest, when this hasher records one. */
+  readonly chain: Sha512Chain | undefined;
+}
+
+class WorkerSha512 implements SequentialSha512 {
+  readonly #hashWorker = new HashWorker(['sha512']);
+  readonly chain = undefined;
+  update(buffer: SharedArrayBuffer, offset: number, length: number): Promise<void> {
+    return this.#hashWorker.update(buffer, offset, length);
+  }
+  async digest(): Promise<string> {
+    const [sha512] = await this.#hashWorker.digest();
+    return sha512!;
+  }
+  reset(): Promise<void> {
+    return this.#hashWorker.reset();
+  }
+  close(): Promise<void> {
+    return this.#hashWorker.close();
+  }
+}
+
+/** SHA-512 on the libuv thread pool with the chaining states recorded in the same pass (`@bis/sha512-chain`). */
+class RecordingSha512 implements SequentialSha512 {
+  #recorder = new Sha512ChainRecorder();
+  #pending = new Set<Promise<void>>();
+  chain: Sha512Chain | undefined;
+  update(buffer: SharedArrayBuffer, offset: number, length: number): Promise<void> {
+    if (length === 0) return Promise.resolve();
+    const p = this.#recorder.update(new Uint8Array(buffer, offset, length));
+    const settled = p.catch(() => undefined);
+    this.#pending.add(settled);
+    void settled.finally(() => this.#pending.delete(settled));
+    return p;
+  }
+  async digest(): Promise<string> {
+    await Promise.all([...this.#pending]);
+    this.chain = this.#recorder.finish();
+    return this.chain.checksum;
+  }
+  async reset(): Promise<void> {
+    await Promise.all([...this.#pending]);
+    this.#recorder = new Sha512ChainRecorder();
+    this.chain = undefined;
+  }
+  async close(): Promise<void> {
+    await Promise.all([...this.#pending]);
+  }
+}
 
 /** Bytes per slab (one `writeData` body of Longhorn's sender). */
 export const RECEIVE_SLAB_SIZE = 2 << 20;
@@ -43,7 +101,7 @@ interface Piece {
  */
 export class ReceivedFileHasher {
   readonly stats: ReceivedHashStats = { inOrderBytes: 0, holeBytes: 0, readBackBytes: 0, postPassBytes: 0 };
-  readonly #worker = new HashWorker(['sha512']);
+  readonly #worker: SequentialSha512 = nativeSha512ChainAvailable() ? new RecordingSha512() : new WorkerSha512();
   readonly #slabSize: number;
   readonly #free: Slab[] = [];
   readonly #waitingForSlab: Array<{ begin: number; resolve: (s: Slab) => void; reject: (e: Error) => void }> = [];
@@ -82,6 +140,11 @@ export class ReceivedFileHasher {
 
   get slabSize(): number {
     return this.#slabSize;
+  }
+
+  /** The SHA-512 chain recorded with the digest (when the chain addon is available). */
+  get chain(): Sha512Chain | undefined {
+    return this.#worker.chain;
   }
 
   /** Whether the in-order hash still stands (false after a range arrived twice). */
@@ -314,8 +377,7 @@ export class ReceivedFileHasher {
       }
     }
     signal?.throwIfAborted();
-    const [sha512] = await this.#worker.digest();
-    return sha512!;
+    return this.#worker.digest();
   }
 
   /** Stops the worker thread; pending work is dropped. */

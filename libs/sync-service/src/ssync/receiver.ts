@@ -4,6 +4,18 @@ import type { AddressInfo } from 'node:net';
 import { IntervalSet } from './interval-set.js';
 import type { HolePuncher } from './layout.js';
 import { RECEIVE_SLAB_SIZE, ReceivedFileHasher, Slab, type ReceivedHashStats } from './received-hasher.js';
+import {
+  decodeChain,
+  nativeSha512ChainAvailable,
+  Sha512ChainMismatchError,
+  Sha512ChainVerifier,
+  type Sha512Chain,
+} from '@bis/sha512-chain';
+
+/** Largest chain segment verified from request bodies in flight (larger ones are verified from the file at close). */
+const MAX_INFLIGHT_SEGMENT = 16 << 20;
+/** Largest accepted `sha512Chain` body (64 bytes of state per segment: 32 MiB is 1 TiB in 2 MiB segments). */
+const MAX_CHAIN_BODY = 64 << 20;
 
 export interface SsyncReceiverOptions {
   /** Port to listen on (0 = any free port, for tests). */
@@ -28,6 +40,12 @@ export interface SsyncReceiverOptions {
   computeChecksum?: boolean;
   /** Receive buffer size: bodies are written to the file in positioned writes of up to this many bytes (2 MiB). */
   slabSize?: number;
+  /**
+   * Accept a sender's SHA-512 chain (`POST sha512Chain`, our extension) and verify the file against it segment by
+   * segment in parallel, instead of hashing it sequentially. Default: when the chain addon is available. When false,
+   * the route answers 404 like Longhorn's receiver.
+   */
+  acceptChain?: boolean;
 }
 
 export interface SsyncReceiveResult {
@@ -36,10 +54,160 @@ export interface SsyncReceiveResult {
   holeBytes: number;
   /** SHA-512 (hex) of the whole received file, when `computeChecksum` was set. */
   sha512?: string;
-  /** How the checksum was computed (when `computeChecksum` was set). */
+  /** How the checksum was computed (when `computeChecksum` was set and no chain was accepted). */
   hashStats?: ReceivedHashStats;
+  /**
+   * The SHA-512 chain of the received file: the sender's, with every segment verified against the received bytes
+   * (then `sha512` is the checksum computed from the verified links), or the one recorded by the sequential hash.
+   */
+  chain?: Sha512Chain;
+  /** With an accepted chain: bytes verified from request bodies in flight, hole segments, and segments read back. */
+  chainStats?: ReceivedChainStats;
   /** Milliseconds from `open` to `close`, and from `close` until the checksum was final. */
   timings: { receiveMs: number; checksumTailMs: number };
+}
+
+export interface ReceivedChainStats {
+  segments: number;
+  /** Segments verified from the request body while it was written. */
+  inFlight: number;
+  /** Segments verified as zeros from a `sendHole`. */
+  holes: number;
+  /** Segments verified by reading them back from the file at close (pieces, overlaps, unaligned requests). */
+  readBack: number;
+}
+
+/**
+ * Verification of a received file against the sender's chain. A segment verified from a request body counts only if
+ * no other write touched the segment since that request started; every other segment is read back from the file at
+ * close, so the checksum always describes the bytes in the file.
+ */
+class ChainCheck {
+  readonly verifier: Sha512ChainVerifier;
+  readonly stats: ReceivedChainStats;
+  /** Writes started per segment, and writes running per segment. */
+  readonly #epoch: Uint32Array;
+  readonly #active: Uint16Array;
+  /** The epoch a segment was verified at (0 = not verified). */
+  readonly #verifiedAt: Uint32Array;
+  readonly #running = new Set<Promise<void>>();
+  #failure: Error | undefined;
+
+  constructor(readonly chain: Sha512Chain) {
+    this.verifier = new Sha512ChainVerifier(chain);
+    const n = chain.states.length;
+    this.#epoch = new Uint32Array(n);
+    this.#active = new Uint16Array(n);
+    this.#verifiedAt = new Uint32Array(n);
+    this.stats = { segments: n, inFlight: 0, holes: 0, readBack: 0 };
+  }
+
+  get segmentSize(): number {
+    return this.chain.segmentSize;
+  }
+
+  #segments(begin: number, end: number): [number, number] {
+    const s = this.chain.segmentSize;
+    return [Math.floor(begin / s), Math.ceil(end / s)];
+  }
+
+  /** A write of [begin, end) starts; returns the epochs it saw (for `verifyInFlight`). */
+  beginWrite(begin: number, end: number): void {
+    const [a, b] = this.#segments(begin, end);
+    for (let i = a; i < b; i++) {
+      this.#epoch[i]!++;
+      this.#active[i]!++;
+    }
+  }
+
+  endWrite(begin: number, end: number): void {
+    const [a, b] = this.#segments(begin, end);
+    for (let i = a; i < b; i++) this.#active[i]!--;
+  }
+
+  /** Whether [offset, offset + length) is exactly segment `index`. */
+  wholeSegment(offset: number, length: number): number | undefined {
+    const s = this.chain.segmentSize;
+    if (offset % s !== 0) return undefined;
+    const i = offset / s;
+    return i < this.chain.states.length && length === Math.min(s, this.chain.size - offset) ? i : undefined;
+  }
+
+  /**
+   * Verifies segment `index` from `data` (or as zeros with null) while a write of it is running (started with
+   * `beginWrite`); rejects with Sha512ChainMismatchError.
+   */
+  async verifyInFlight(index: number, data: Uint8Array | null): Promise<void> {
+    const epoch = this.#epoch[index]!;
+    await this.verifier.verifySegment(index, data);
+    // counted only if this request is the only write of the segment since it started
+    if (this.#epoch[index] === epoch && this.#active[index] === 1) {
+      this.#verifiedAt[index] = epoch;
+      if (data === null) this.stats.holes++;
+      else this.stats.inFlight++;
+    }
+  }
+
+  /** Verifies every hole segment inside [begin, end) in the background (a failure fails the receive at close). */
+  verifyHoles(begin: number, end: number): Promise<void> {
+    const s = this.chain.segmentSize;
+    const jobs: Promise<void>[] = [];
+    for (let i = Math.ceil(begin / s); i < this.chain.states.length && i * s < end; i++) {
+      const { offset, length } = this.verifier.segmentRange(i);
+      if (offset + length > end) break;
+      jobs.push(this.verifyInFlight(i, null));
+    }
+    return Promise.all(jobs).then(() => undefined);
+  }
+
+  /** Keeps a background verification; its failure is reported by `finish`. */
+  track(p: Promise<void>): void {
+    const q = p.catch((err: unknown) => {
+      this.#failure ??= err as Error;
+    });
+    this.#running.add(q);
+    void q.finally(() => this.#running.delete(q));
+  }
+
+  get failure(): Error | undefined {
+    return this.#failure;
+  }
+
+  /**
+   * After the last write: reads back and verifies every segment not verified in flight, then returns the checksum
+   * computed from the verified links. Rejects with Sha512ChainMismatchError naming the first bad segment.
+   */
+  async finish(fh: fsp.FileHandle, signal?: AbortSignal): Promise<string> {
+    while (this.#running.size > 0) await Promise.all([...this.#running]);
+    if (this.#failure) throw this.#failure;
+    const todo: number[] = [];
+    for (let i = 0; i < this.chain.states.length; i++) {
+      if (this.#verifiedAt[i] === 0 || this.#verifiedAt[i] !== this.#epoch[i]) todo.push(i);
+    }
+    let next = 0;
+    const worker = async () => {
+      const buf = Buffer.allocUnsafe(this.chain.segmentSize);
+      while (next < todo.length) {
+        signal?.throwIfAborted();
+        const i = todo[next++]!;
+        const { offset, length } = this.verifier.segmentRange(i);
+        let got = 0;
+        while (got < length) {
+          const { bytesRead } = await fh.read(buf, got, length - got, offset + got);
+          if (bytesRead === 0) throw new SsyncReceiveError(`the received file is shorter than expected at ${offset + got}`);
+          got += bytesRead;
+        }
+        await this.verifier.verifySegment(i, buf.subarray(0, length));
+        this.stats.readBack++;
+      }
+    };
+    await Promise.all([worker(), worker()]);
+    if (!this.verifier.complete()) {
+      const pending = this.verifier.pending();
+      throw new SsyncReceiveError(`${pending.length} segments of the SHA-512 chain are not verified (first: ${pending[0]})`);
+    }
+    return this.verifier.checksum();
+  }
 }
 
 /** Plain receive buffers for a receiver that does not hash. */
@@ -71,9 +239,22 @@ class HttpError extends Error {
   constructor(
     readonly status: number,
     message: string,
+    /** The receive fails with this once the error response is sent. */
+    readonly fatal?: Error,
   ) {
     super(message);
   }
+}
+
+async function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of req as AsyncIterable<Buffer>) {
+    n += c.length;
+    if (n > limit) throw new HttpError(413, `request body larger than ${limit} bytes`);
+    chunks.push(c);
+  }
+  return Buffer.concat(chunks);
 }
 
 function intParam(url: URL, name: string): number {
@@ -117,8 +298,12 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   done.catch(() => undefined);
   let idleTimer: NodeJS.Timeout | undefined;
   const inflight = new Set<Promise<unknown>>();
-  const hasher = opts.computeChecksum ? new ReceivedFileHasher({ fileHandle: () => fh, slabSize: opts.slabSize }) : undefined;
-  const slabs = hasher ?? new SlabPool(opts.slabSize ?? RECEIVE_SLAB_SIZE);
+  let hasher = opts.computeChecksum ? new ReceivedFileHasher({ fileHandle: () => fh, slabSize: opts.slabSize }) : undefined;
+  let slabs: SlabPool | ReceivedFileHasher = hasher ?? new SlabPool(opts.slabSize ?? RECEIVE_SLAB_SIZE);
+  const acceptChain = opts.acceptChain ?? nativeSha512ChainAvailable();
+  let chainCheck: ChainCheck | undefined;
+  /** Bytes per in-flight verified piece (the chain's segment size), 0 = no in-flight verification. */
+  let segmentCut = 0;
   let openedAt = 0;
   let closedAt = 0;
   // One positioned write at a time: concurrent writes into one file contend for its inode lock in the kernel, which
@@ -154,9 +339,20 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     hasher?.stopAcquiring(new SsyncReceiveError('the receiver is finishing'));
     await Promise.allSettled([...inflight]);
     let sha512: string | undefined;
-    if (!err && hasher) {
+    let chain: Sha512Chain | undefined;
+    if (!err && chainCheck && fh) {
+      try {
+        sha512 = await chainCheck.finish(fh, opts.signal);
+        chain = chainCheck.chain;
+      } catch (e) {
+        err = opts.signal?.aborted
+          ? new SsyncReceiveError('receiving cancelled')
+          : new SsyncReceiveError(`the received data does not match the sender's SHA-512 chain: ${(e as Error).message}`);
+      }
+    } else if (!err && hasher) {
       try {
         sha512 = await hasher.digest(size, opts.signal);
+        chain = hasher.chain;
       } catch (e) {
         err = opts.signal?.aborted ? new SsyncReceiveError('receiving cancelled') : new SsyncReceiveError(`hashing the received file failed: ${(e as Error).message}`);
       }
@@ -169,7 +365,18 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     }
     const timings = { receiveMs: closedAt && openedAt ? closedAt - openedAt : 0, checksumTailMs: closedAt ? performance.now() - closedAt : 0 };
     if (err) rejectDone(err);
-    else resolveDone({ size, dataBytes, holeBytes, sha512, hashStats: hasher ? { ...hasher.stats } : undefined, timings });
+    else {
+      resolveDone({
+        size,
+        dataBytes,
+        holeBytes,
+        sha512,
+        chain,
+        hashStats: hasher ? { ...hasher.stats } : undefined,
+        chainStats: chainCheck ? { ...chainCheck.stats } : undefined,
+        timings,
+      });
+    }
   };
 
   const armIdle = () => {
@@ -218,6 +425,8 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         checkRange(begin, end);
         const handle = fh!;
         hasher?.beginWrite(begin, end);
+        const check = chainCheck;
+        check?.beginWrite(begin, end);
         // Bodies are gathered into slabs and written with large positioned writes; a written slab goes to the
         // hasher, which keeps it until its range is hashed in file order.
         const pieces: Array<{ begin: number; end: number; slab: Slab | null }> = [];
@@ -226,7 +435,20 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         let pos = begin;
         const writeSlab = async () => {
           const s = slab!;
-          await writeSerially(handle, s.buffer, fill, pos);
+          const segment = check && segmentCut > 0 ? check.wholeSegment(pos, fill) : undefined;
+          if (check && segment !== undefined) {
+            // the segment is verified from the body while it is written; a mismatch fails the whole receive
+            const verifying = check.verifyInFlight(segment, s.buffer.subarray(0, fill));
+            const [w, v] = await Promise.allSettled([writeSerially(handle, s.buffer, fill, pos), verifying]);
+            if (v.status === 'rejected') {
+              const e = v.reason as Error;
+              const message = `the received data does not match the sender's SHA-512 chain: ${e.message}`;
+              throw new HttpError(e instanceof Sha512ChainMismatchError ? 400 : 500, message, new SsyncReceiveError(message));
+            }
+            if (w.status === 'rejected') throw w.reason;
+          } else {
+            await writeSerially(handle, s.buffer, fill, pos);
+          }
           // hold at most one slab per request: an earlier one is released (its range is read back if needed)
           const prev = pieces[pieces.length - 1];
           if (prev?.slab) {
@@ -244,11 +466,13 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
             let off = 0;
             while (off < usable) {
               slab ??= await slabs.acquire(pos);
-              const n = Math.min(usable - off, slab.buffer.length - fill);
+              let n = Math.min(usable - off, slab.buffer.length - fill);
+              // with a chain, pieces end at segment boundaries so that whole segments are verified in flight
+              if (segmentCut > 0) n = Math.min(n, segmentCut - ((pos + fill) % segmentCut));
               chunk.copy(slab.buffer, fill, off, off + n);
               fill += n;
               off += n;
-              if (fill === slab.buffer.length) await writeSlab();
+              if (fill === slab.buffer.length || (segmentCut > 0 && (pos + fill) % segmentCut === 0)) await writeSlab();
             }
           }
           if (fill > 0) await writeSlab();
@@ -259,6 +483,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
           throw err;
         } finally {
           hasher?.endWrite(begin);
+          check?.endWrite(begin, end);
         }
         if (hasher) for (const p of pieces) hasher.dataWritten(p.begin, p.end, p.slab);
         else for (const p of pieces) if (p.slab) slabs.release(p.slab);
@@ -274,17 +499,56 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         checkRange(begin, end);
         req.resume();
         hasher?.beginWrite(begin, end);
+        const check = chainCheck;
+        check?.beginWrite(begin, end);
         try {
           if (fileAlreadyExists && end > begin) {
             if (!opts.punchHole) throw new HttpError(500, 'cannot punch holes into an existing file: no hole puncher');
             await opts.punchHole(opts.filePath, begin, end - begin);
           }
+          // whole hole segments are verified as zeros in the background (the request does not wait for it)
+          if (check) check.track(check.verifyHoles(begin, end).finally(() => check.endWrite(begin, end)));
+        } catch (err) {
+          check?.endWrite(begin, end);
+          throw err;
         } finally {
           hasher?.endWrite(begin);
         }
         hasher?.holeRecorded(begin, end);
         coverage.add(begin, end);
         holeBytes += end - begin;
+        res.end();
+        return;
+      }
+      case 'sha512Chain': {
+        // our extension: the sender's SHA-512 chain, before any data
+        if (!acceptChain || req.method !== 'POST') {
+          req.resume();
+          throw new HttpError(404, `unknown ssync operation ${route}`);
+        }
+        const body = await readBody(req, MAX_CHAIN_BODY);
+        if (dataBytes > 0 || holeBytes > 0 || coverage.covered > 0) {
+          throw new HttpError(409, 'the SHA-512 chain must be sent before any data');
+        }
+        let chain: Sha512Chain;
+        try {
+          chain = decodeChain(body);
+        } catch (err) {
+          throw new HttpError(400, (err as Error).message);
+        }
+        const expectedSize = size >= 0 ? size : opts.size;
+        if (expectedSize > 0 && chain.size !== expectedSize) {
+          throw new HttpError(400, `the SHA-512 chain is for ${chain.size} bytes, the file has ${expectedSize}`);
+        }
+        chainCheck = new ChainCheck(chain);
+        segmentCut = chain.segmentSize <= MAX_INFLIGHT_SEGMENT ? chain.segmentSize : 0;
+        // the sequential hash is not needed any more
+        if (hasher) {
+          const h = hasher;
+          hasher = undefined;
+          await h.close();
+        }
+        slabs = new SlabPool(segmentCut > 0 ? segmentCut : (opts.slabSize ?? RECEIVE_SLAB_SIZE));
         res.end();
         return;
       }
@@ -301,6 +565,9 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
       case 'close': {
         req.resume();
         if (!fh) throw new HttpError(400, 'file is not open: call open first');
+        if (chainCheck && chainCheck.chain.size !== size) {
+          throw new HttpError(400, `the SHA-512 chain is for ${chainCheck.chain.size} bytes, the file has ${size}`);
+        }
         await fh.sync();
         closedAt = performance.now();
         res.end();
@@ -328,8 +595,12 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     }
     const p = handle(req, res).catch((err: unknown) => {
       const status = err instanceof HttpError ? err.status : 500;
+      const fatal = err instanceof HttpError ? err.fatal : undefined;
+      if (fatal) res.once('close', () => void finish(fatal));
       if (!res.headersSent) {
         res.statusCode = status;
+        // the body is not read any further: tell the client this connection ends
+        if (fatal || !req.complete) res.setHeader('Connection', 'close');
         res.end(`${(err as Error).message}\n`);
       } else {
         res.destroy();

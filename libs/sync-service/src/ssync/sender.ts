@@ -1,7 +1,8 @@
 import http from 'node:http';
 import { promises as fsp } from 'node:fs';
 import { createHash } from 'node:crypto';
-import type { FileLayoutProvider } from './layout.js';
+import { encodeChain, type Sha512Chain } from '@bis/sha512-chain';
+import type { Extent, FileLayoutProvider } from './layout.js';
 
 export const SSYNC_CHUNK_SIZE = 2 << 20;
 export const SSYNC_WORKERS = 4;
@@ -29,6 +30,13 @@ export interface SendFileOptions {
   requestTimeoutMs?: (bytes: number) => number;
   /** Data bytes acknowledged so far. */
   onProgress?: (sentDataBytes: number) => void;
+  /**
+   * The file's SHA-512 chain (our extension). Offered to the receiver with `POST sha512Chain` after `open`; a receiver
+   * that accepts it verifies every segment in parallel instead of hashing the file sequentially, and the data is then
+   * sent in pieces aligned to the chain's segments. A receiver without the route (Longhorn's answers 404) gets the
+   * file exactly as without a chain.
+   */
+  chain?: Sha512Chain;
 }
 
 export interface SendFileResult {
@@ -36,10 +44,19 @@ export interface SendFileResult {
   dataBytes: number;
   holeBytes: number;
   retries: number;
+  /** Whether the receiver accepted the chain. */
+  chainAccepted: boolean;
 }
 
 export class SsyncSendError extends Error {
   override readonly name = 'SsyncSendError';
+  constructor(
+    message: string,
+    /** The receiver's HTTP status, when it answered. */
+    readonly status?: number,
+  ) {
+    super(message);
+  }
 }
 
 export function defaultRequestTimeoutMs(bytes: number): number {
@@ -50,6 +67,63 @@ interface Task {
   kind: 'data' | 'hole';
   begin: number;
   end: number;
+}
+
+/** Longhorn's plan: every hole as one `sendHole`, every data extent cut into `chunkSize` pieces. */
+export function planByExtents(data: readonly Extent[], holes: readonly Extent[], chunkSize: number): Task[] {
+  const tasks: Task[] = [];
+  for (const h of holes) if (h.length > 0) tasks.push({ kind: 'hole', begin: h.offset, end: h.offset + h.length });
+  for (const d of data) {
+    for (let off = d.offset; off < d.offset + d.length; off += chunkSize) {
+      tasks.push({ kind: 'data', begin: off, end: Math.min(off + chunkSize, d.offset + d.length) });
+    }
+  }
+  return tasks.sort((a, b) => a.begin - b.begin);
+}
+
+/**
+ * The plan with a chain: pieces never cross a segment boundary, so that a segment sent whole can be verified by the
+ * receiver from the request body. A run of segments that are all hole is one `sendHole`; a segment that is all data is
+ * one `writeData` (consecutive whole data segments are joined up to `chunkSize`); a segment with both sends its data
+ * extents and its holes separately (the receiver verifies it from its file once all pieces arrived).
+ */
+export function planBySegments(
+  data: readonly Extent[],
+  holes: readonly Extent[],
+  size: number,
+  segmentSize: number,
+  chunkSize: number,
+): Task[] {
+  const pieces: Task[] = [];
+  const all = [
+    ...data.map((e) => ({ ...e, kind: 'data' as const })),
+    ...holes.map((e) => ({ ...e, kind: 'hole' as const })),
+  ].sort((a, b) => a.offset - b.offset);
+  // cut every extent at the segment boundaries
+  for (const e of all) {
+    for (let off = e.offset; off < e.offset + e.length; ) {
+      const end = Math.min(e.offset + e.length, (Math.floor(off / segmentSize) + 1) * segmentSize);
+      pieces.push({ kind: e.kind, begin: off, end });
+      off = end;
+    }
+  }
+  const maxData = Math.max(segmentSize, chunkSize - (chunkSize % segmentSize));
+  const tasks: Task[] = [];
+  const wholeSegments = (t: Task) => t.begin % segmentSize === 0 && (t.end % segmentSize === 0 || t.end === size);
+  for (const t of pieces) {
+    const last = tasks[tasks.length - 1];
+    if (last && last.kind === t.kind && last.end === t.begin) {
+      // holes merge freely; data merges only segment-wise (whole segments up to maxData), or within one segment
+      const sameSegment = Math.floor(last.begin / segmentSize) === Math.floor((t.end - 1) / segmentSize);
+      const whole = wholeSegments(last) && wholeSegments(t);
+      if (t.kind === 'hole' || sameSegment || (whole && t.end - last.begin <= maxData)) {
+        last.end = t.end;
+        continue;
+      }
+    }
+    tasks.push({ ...t });
+  }
+  return tasks;
 }
 
 function parseAddress(toAddress: string): { host: string; port: number } {
@@ -117,7 +191,7 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
           res.on('end', () => {
             const text = Buffer.concat(chunks).toString('utf8');
             if (res.statusCode !== 200) {
-              reject(new SsyncSendError(`${op} [${query.begin ?? ''}, ${query.end ?? ''}) failed: HTTP ${res.statusCode}: ${text.trim()}`));
+              reject(new SsyncSendError(`${op} [${query.begin ?? ''}, ${query.end ?? ''}) failed: HTTP ${res.statusCode}: ${text.trim()}`, res.statusCode));
             } else resolve(text);
           });
           res.on('error', reject);
@@ -132,13 +206,26 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
     });
   };
 
+  /** `POST sha512Chain`: true when accepted; false on 404 (a Longhorn receiver, or ours refusing chains). */
+  const offerChain = async (chain: Sha512Chain): Promise<boolean> => {
+    try {
+      await withRetries(() => request('POST', 'sha512Chain', {}, encodeChain(chain)));
+      return true;
+    } catch (err) {
+      if (err instanceof SsyncSendError && err.status === 404) return false;
+      throw err;
+    }
+  };
+
   const withRetries = async <T>(what: () => Promise<T>): Promise<T> => {
     for (let attempt = 1; ; attempt++) {
       signal.throwIfAborted();
       try {
         return await what();
       } catch (err) {
-        if (signal.aborted || attempt >= attempts) throw err;
+        // a 4xx answer is the same on every attempt (a refused request, an unknown route)
+        const refused = err instanceof SsyncSendError && err.status !== undefined && err.status >= 400 && err.status < 500;
+        if (signal.aborted || attempt >= attempts || refused) throw err;
         retries++;
         await delay(200 * attempt, signal);
       }
@@ -162,15 +249,19 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
       }
     }
     const remoteExists = openAnswer.trim() === 'true';
-    const layout = await opts.layout(opts.path);
-    const tasks: Task[] = [];
-    for (const h of layout.holes) if (h.length > 0) tasks.push({ kind: 'hole', begin: h.offset, end: h.offset + h.length });
-    for (const d of layout.data) {
-      for (let off = d.offset; off < d.offset + d.length; off += chunkSize) {
-        tasks.push({ kind: 'data', begin: off, end: Math.min(off + chunkSize, d.offset + d.length) });
+    let chainAccepted = false;
+    if (opts.chain) {
+      if (opts.chain.size !== size) {
+        throw new SsyncSendError(`the SHA-512 chain is for ${opts.chain.size} bytes but ${opts.path} has ${size}`);
       }
+      chainAccepted = await offerChain(opts.chain);
     }
-    tasks.sort((a, b) => a.begin - b.begin);
+    const layout = await opts.layout(opts.path);
+    const tasks =
+      chainAccepted && opts.chain
+        ? planBySegments(layout.data, layout.holes, size, opts.chain.segmentSize, chunkSize)
+        : planByExtents(layout.data, layout.holes, chunkSize);
+    const largest = tasks.reduce((n, t) => (t.kind === 'data' ? Math.max(n, t.end - t.begin) : n), 0);
 
     const fh = await fsp.open(opts.path, 'r');
     let dataBytes = 0;
@@ -178,7 +269,7 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
     let next = 0;
     try {
       const worker = async () => {
-        const buf = Buffer.allocUnsafe(chunkSize);
+        const buf = Buffer.allocUnsafe(Math.max(1, largest));
         while (next < tasks.length) {
           signal.throwIfAborted();
           const t = tasks[next++]!;
@@ -222,7 +313,7 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
       await fh.close();
     }
     await withRetries(() => request('POST', 'close', {}));
-    return { size, dataBytes, holeBytes, retries };
+    return { size, dataBytes, holeBytes, retries, chainAccepted };
   } finally {
     opts.signal?.removeEventListener('abort', onOuterAbort);
     agent.destroy();
