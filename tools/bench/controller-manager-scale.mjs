@@ -6,11 +6,13 @@
 // 3 directories (xargs -P 8) measured in the same run.
 //
 // usage: node tools/bench/controller-manager-scale.mjs [--images 1000] [--size-kib 64] [--disks 3] [--copies 3]
-//        [--max-data-sources 8] [--keep]
+//        [--max-data-sources 8] [--keep] [--cpu-prof-dir <dir>]
+// --cpu-prof-dir: the controller-manager runs with `node --cpu-prof --cpu-prof-dir <dir>` (the profile is written when
+// it stops).
 // Needs: npx nx run-many -t build -p controller-manager backing-image-manager backing-image-data-source
 import { spawn, execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync, statSync } from 'node:fs';
+import { closeSync, mkdtempSync, mkdirSync, openSync, readFileSync, readSync, readdirSync, rmSync, writeFileSync, statSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -28,6 +30,7 @@ const { values } = parseArgs({
     copies: { type: 'string', default: '3' },
     'max-data-sources': { type: 'string', default: '8' },
     keep: { type: 'boolean', default: false },
+    'cpu-prof-dir': { type: 'string' },
   },
 });
 const N = Number(values.images);
@@ -80,7 +83,10 @@ const gets0 = gets;
 // The system under test.
 const apiPort = 20000 + Math.floor(Math.random() * 20000);
 const base = `http://127.0.0.1:${apiPort}`;
+const loadAtStart = os.loadavg().map((l) => +l.toFixed(2));
+const profArgs = values['cpu-prof-dir'] ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(values['cpu-prof-dir'])] : [];
 const cm = spawn(process.execPath, [
+  ...profArgs,
   path.join(root, 'apps/controller-manager/bin/controller-manager.js'), 'standalone',
   '--data-dir', path.join(tmp, 'data'), '--listen', `127.0.0.1:${apiPort}`, '--disks', values.disks,
   '--allow-source-hosts', '127.0.0.1', '--max-data-sources', values['max-data-sources'],
@@ -131,6 +137,62 @@ const pct = (a, p) => {
 
 // The store's resourceVersion counts committed writes; read it from the store log (the process owns the file, so
 // only after it stopped, and from `--keep`-less runs too).
+// Also classifies the writes since the last compaction (all of them for runs under 5,000 writes) by kind and by what
+// changed: `create`, `delete`, `status` (only .status changed), `spec/metadata` (anything else).
+const writesByKind = {};
+// Reads the store log while the system runs (it is append-only between compactions; a compaction replaces it, and
+// the events already counted are skipped by resourceVersion), so every write is classified.
+const storeLog = path.join(tmp, 'data', 'store', 'store.log');
+const lastObj = new Map();
+let logIno = 0;
+let logPos = 0;
+let logRest = '';
+let countedRv = 0;
+const stripRv = (o) => JSON.stringify({ ...o, metadata: { ...o.metadata, resourceVersion: undefined, generation: undefined }, status: undefined });
+function classifyLine(line) {
+  if (!line.startsWith('{"op":"ev"') && !line.startsWith('{"op":"hist"') && !line.startsWith('{"op":"obj"')) return;
+  const r = JSON.parse(line);
+  const key = `${r.k}/${r.object.metadata.name}`;
+  if (r.op === 'obj') {
+    if (!lastObj.has(key)) lastObj.set(key, r.object);
+    return;
+  }
+  if (r.rv <= countedRv) return;
+  countedRv = r.rv;
+  const kind = r.k.split('/').pop();
+  const prev = lastObj.get(key);
+  const how = r.type === 'ADDED' ? 'create' : r.type === 'DELETED' ? 'delete' : prev && stripRv(prev) === stripRv(r.object) ? 'status' : 'spec/metadata';
+  writesByKind[kind] ??= {};
+  writesByKind[kind][how] = (writesByKind[kind][how] ?? 0) + 1;
+  if (r.type === 'DELETED') lastObj.delete(key);
+  else lastObj.set(key, r.object);
+}
+function readStoreLog() {
+  let st;
+  try {
+    st = statSync(storeLog);
+  } catch {
+    return;
+  }
+  if (st.ino !== logIno || st.size < logPos) {
+    logIno = st.ino;
+    logPos = 0;
+    logRest = '';
+  }
+  if (st.size === logPos) return;
+  const fd = openSync(storeLog, 'r');
+  try {
+    const buf = Buffer.alloc(st.size - logPos);
+    const n = readSync(fd, buf, 0, buf.length, logPos);
+    logPos += n;
+    const text = logRest + buf.subarray(0, n).toString('utf8');
+    const lines = text.split('\n');
+    logRest = lines.pop() ?? '';
+    for (const l of lines) classifyLine(l);
+  } finally {
+    closeSync(fd);
+  }
+}
 async function storeRv(dir) {
   const files = [];
   const walk = (d) => {
@@ -176,6 +238,7 @@ for (;;) {
     if (st.some((s) => s.state === 'failed' || s.state === 'failed-and-cleanup')) failed++;
   }
   const procs = sampleDataPlane();
+  readStoreLog();
   if (performance.now() - lastReport > 10_000) {
     lastReport = performance.now();
     process.stderr.write(`${((performance.now() - c0) / 1000).toFixed(0)} s: ${ready}/${N} ready, ${failed} with a failed copy, ${procs} data-plane processes\n`);
@@ -199,6 +262,7 @@ for (let i = 0; i < 200; i++) {
   await req('GET', `/v1/backingimages/img-${i % N}`);
   oneLat.push(performance.now() - t);
 }
+readStoreLog();
 const cmMem = status(cm.pid);
 sampleDataPlane();
 let files = 0;
@@ -222,6 +286,8 @@ const result = {
   originDownloads: gets1,
   storeWrites,
   writesPerImage: +(storeWrites / N).toFixed(1),
+  writesByKind,
+  loadAverage: { atStart: loadAtStart, atEnd: os.loadavg().map((l) => +l.toFixed(2)) },
   filesOnDisks: files,
   listBusyMs: { p50: +pct(busyLat, 50).toFixed(1), p99: +pct(busyLat, 99).toFixed(1), n: busyLat.length },
   listIdleMs: { p50: +pct(idleLat, 50).toFixed(1), p99: +pct(idleLat, 99).toFixed(1), n: idleLat.length },

@@ -1,7 +1,7 @@
 import type { KubeObject, ResourceKind, Stored } from '@bis/datastore';
 import { isNotFound } from '@bis/datastore';
 import type { ControllerContext } from './base-controller.js';
-import { BackingImageManagerKind, NodeKind, ReplicaKind, type BackingImage, type Replica } from './kinds.js';
+import { BackingImageManagerKind, NodeKind, ReplicaKind, type BackingImage, type Node, type Replica } from './kinds.js';
 import { Label } from './names.js';
 import { SettingName } from './settings.js';
 import { isNodeDown, Topology } from './topology.js';
@@ -23,7 +23,44 @@ export function canonical(v: unknown): string {
   return JSON.stringify(v) ?? 'null';
 }
 
-export const changed = (a: unknown, b: unknown): boolean => canonical(a) !== canonical(b);
+/**
+ * Structural equality with {@link canonical}'s meaning (key order and keys holding `undefined` do not matter), without
+ * building strings: shared sub-objects compare by reference first, so comparing a large status with a copy-on-write
+ * edit of it costs one pointer check per untouched entry.
+ */
+export function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return jsonScalar(a) === jsonScalar(b);
+  const aa = Array.isArray(a);
+  if (aa !== Array.isArray(b)) return false;
+  if (aa) {
+    const x = a as unknown[];
+    const y = b as unknown[];
+    if (x.length !== y.length) return false;
+    for (let i = 0; i < x.length; i++) if (!sameValue(x[i] ?? null, y[i] ?? null)) return false;
+    return true;
+  }
+  const x = a as Record<string, unknown>;
+  const y = b as Record<string, unknown>;
+  let nx = 0;
+  for (const k in x) {
+    if (!Object.prototype.hasOwnProperty.call(x, k) || x[k] === undefined) continue;
+    nx++;
+    if (!Object.prototype.hasOwnProperty.call(y, k) || y[k] === undefined || !sameValue(x[k], y[k])) return false;
+  }
+  let ny = 0;
+  for (const k in y) if (Object.prototype.hasOwnProperty.call(y, k) && y[k] !== undefined) ny++;
+  return nx === ny;
+}
+
+/** What a non-object renders as in {@link canonical}: undefined, functions, symbols, NaN and ±Infinity render as null. */
+function jsonScalar(v: unknown): unknown {
+  if (v === undefined || typeof v === 'function' || typeof v === 'symbol') return null;
+  if (typeof v === 'number' && !Number.isFinite(v)) return null;
+  return v;
+}
+
+export const changed = (a: unknown, b: unknown): boolean => !sameValue(a, b);
 
 export async function getOrUndefined<T>(p: Promise<T>): Promise<T | undefined> {
   try {
@@ -34,14 +71,21 @@ export async function getOrUndefined<T>(p: Promise<T>): Promise<T | undefined> {
   }
 }
 
+/**
+ * Every Node: the informer cache once it has synced (read-only, like Longhorn's node lister; a reconcile reads them
+ * several times, so a store list would copy every node each time), else the store.
+ */
+async function listNodes(ctx: ControllerContext): Promise<readonly Node[]> {
+  if (ctx.informers.hasSynced(NodeKind)) return ctx.informers.cached(NodeKind);
+  return (await ctx.store.list(NodeKind, { namespace: ctx.namespace })).items;
+}
+
 export async function topology(ctx: ControllerContext): Promise<Topology> {
-  const nodes = await ctx.store.list(NodeKind, { namespace: ctx.namespace });
-  return new Topology(nodes.items);
+  return new Topology(await listNodes(ctx));
 }
 
 export async function nodeDownChecker(ctx: ControllerContext): Promise<(node: string) => boolean> {
-  const nodes = await ctx.store.list(NodeKind, { namespace: ctx.namespace });
-  const byName = new Map(nodes.items.map((n) => [n.metadata.name, n]));
+  const byName = new Map((await listNodes(ctx)).map((n) => [n.metadata.name, n]));
   return (name: string) => isNodeDown(byName.get(name));
 }
 

@@ -19,6 +19,8 @@ interface Monitor {
   address: string;
   failures: number;
   busy: boolean;
+  /** Whether a poll reached the data source yet. */
+  polled: boolean;
 }
 
 /** Longhorn's BackingImageDataSource controller (§3.2). */
@@ -76,6 +78,10 @@ export class BackingImageDataSourceController extends Controller {
         // The monitor or another writer changed the object meanwhile: merge our decision onto the latest status.
         await store.updateStatus(BackingImageDataSourceKind, { ...latest, status: { ...latest.status, ...diff(bids.status ?? {}, status) } });
       }
+      // A monitor started by this reconcile polls now that the status (with the data source's ip) is written; polling
+      // before the write found no ip and waited a whole interval (3 s) for its first look at the data source.
+      const m = this.monitors.get(name);
+      if (m && !m.polled) void this.poll(name, m);
     }
   }
 
@@ -222,10 +228,10 @@ export class BackingImageDataSourceController extends Controller {
     const existing = this.monitors.get(name);
     if (existing && existing.address === address) return;
     if (existing) this.stopMonitor(name);
-    const m: Monitor = { address, failures: 0, busy: false, timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs) };
+    const m: Monitor = { address, failures: 0, busy: false, polled: false, timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs) };
     m.timer.unref();
     this.monitors.set(name, m);
-    void this.poll(name, m);
+    // The first poll runs when the reconcile that started the monitor has written the status (see reconcile).
   }
 
   private stopMonitor(name: string): void {
@@ -244,6 +250,7 @@ export class BackingImageDataSourceController extends Controller {
       if (!bids.status?.ip) return;
       const info = await this.ctx.dataPlane.dataSourceClient(m.address).get();
       m.failures = 0;
+      m.polled = true;
       if (bids.status?.currentState === 'failed' || bids.status?.currentState === 'failed-and-cleanup') return;
       const status = { ...bids.status, currentState: info.state as BackingImageDataSourceStatus['currentState'], size: info.size, progress: info.progress, checksum: info.currentChecksum, message: info.message };
       if (info.state === 'ready' || info.state === 'ready-for-transfer') this.retryBackoff.reset(name);

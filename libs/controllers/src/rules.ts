@@ -291,10 +291,12 @@ export class NodeSyncLimiter {
   constructor(private readonly now: () => number = Date.now) {}
 
   /**
+   * Brings the node's in-progress set up to date with the managers' file lists: grants whose file finished (or never
+   * showed up within the grace period) are released, files reported in progress are counted. O(files); called once
+   * per reconcile, before any number of {@link tryAcquire} calls.
    * @param files every (disk, bi, state) of the managers on the node
    */
-  canSync(nodeID: string, diskUUID: string, biName: string, limit: number, files: readonly { diskUUID: string; biName: string; state: string }[]): boolean {
-    if (limit < 1) return true;
+  refresh(nodeID: string, files: readonly { diskUUID: string; biName: string; state: string }[]): void {
     const t = this.now();
     const listed = new Map(files.map((f) => [`${f.diskUUID}/${f.biName}`, f.state]));
     const set = this.granted.get(nodeID) ?? new Map<string, number>();
@@ -304,11 +306,25 @@ export class NodeSyncLimiter {
     }
     for (const [k, state] of listed) if (IN_PROGRESS.has(state) && !set.has(k)) set.set(k, t);
     this.granted.set(nodeID, set);
+  }
+
+  /** Whether one more copy may sync on the node now (O(1)); records the grant. Call {@link refresh} first. */
+  tryAcquire(nodeID: string, diskUUID: string, biName: string, limit: number): boolean {
+    if (limit < 1) return true;
+    const set = this.granted.get(nodeID) ?? new Map<string, number>();
+    this.granted.set(nodeID, set);
     const key = `${diskUUID}/${biName}`;
     if (set.has(key)) return true;
     if (set.size >= limit) return false;
-    set.set(key, t);
+    set.set(key, this.now());
     return true;
+  }
+
+  /** {@link refresh} then {@link tryAcquire}. */
+  canSync(nodeID: string, diskUUID: string, biName: string, limit: number, files: readonly { diskUUID: string; biName: string; state: string }[]): boolean {
+    if (limit < 1) return true;
+    this.refresh(nodeID, files);
+    return this.tryAcquire(nodeID, diskUUID, biName, limit);
   }
 
   dropDisk(diskUUID: string): void {
