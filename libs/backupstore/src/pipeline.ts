@@ -172,7 +172,7 @@ parentPort.on('message', (m) => {
         const n = decodeFrameInto(view, out);
         if (n < 0) { parentPort.postMessage({ id: m.id, fast: false }); return; }
         const data = out.subarray(0, n);
-        parentPort.postMessage({ id: m.id, fast: true, decoded: true, checksum: blockName(data), zero: isZero(data), dataOffset: 0, dataLength: n });
+        parentPort.postMessage({ id: m.id, fast: true, decoded: true, checksum: m.nameDecoded ? blockName(data) : '', zero: isZero(data), dataOffset: 0, dataLength: n });
         return;
       }
       if (!range) { parentPort.postMessage({ id: m.id, fast: false }); return; }
@@ -308,14 +308,16 @@ export class BlockWorkerPool {
   /**
    * For restore: when the stored bytes (`storedLength` in `slot.stored`) are raw or an uncompressed LZ4 frame, the
    * block's data range inside `slot.stored`, its SHA-512 name (with `verify`; '' otherwise) and whether it is all
-   * zeros; a compressed LZ4 frame is decoded into `slot.data` (and always named). Otherwise (gzip, or a frame this
+   * zeros; a compressed LZ4 frame is decoded into `slot.data` (and named unless `nameDecoded` is false and `verify`
+   * is off: for a caller whose own check covers the decoded bytes, e.g. the SHA-512 chain). Otherwise (gzip, or a frame this
    * decoder declines) `fast: false` and the caller decompresses it.
    */
-  async check(slot: Slot, storedLength: number, verify = true): Promise<CheckedBlock> {
+  async check(slot: Slot, storedLength: number, verify = true, nameDecoded = true): Promise<CheckedBlock> {
     const r = await this.channel().send({
       op: 'check',
       ...this.where(slot.stored.subarray(0, storedLength)),
       verify,
+      nameDecoded: verify || nameDecoded,
       dataOffset: slot.data.byteOffset,
       dataCapacity: slot.data.byteLength,
     });

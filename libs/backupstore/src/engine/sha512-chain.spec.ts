@@ -135,6 +135,19 @@ describe('the SHA-512 chain sidecar over vfs', () => {
     );
     await expect(fs.stat(out)).rejects.toThrow();
     expect((await fs.readdir(work)).filter((f) => f.includes('.restore-'))).toEqual([]);
+
+    // A compressed block (decoded without being named on the chained path) whose bytes change.
+    await fs.writeFile(file, Buffer.from(bytes.map((v, i) => (i === 1000 ? v ^ 0x01 : v))));
+    const packed = blockPath(cfg.Blocks[0]!.BlockChecksum);
+    const packedFile = path.join(b.root, packed);
+    const frame = await fs.readFile(packedFile);
+    expect(frame.length).toBeLessThan(BLOCK / 2);
+    frame[frame.length - 100] ^= 0x20;
+    await fs.writeFile(packedFile, frame);
+    await expect(restoreBackup({ backupUrl: b.url, output: out, lockTiming: FAST_LOCKS })).rejects.toThrow(
+      `decompression verification failed for block ${packed}`,
+    );
+    await expect(fs.stat(out)).rejects.toThrow();
   });
 
   it('a block list pointing at another (valid) block fails with the checksum mismatch, never ok', async () => {
