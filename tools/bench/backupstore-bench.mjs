@@ -2,8 +2,10 @@
 // Backup/restore throughput of the backupstore engine (through the built backup-engine CLI) beside restic and a
 // plain `sha512sum` read of the same image, all in one run.
 //
-//   node tools/bench/backupstore-bench.mjs [--size-mib 2048] [--concurrency 2,4] [--runs 1] [--dir <tmp parent>]
+//   node tools/bench/backupstore-bench.mjs [--size-mib 2048] [--concurrency 2,4] [--runs 1] [--dir <tmp parent>] [--sequential]
 //
+// The engine's restore must verify with the backup's SHA-512 chain sidecar (checked); --sequential adds a row for the
+// same restore with the sidecar removed (the sequential whole-image hash a Longhorn-written backup gets).
 // Needs: a built backup-engine (`npx nx run backup-engine:build`), restic and sha512sum on PATH, GNU time at
 // /usr/bin/time. The image is 2 MiB blocks: half random (1/8 of them repeats of earlier random blocks), a quarter
 // holes and a quarter written zeros. Throughput is image bytes / wall seconds (MB = 10^6 B); per-worker = / concurrency.
@@ -23,6 +25,8 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '2,4' },
     runs: { type: 'string', default: '1' },
     dir: { type: 'string', default: os.tmpdir() },
+    // Also time each engine restore without the SHA-512 chain sidecar (sequential whole-image hash).
+    sequential: { type: 'boolean', default: false },
   },
 });
 const BLOCK = 2 * 1024 * 1024;
@@ -109,7 +113,17 @@ try {
       const backedUp = JSON.parse(b.stdout).sha512;
       expectedSha ??= backedUp;
       if (backedUp !== expectedSha || JSON.parse(r.stdout).sha512 !== expectedSha) throw new Error('restored image differs');
+      const verification = JSON.parse(r.stdout).verification;
+      if (verification !== 'sha512-chain') throw new Error(`the restore verified ${verification}, not with the SHA-512 chain sidecar`);
       await fs.rm(out);
+      if (values.sequential) {
+        // The same restore without the sidecar (what a Longhorn-written or older backup gets): the sequential hash.
+        await fs.rm(path.join(store, 'backupstore/backing-images/backing-images/bench/backing-image.sha512chain'));
+        const s = timed(process.execPath, [cli, 'restore', '--backup-url', `vfs://${store}?backingImage=bench`, '--output', out, '--concurrency', String(c), '--json']);
+        if (JSON.parse(s.stdout).verification !== 'sequential' || JSON.parse(s.stdout).sha512 !== expectedSha) throw new Error('sequential restore differs');
+        row('backup-engine lz4', 'restore, no sidecar', c, s);
+        await fs.rm(out);
+      }
       await fs.rm(store, { recursive: true, force: true });
     }
     console.error(`round ${round}/${runs}: done, load average ${load()}`);
