@@ -57,9 +57,12 @@ class PlainImageHash implements WholeImageHash {
   }
 }
 
-/** The chain recorder when the native addon is available, else the plain hash (views of `memory` hashed in place). */
-export function createWholeImageHash(memory: SharedArrayBuffer): WholeImageHash {
-  return nativeSha512ChainAvailable() ? new ChainImageHash() : new PlainImageHash(memory);
+/**
+ * The chain recorder when `chain` is wanted and the native addon is available, else the plain hash (views of `memory`
+ * hashed in place).
+ */
+export function createWholeImageHash(memory: SharedArrayBuffer, chain = true): WholeImageHash {
+  return chain && nativeSha512ChainAvailable() ? new ChainImageHash() : new PlainImageHash(memory);
 }
 
 /** The sidecar's bytes. */

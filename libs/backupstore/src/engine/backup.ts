@@ -41,6 +41,11 @@ export interface CreateBackupOptions extends StoreAccessOptions {
   labels?: Readonly<Record<string, string>> | null;
   /** Expected whole-image SHA-512 (hex). The engine always computes it; a mismatch fails the backup. */
   checksum?: string;
+  /**
+   * Record the image's SHA-512 chain in the `backing-image.sha512chain` sidecar (parallel restore verification).
+   * Default true; never recorded when the native `@bis/sha512-chain` addon is unavailable.
+   */
+  sha512Chain?: boolean;
   /** Backup parameters `secret` and `secret-namespace`, recorded in the config. */
   secret?: string;
   secretNamespace?: string;
@@ -221,7 +226,7 @@ async function runBackup(
     // source needs no lock); the store is written only once the lock is held.
     let source: BackupSource | undefined;
     try {
-      source = await BackupSource.open(opts.filePath, st.size, concurrency, method === 'lz4', signal);
+      source = await BackupSource.open(opts.filePath, st.size, concurrency, method === 'lz4', opts.sha512Chain ?? true, signal);
       await lock.acquire('backup create', signal);
       const cfgPath = backingImageConfigPath(opts.name);
       const chainPath = backingImageChainPath(opts.name);
@@ -524,11 +529,18 @@ class BackupSource {
     return this.plan[index];
   }
 
-  static async open(file: string, size: number, concurrency: number, lz4: boolean, signal: AbortSignal | undefined): Promise<BackupSource> {
+  static async open(
+    file: string,
+    size: number,
+    concurrency: number,
+    lz4: boolean,
+    chain: boolean,
+    signal: AbortSignal | undefined,
+  ): Promise<BackupSource> {
     const mappings = mapBlocks(await getDataExtents(file, { signal }), size, BACKUP_BLOCK_SIZE);
     const fh = await fs.open(file, 'r');
     const pool = new SlotPool(concurrency + READ_AHEAD_SLOTS);
-    const source = new BackupSource(mappings, fh, pool, new BlockWorkerPool(pool, concurrency), createWholeImageHash(pool.memory), file, lz4);
+    const source = new BackupSource(mappings, fh, pool, new BlockWorkerPool(pool, concurrency), createWholeImageHash(pool.memory, chain), file, lz4);
     source.prehash = source.runPrehash(signal);
     source.prehash.catch(() => undefined);
     return source;

@@ -85,6 +85,24 @@ describe('the SHA-512 chain sidecar over vfs', () => {
     expect(await sha512File(out)).toBe(b.sha512);
   });
 
+  it('a backup without the chain (as without the native addon) writes no sidecar and removes a stale one', async () => {
+    const b = await backedUpImage('nochain');
+    const image = path.join(work, 'nochain.img');
+    // A stale in-progress marker with a sidecar beside it, as a crashed attempt leaves them: taken over.
+    const dir = path.join(b.root, backingImageDir('again'));
+    await fs.mkdir(dir, { recursive: true });
+    await fs.copyFile(path.join(b.root, backingImageChainPath(b.name)), path.join(dir, 'backing-image.sha512chain'));
+    const cfg = await fs.readFile(path.join(b.root, backingImageConfigPath(b.name)), 'utf8');
+    await fs.writeFile(path.join(dir, 'backing-image.cfg'), cfg.replace(/"CompleteTime":"[^"]*"/, '"CompleteTime":""'));
+    const old = new Date(Date.now() - 60_000);
+    await fs.utimes(path.join(dir, 'backing-image.cfg'), old, old);
+    const r = await createBackup({ target: b.target, name: 'again', filePath: image, sha512Chain: false, lockTiming: FAST_LOCKS });
+    expect(r.sha512).toBe(b.sha512);
+    expect(await fs.readdir(dir)).toEqual(['backing-image.cfg']);
+    const restored = await restoreBackup({ backupUrl: r.backupUrl, output: output(), lockTiming: FAST_LOCKS });
+    expect(restored).toMatchObject({ sha512: b.sha512, verification: 'sequential' });
+  });
+
   it('with a sidecar that does not decode, or belongs to another image, falls back and restores correctly', async () => {
     const b = await backedUpImage('garbage');
     const sidecar = path.join(b.root, backingImageChainPath(b.name));
