@@ -121,6 +121,37 @@ describe('LocalProcessRuntime', () => {
     expect(alive(started.pid as number)).toBe(false);
   });
 
+  it('reports a ready workload not ready only after probeFailureThreshold failed probes in a row', async () => {
+    const port = await freePort();
+    // Listens, then closes its listener after 500 ms and keeps running: every probe after that fails (refused).
+    const script = `const s = require('net').createServer().listen(${port}, '127.0.0.1', () => setTimeout(() => s.close(), 500)); setInterval(() => {}, 1000)`;
+    const strict = new LocalProcessRuntime({ probeIntervalMs: 100, probeFailureThreshold: 3 });
+    const lenient = new LocalProcessRuntime({ probeIntervalMs: 100, probeFailureThreshold: 1000 });
+    try {
+      const notReadyAt: Record<string, number> = {};
+      const closedAt: Record<string, number> = {};
+      for (const [name, r] of [['strict', strict], ['lenient', lenient]] as const) {
+        await r.start({ name, command: NODE, args: ['-e', script], logFile: path.join(dir, `${name}.log`), readinessPorts: [port] });
+        await waitFor(r, name, (st) => st.ready);
+        closedAt[name] = Date.now() + 500;
+        await waitFor(r, name, (st) => !st.ready, 4000).then(
+          () => (notReadyAt[name] = Date.now()),
+          () => undefined,
+        );
+        await r.stop(name, { gracePeriodMs: 2000 });
+      }
+      // Three refused probes 100 ms apart: not ready no sooner than ~200 ms after the listener closed.
+      expect(notReadyAt['strict']).toBeDefined();
+      expect(notReadyAt['strict']! - closedAt['strict']!).toBeGreaterThanOrEqual(150);
+      expect(strict.get('strict')).toBeUndefined();
+      // A threshold of 1000 probes (100 s) is not reached within the 4 s waited.
+      expect(notReadyAt['lenient']).toBeUndefined();
+    } finally {
+      await strict.stopAll();
+      await lenient.stopAll();
+    }
+  });
+
   it('stops with SIGTERM, then SIGKILL after the grace period, including grandchildren', async () => {
     const pidFile = path.join(dir, 'grandchild.pid');
     const script = [

@@ -15,6 +15,13 @@ export interface LocalProcessRuntimeOptions {
   probeHost?: string;
   /** Readiness probe period. Default 500 ms. */
   probeIntervalMs?: number;
+  /** How long one probe connect may take. Default the larger of 1 s and the period. */
+  probeTimeoutMs?: number;
+  /**
+   * Consecutive failed probes before a ready workload is reported not ready (Kubernetes' failureThreshold, 3 by
+   * default there and in Longhorn's probes). A single slow connect on a loaded machine is not a failure of the workload.
+   */
+  probeFailureThreshold?: number;
   /** Size cap and rotation of every workload's log file. */
   log?: RotatingLogOptions;
   /** Environment every workload starts from (spec.env is added). Default: this process's environment. */
@@ -32,6 +39,8 @@ interface Workload {
   backoffMs: number;
   restartTimer?: NodeJS.Timeout;
   probeTimer?: NodeJS.Timeout;
+  /** Consecutive failed probes while ready. */
+  probeFailures: number;
   stopping: boolean;
   exited?: Promise<void>;
 }
@@ -56,6 +65,8 @@ export class LocalProcessRuntime implements WorkloadRuntime {
     this.opts = {
       probeHost: opts.probeHost ?? '127.0.0.1',
       probeIntervalMs: opts.probeIntervalMs ?? 500,
+      probeTimeoutMs: opts.probeTimeoutMs ?? Math.max(1000, opts.probeIntervalMs ?? 500),
+      probeFailureThreshold: Math.max(1, opts.probeFailureThreshold ?? 3),
       terminationGracePeriodMs: opts.terminationGracePeriodMs ?? 10_000,
       log: opts.log,
       baseEnv: opts.baseEnv,
@@ -73,6 +84,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
       runStartedAt: 0,
       backoffMs: 0,
       stopping: false,
+      probeFailures: 0,
     };
     if (this.workloads.size === 0) process.on('exit', this.onProcessExit);
     this.workloads.set(spec.name, w);
@@ -266,10 +278,14 @@ export class LocalProcessRuntime implements WorkloadRuntime {
 
   private startProbe(w: Workload): void {
     const ports = w.spec.readinessPorts ?? [];
+    w.probeFailures = 0;
     const tick = async (): Promise<void> => {
-      const results = await Promise.all(ports.map((p) => tcpProbe(this.opts.probeHost, p, Math.max(100, this.opts.probeIntervalMs))));
+      const results = await Promise.all(ports.map((p) => tcpProbe(this.opts.probeHost, p, this.opts.probeTimeoutMs)));
       if (w.status.phase !== 'running' || w.stopping || w.probeTimer === undefined) return;
-      const ready = results.every(Boolean);
+      const passed = results.every(Boolean);
+      w.probeFailures = passed ? 0 : w.probeFailures + 1;
+      // Becoming ready takes one passed probe; losing readiness takes probeFailureThreshold failed ones in a row.
+      const ready = passed || (w.status.ready && w.probeFailures < this.opts.probeFailureThreshold);
       if (ready !== w.status.ready) {
         w.status.ready = ready;
         w.status.message = ready ? 'running' : `running, port(s) ${ports.filter((_, i) => !results[i]).join(',')} not accepting connections`;

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
 
 /** A free TCP port on `host` (bound to 0 and released; the caller must bind it soon). */
@@ -13,22 +14,41 @@ export function freePort(host = '127.0.0.1'): Promise<number> {
   });
 }
 
+/** The first port of the OS's ephemeral (outgoing connection) range: Linux's ip_local_port_range, else 32768. */
+export function ephemeralPortStart(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    if (Number.isInteger(low) && low > 1024) return low;
+  } catch {
+    // not Linux, or not readable
+  }
+  return 32768;
+}
+
 /**
  * Hands out disjoint port ranges for the managers' sync receivers (`--port-range`), from a random base so two
- * standalone systems on one machine rarely overlap.
+ * standalone systems on one machine rarely overlap. The ranges lie below the OS's ephemeral range: a receiver port
+ * inside it can already be the local end of one of the thousands of loopback connections the system makes (seen as
+ * EADDRINUSE when 1,000 images were synced).
  */
 export class PortRangeAllocator {
   private next: number;
+  private readonly first: number;
+  private readonly end: number;
   constructor(
     private readonly size = 50,
-    start = 32000 + Math.floor(Math.random() * 200) * 100,
+    end = ephemeralPortStart(),
+    first = Math.min(10000, end - 2 * size),
   ) {
-    this.next = start;
+    this.first = first;
+    this.end = end;
+    const slots = Math.max(1, Math.floor((end - first) / size));
+    this.next = first + Math.floor(Math.random() * slots) * size;
   }
   allocate(): string {
+    if (this.next + this.size > this.end) this.next = this.first;
     const a = this.next;
     this.next += this.size;
-    if (this.next > 60000) this.next = 32000;
     return `${a}-${a + this.size - 1}`;
   }
 }
