@@ -4,7 +4,9 @@ import { nativeSha512ChainAvailable, Sha512ChainRecorder, type Sha512Chain } fro
 
 /** The in-order SHA-512 the hasher feeds: a worker thread, or a chain recorder (thread pool) that also keeps states. */
 interface SequentialSha512 {
-  update(buffer: SharedArrayBuffer, offset: number, length: number): Promise<void>;
+  update(buffer: ArrayBufferLike, offset: number, length: number): Promise<void>;
+  /** Whether the hashing happens in another thread that needs the bytes in shared memory. */
+  readonly needsSharedMemory: boolean;
   /** SHA-512 (hex) of everything fed since the start or the last reset. */
   digest(): Promise<string>;
   reset(): Promise<void>;
@@ -16,7 +18,9 @@ interface SequentialSha512 {
 class WorkerSha512 implements SequentialSha512 {
   readonly #hashWorker = new HashWorker(['sha512']);
   readonly chain = undefined;
-  update(buffer: SharedArrayBuffer, offset: number, length: number): Promise<void> {
+  readonly needsSharedMemory = true;
+  update(buffer: ArrayBufferLike, offset: number, length: number): Promise<void> {
+    if (!(buffer instanceof SharedArrayBuffer)) return Promise.reject(new TypeError('the hash worker needs shared memory'));
     return this.#hashWorker.update(buffer, offset, length);
   }
   async digest(): Promise<string> {
@@ -36,7 +40,8 @@ class RecordingSha512 implements SequentialSha512 {
   #recorder = new Sha512ChainRecorder();
   #pending = new Set<Promise<void>>();
   chain: Sha512Chain | undefined;
-  update(buffer: SharedArrayBuffer, offset: number, length: number): Promise<void> {
+  readonly needsSharedMemory = false;
+  update(buffer: ArrayBufferLike, offset: number, length: number): Promise<void> {
     if (length === 0) return Promise.resolve();
     const p = this.#recorder.update(new Uint8Array(buffer, offset, length));
     const settled = p.catch(() => undefined);
@@ -67,7 +72,11 @@ export const RECEIVE_SLABS = 4;
 /** A piece of shared memory that holds received bytes until they are written and hashed. */
 export class Slab {
   readonly buffer: Buffer;
-  constructor(readonly shared: SharedArrayBuffer) {
+  /**
+   * `shared` is a SharedArrayBuffer only when a worker thread must see the bytes: copying into shared memory uses V8's
+   * slower relaxed (atomic-safe) memmove, so plain memory is used whenever hashing runs on the thread pool instead.
+   */
+  constructor(readonly shared: ArrayBufferLike) {
     this.buffer = Buffer.from(shared);
   }
 }
@@ -113,7 +122,7 @@ export class ReceivedFileHasher {
   readonly #retained = new Set<number>();
   /** Ranges being written right now. */
   readonly #inflight = new Map<number, number>();
-  readonly #zero: SharedArrayBuffer;
+  readonly #zero: ArrayBufferLike;
   readonly #fh: () => fsp.FileHandle | undefined;
   /** Everything before this offset was submitted to the worker. */
   #next = 0;
@@ -132,9 +141,11 @@ export class ReceivedFileHasher {
     this.#fh = opts.fileHandle;
     this.#slabSize = opts.slabSize ?? RECEIVE_SLAB_SIZE;
     const n = Math.max(2, opts.slabs ?? RECEIVE_SLABS);
-    for (let i = 0; i < n; i++) this.#free.push(new Slab(new SharedArrayBuffer(this.#slabSize)));
-    this.#zero = new SharedArrayBuffer(this.#slabSize);
-    this.#readSlab = new Slab(new SharedArrayBuffer(this.#slabSize));
+    const memory = (): ArrayBufferLike =>
+      this.#worker.needsSharedMemory ? new SharedArrayBuffer(this.#slabSize) : new ArrayBuffer(this.#slabSize);
+    for (let i = 0; i < n; i++) this.#free.push(new Slab(memory()));
+    this.#zero = memory();
+    this.#readSlab = new Slab(memory());
     this.#queueLimit = 2 * this.#slabSize;
   }
 

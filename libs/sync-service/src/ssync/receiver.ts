@@ -215,7 +215,7 @@ class SlabPool {
   readonly #free: Slab[] = [];
   constructor(readonly slabSize: number) {}
   async acquire(_begin: number): Promise<Slab> {
-    return this.#free.pop() ?? new Slab(new SharedArrayBuffer(this.slabSize));
+    return this.#free.pop() ?? new Slab(new ArrayBuffer(this.slabSize));
   }
   release(s: Slab): void {
     if (this.#free.length < 8) this.#free.push(s);
