@@ -37,8 +37,13 @@ async function daemon(d) {
   range += 10;
   const received = [];
   createInterface({ input: child.stderr }).on('line', (l) => {
-    const m = /received .* in (\d+) ms; checksum final (\d+) ms after close \(in order (\d+), holes (\d+), read back (\d+), post-pass (\d+) bytes\)/.exec(l);
-    if (m) received.push({ receiveMs: +m[1], tailMs: +m[2], inOrder: +m[3], holes: +m[4], readBack: +m[5], postPass: +m[6] });
+    // sequential hash: "(in order …, holes …, read back … , post-pass … bytes)"; chain: "(SHA-512 chain: N segments, in flight …, holes …, read back …)"
+    const m = /received .* in (\d+) ms; checksum final (\d+) ms after close/.exec(l);
+    if (m) {
+      const h = /\(in order (\d+), holes (\d+), read back (\d+), post-pass (\d+) bytes\)/.exec(l);
+      const c = /\(SHA-512 chain: (\d+) segments, in flight (\d+), holes (\d+), read back (\d+)\)/.exec(l);
+      received.push({ receiveMs: +m[1], tailMs: +m[2], readBack: h ? +h[3] : 0, postPass: h ? +h[4] : 0, chain: c ? `chain ${c[1]} segs: ${c[2]} in flight, ${c[3]} holes, ${c[4]} read back` : 'no chain' });
+    }
     else if (/fail|error/i.test(l)) process.stderr.write(`[${path.basename(d)}] ${l}\n`);
   });
   const line = await new Promise((r) => createInterface({ input: child.stdout }).once('line', r));
@@ -118,7 +123,7 @@ try {
 
     // the transport alone: A's sender (the daemon) into a receiver in this process that neither hashes nor verifies
     const rxFile = path.join(root, `rx-only-${run}`);
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: rxFile, size });
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: rxFile, size, acceptChain: false });
     t = performance.now();
     await new Promise((resolve, reject) => {
       const req = http.request({ host: '127.0.0.1', port: a.syncPort, method: 'POST', path: `/v1/files/${encodeFileId(backingA)}?action=sendToPeer&to-address=127.0.0.1:${rx.port}` }, (res) => {
@@ -166,7 +171,7 @@ try {
     console.log(
       `run ${run}: cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | transfer alone (no hash) ${transferS.toFixed(2)} s (${mbps(transferS)} MB/s) | ` +
         `Sync A->B ready ${readyS.toFixed(2)} s, + sync ${syncS.toFixed(2)} s (${mbps(syncS)} MB/s of data, ${(cpS / syncS).toFixed(2)}x cp) ` +
-        `[receiver open->close ${row.receiveS.toFixed(2)} s, checksum final ${row.tailS.toFixed(2)} s after close, read back ${rec.readBack} B, post-pass ${rec.postPass} B] | ` +
+        `[receiver open->close ${row.receiveS.toFixed(2)} s, checksum final ${row.tailS.toFixed(2)} s after close, ${rec.chain}, read back ${rec.readBack} B, post-pass ${rec.postPass} B] | ` +
         `CPU s: cp ${cp.cpu.toFixed(2)}, sha512sum ${sum.cpu.toFixed(2)}, Sync sender ${syncCpu.a.toFixed(2)} + receiver ${syncCpu.b.toFixed(2)}, fan-out all daemons ${fanCpu.toFixed(2)} | B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy (${fanStats}) | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,
     );
     for (const x of [...fan, b]) await stop(x);

@@ -212,6 +212,29 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
     expect(Object.keys(list.backingImages)).toEqual(['sp']);
   });
 
+  it('Sync between daemons goes through the SHA-512 chain: stored on A by the fetch, verified per segment on B, stored on B, deleted with the copy', async () => {
+    const a = await start(await makeDisk(root, 'chainA'));
+    const b = await start(await makeDisk(root, 'chainB'));
+    const sha = await fetchPrepared(a, 'ch', 'uc', 'ddhhdddd' + 'hhhhdhhd');
+    await waitState(a, 'ch', 'uc', 'ready');
+    const fileA = backingFilePath(a.disk, 'ch', 'uc');
+    // the fetch hashed the file (the stand-in data source leaves no backing.cfg) and recorded the chain in the same pass
+    const chainA = await fsp.readFile(fileA + '.sha512chain');
+    expect(chainA.subarray(0, 18).toString()).toBe('bis-sha512chain v1');
+    await b.client.sync({ spec: { name: 'ch', uuid: 'uc', size: 16 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress });
+    const done = await waitState(b, 'ch', 'uc', 'ready');
+    expect(done.checksum).toBe(sha);
+    const fileB = backingFilePath(b.disk, 'ch', 'uc');
+    expect(await sha512File(fileB)).toBe(sha);
+    expect(await allocatedBytes(fileB)).toBeLessThanOrEqual(8 * MiB + 64 * 1024);
+    expect(b.stderr()).toMatch(/SHA-512 chain: 8 segments, in flight 3, holes 3, read back 2/);
+    const chainB = await fsp.readFile(fileB + '.sha512chain');
+    // same states and checksum; only the bound modification time (first line) differs
+    expect(chainB.subarray(chainB.indexOf(10))).toEqual(chainA.subarray(chainA.indexOf(10)));
+    await b.client.delete('ch', 'uc');
+    await expect(fsp.stat(fileB + '.sha512chain')).rejects.toThrow();
+  });
+
   it('serves three concurrent receivers from one sender, refuses a fourth, and reports sendingReference', async () => {
     const a = await start(await makeDisk(root, 'fanA'));
     const sha = await fetchPrepared(a, 'fan', 'uf', 'dddd');
@@ -220,10 +243,14 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
     const release: Array<() => void> = [];
     const servers: http.Server[] = [];
     const addrs: string[] = [];
+    let opened = 0;
     for (let i = 0; i < 4; i++) {
       const s = http.createServer((req, res) => {
         req.resume();
-        if (req.url!.startsWith('/v1-ssync/open')) return res.end('false');
+        if (req.url!.startsWith('/v1-ssync/open')) {
+          opened++;
+          return res.end('false');
+        }
         release.push(() => res.end());
       });
       await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
@@ -235,6 +262,8 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
       expect((await stateOf(a, 'fan', 'uf')).sendingReference).toBe(3);
       const fourth = await grpcCode(a.client.send('fan', 'uf', addrs[3]!));
       expect(fourth.details).toContain('reaches to the simultaneous sending limit 3');
+      // the sends have reached their receivers (a sender retries `open` for up to 120 s while nobody listens)
+      await waitFor('three opens', async () => (opened === 3 ? true : undefined), 10_000);
     } finally {
       for (const s of servers) {
         s.closeAllConnections();
