@@ -13,3 +13,4 @@ export * from './ssync/layout.js';
 export * from './ssync/interval-set.js';
 export * from './ssync/receiver.js';
 export * from './ssync/sender.js';
+export * from './chain-file.js';
