@@ -2,7 +2,6 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import Fastify from 'fastify';
 import { createFileSources } from '@bis/file-sources';
-import { restoreBackup } from '@bis/backupstore';
 import { SyncService, startSyncServer } from '@bis/sync-service';
 import {
   DataSource,
@@ -123,7 +122,10 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
     stallTimeoutMs,
     parallel: { connections },
     // Credentials go to the backup engine per call, never through process environment.
+    // The backup engine is loaded only by a restore data source: the other source types (one process per image) do
+    // not pay for loading it at start.
     restoreBackup: async (a) => {
+      const { restoreBackup } = await import('@bis/backupstore');
       const r = await restoreBackup({
         backupUrl: a.backupUrl,
         output: a.output,

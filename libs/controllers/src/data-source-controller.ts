@@ -251,15 +251,21 @@ export class BackingImageDataSourceController extends Controller {
       const info = await this.ctx.dataPlane.dataSourceClient(m.address).get();
       m.failures = 0;
       m.polled = true;
-      if (bids.status?.currentState === 'failed' || bids.status?.currentState === 'failed-and-cleanup') return;
-      const status = { ...bids.status, currentState: info.state as BackingImageDataSourceStatus['currentState'], size: info.size, progress: info.progress, checksum: info.currentChecksum, message: info.message };
       if (info.state === 'ready' || info.state === 'ready-for-transfer') this.retryBackoff.reset(name);
-      if (changed(bids.status, status)) {
+      // The answer is fresh: a write that conflicts with a reconcile's write is retried at once on the latest object
+      // (dropping it cost a whole poll interval, 3 s, e.g. before the manager saw ready-for-transfer).
+      let cur: typeof bids | undefined = bids;
+      for (let attempt = 1; cur && cur.status?.ownerID === nodeID && cur.status?.ip; attempt++) {
+        if (cur.status?.currentState === 'failed' || cur.status?.currentState === 'failed-and-cleanup') return;
+        const status = { ...cur.status, currentState: info.state as BackingImageDataSourceStatus['currentState'], size: info.size, progress: info.progress, checksum: info.currentChecksum, message: info.message };
+        if (!changed(cur.status, status)) return;
         try {
-          await store.updateStatus(BackingImageDataSourceKind, { ...bids, status });
+          await store.updateStatus(BackingImageDataSourceKind, { ...cur, status });
+          return;
         } catch (err) {
-          if (!isConflict(err)) throw err;
+          if (!isConflict(err) || attempt >= 5) throw err;
         }
+        cur = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
       }
     } catch (err) {
       m.failures++;

@@ -454,7 +454,7 @@ export class BackingImageManagerController extends Controller {
       if (!w) this.waitingForSlot.set(node, (w = new Set()));
       w.add(name);
       // One line per reconcile (not per waiting image: with many images that is a log storm).
-      this.ctx.log.warn(`backing image manager ${name}: per-node replenish limit ${shared?.limit} reached, ${waiting} backing image(s) wait`);
+      this.ctx.log.warn(`backing image manager ${name}: per-node replenish limit ${shared?.limit} reached (${this.syncLimiter.counted(node).join(', ')}), ${waiting} backing image(s) wait`);
       this.queue.addAfter(name, 1000);
     } else {
       this.waitingForSlot.get(node)?.delete(name);
@@ -548,16 +548,24 @@ export class BackingImageManagerController extends Controller {
     m.lastListAt = Date.now();
     const { store, namespace, nodeID } = this.ctx;
     try {
-      const bim = await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
-      if (!bim || bim.status?.ownerID !== nodeID) return this.stopMonitor(name);
+      const first = await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
+      if (!first || first.status?.ownerID !== nodeID) return this.stopMonitor(name);
       const map = fileMapFromList(await this.ctx.dataPlane.managerClient(m.address).list());
       for (const [bi, f] of Object.entries(map)) if (f.state === 'ready') this.fileBackoff(name).reset(bi);
-      if (changed(bim.status?.backingImageFileMap ?? {}, map)) {
+      // The list is fresh: a write that conflicts (the spec or the reconcile's status changed meanwhile, frequent while
+      // many images are added) is retried at once on the latest object instead of a tick later.
+      let bim: typeof first | undefined = first;
+      for (let attempt = 1; bim && bim.status?.ownerID === nodeID && changed(bim.status?.backingImageFileMap ?? {}, map); attempt++) {
         try {
           await store.updateStatus(BackingImageManagerKind, { ...bim, status: { ...bim.status, backingImageFileMap: map } });
+          break;
         } catch (err) {
           if (!isConflict(err)) throw err;
-          m.dirty = true;
+          if (attempt >= 5) {
+            m.dirty = true;
+            break;
+          }
+          bim = await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
         }
       }
     } catch (err) {

@@ -320,6 +320,11 @@ export class NodeSyncLimiter {
     return true;
   }
 
+  /** The `diskUUID/biName` keys counted against the node's limit now. */
+  counted(nodeID: string): string[] {
+    return [...(this.granted.get(nodeID)?.keys() ?? [])];
+  }
+
   /** {@link refresh} then {@link tryAcquire}. */
   canSync(nodeID: string, diskUUID: string, biName: string, limit: number, files: readonly { diskUUID: string; biName: string; state: string }[]): boolean {
     if (limit < 1) return true;
