@@ -43,7 +43,8 @@ function timed(cmd, args, env = {}) {
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
   if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
   const rssKiB = Number(/Maximum resident set size \(kbytes\): (\d+)/.exec(r.stderr)?.[1] ?? NaN);
-  return { secs, rssMiB: rssKiB / 1024, stdout: r.stdout };
+  const cpu = Number(/User time \(seconds\): ([\d.]+)/.exec(r.stderr)?.[1] ?? NaN) + Number(/System time \(seconds\): ([\d.]+)/.exec(r.stderr)?.[1] ?? NaN);
+  return { secs, rssMiB: rssKiB / 1024, cpu, stdout: r.stdout };
 }
 
 async function makeImage(file) {
@@ -71,8 +72,9 @@ const runs = Math.max(1, Number(values.runs));
 const samples = new Map(); // row key -> { tool, op, workers, secs: [], rss: [] }
 function row(tool, op, workers, r) {
   const key = `${tool}\0${op}\0${workers}`;
-  const s = samples.get(key) ?? { tool, op, workers, secs: [], rss: [] };
+  const s = samples.get(key) ?? { tool, op, workers, secs: [], rss: [], cpu: [] };
   s.secs.push(r.secs);
+  s.cpu.push(r.cpu);
   s.rss.push(r.rssMiB);
   samples.set(key, s);
 }
@@ -139,6 +141,7 @@ try {
       'MB/s': mb(secs).toFixed(0),
       'MB/s per worker': (mb(secs) / s.workers).toFixed(0),
       'max RSS MiB': median(s.rss).toFixed(0),
+      'CPU s': median(s.cpu).toFixed(2),
     };
   });
   console.table(table);

@@ -183,6 +183,30 @@ describe('the SHA-512 chain sidecar over vfs', () => {
   });
 });
 
+describe('edge sizes', () => {
+  it.each([
+    ['empty', 0],
+    ['shorter than one SHA-512 block', 100],
+    ['one block and a partial SHA-512 block', BLOCK + 129],
+  ])('an image %s round trips with the chain', async (_label, size) => {
+    const root = path.join(work, `store-size-${size}`);
+    await fs.mkdir(root);
+    const image = path.join(work, `size-${size}.img`);
+    const data = Buffer.alloc(size);
+    for (let i = 0; i < size; i++) data[i] = (i * 31 + 7) & 0xff;
+    await fs.writeFile(image, data);
+    const name = `size-${size}`;
+    const r = await createBackup({ target: `vfs://${root}`, name, filePath: image, lockTiming: FAST_LOCKS });
+    const chain = decodeChain(await fs.readFile(path.join(root, backingImageChainPath(name))));
+    expect(chain).toMatchObject({ size, checksum: r.sha512 });
+    expect(chain.states.length).toBe(Math.ceil(size / BLOCK));
+    const out = output();
+    const restored = await restoreBackup({ backupUrl: r.backupUrl, output: out, lockTiming: FAST_LOCKS });
+    expect(restored).toMatchObject({ size, sha512: r.sha512, verification: 'sha512-chain' });
+    expect((await fs.readFile(out)).equals(data)).toBe(true);
+  });
+});
+
 describe('removing and collecting', () => {
   it('rm removes the sidecar with the config; gc neither trips over sidecars nor keeps or drops blocks because of them', async () => {
     const root = path.join(work, 'store-gc');
