@@ -139,9 +139,11 @@ class ChainCheck {
    */
   async verifyInFlight(index: number, data: Uint8Array | null): Promise<void> {
     const epoch = this.#epoch[index]!;
+    const alone = this.#active[index] === 1;
     await this.verifier.verifySegment(index, data);
-    // counted only if this request is the only write of the segment since it started
-    if (this.#epoch[index] === epoch && this.#active[index] === 1) {
+    // counted only if this request was the only write of the segment from before the check until after it (another
+    // write of the same range, even a finished one, may have landed after ours: the segment is then read back at close)
+    if (alone && this.#epoch[index] === epoch && this.#active[index] === 1) {
       this.#verifiedAt[index] = epoch;
       if (data === null) this.stats.holes++;
       else this.stats.inFlight++;
