@@ -387,8 +387,7 @@ async function restoreBlocksChained(
           block = await fetchBlock(driver, workers, config, offset, checksum, slot, false, signal, true);
           throwIfAborted(signal);
           if (!block.zero) {
-            await writeFully(fh, block.data, offset);
-            flusher.wrote(block.data.length);
+            await flusher.write(block.data, offset);
           }
         } finally {
           fetches.release();
@@ -475,8 +474,7 @@ async function restoreBlocks(
         .then(async (block) => {
           throwIfAborted(signal);
           if (!block.zero) {
-            await writeFully(fh, block.data, b.offset);
-            flusher.wrote(block.data.length);
+            await flusher.write(block.data, b.offset);
           }
           return block;
         })
@@ -531,8 +529,19 @@ async function restoreBlocks(
 class BackgroundFlusher {
   private unflushed = 0;
   private running: Promise<void> | undefined;
+  private writing: Promise<void> = Promise.resolve();
   constructor(private readonly fh: fs.FileHandle) {}
-  wrote(bytes: number): void {
+  /**
+   * Writes `data` at `position`, one write at a time: concurrent positioned writes into one file serialise on the
+   * inode lock in the kernel and burn system CPU spinning on it (2 MiB writes took 3.9 ms each with 2-4 in flight,
+   * against well under 1 ms one at a time).
+   */
+  write(data: Buffer, position: number): Promise<void> {
+    const done = this.writing.then(() => writeFully(this.fh, data, position));
+    this.writing = done.catch(() => undefined);
+    return done.then(() => this.wrote(data.length));
+  }
+  private wrote(bytes: number): void {
     this.unflushed += bytes;
     if (this.unflushed < FLUSH_EVERY || this.running) return;
     this.unflushed = 0;
@@ -546,6 +555,7 @@ class BackgroundFlusher {
     );
   }
   async idle(): Promise<void> {
+    await this.writing;
     await this.running;
   }
 }
