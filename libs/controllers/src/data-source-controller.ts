@@ -5,7 +5,7 @@ import { Controller, isResponsibleFor, type ControllerContext } from './base-con
 import { changed, clone, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
 import type { DataSourceLaunch } from './data-plane.js';
 import { EventSource } from './events.js';
-import { BackingImageDataSourceKind, BackingImageKind, NodeKind, type BackingImageDataSource } from './kinds.js';
+import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImageDataSource } from './kinds.js';
 import { Annotation, FINALIZER } from './names.js';
 
 /** After this many consecutive failed polls the monitor stops (the reconcile restarts it while the workload is ready). */
@@ -17,6 +17,8 @@ const NOT_READY_MESSAGE = 'failed to prepare the first backing image file: the d
 interface Monitor {
   timer: NodeJS.Timeout;
   address: string;
+  /** The disk the data source prepares the first file on. */
+  diskUUID: string;
   failures: number;
   busy: boolean;
   /** Whether a poll reached the data source yet. */
@@ -28,6 +30,8 @@ export class BackingImageDataSourceController extends Controller {
   readonly name = 'backing-image-data-source';
   protected readonly maxRetries = 3;
   private readonly monitors = new Map<string, Monitor>();
+  /** Data sources waiting for room in the data plane, oldest first. */
+  private readonly deferred = new Set<string>();
   readonly retryBackoff: Backoff;
 
   constructor(ctx: ControllerContext) {
@@ -40,7 +44,26 @@ export class BackingImageDataSourceController extends Controller {
       for (const b of ctx.informers.cached(BackingImageDataSourceKind)) if (b.spec?.nodeID === n.metadata.name) this.enqueue(b.metadata.name);
     });
     ctx.dataPlane.onWorkloadChange((kind, name) => {
-      if (kind === 'data-source') this.enqueue(name);
+      if (kind !== 'data-source') return;
+      this.enqueue(name);
+      // A data-source workload changed (it may have ended and made room): the oldest waiting ones try again now
+      // instead of at their next 1 s retry. A few, not all: each that still finds no room just waits again.
+      let n = 0;
+      for (const d of this.deferred) {
+        if (n++ >= 2) break;
+        this.deferred.delete(d);
+        this.enqueue(d);
+      }
+    });
+    // The manager on a data source's disk changed the listed file of that image (a Fetch from the data source went on
+    // or finished): poll the data source now, so its `ready` (transferred) is seen without waiting up to a poll
+    // interval. Only the monitored data sources (at most the data plane's capacity) are looked at.
+    ctx.informers.on(BackingImageManagerKind, (t, o, old) => {
+      if (t !== 'MODIFIED' || !old || old.status?.backingImageFileMap === o.status?.backingImageFileMap) return;
+      for (const [name, m] of this.monitors) {
+        if (m.diskUUID !== o.spec?.diskUUID) continue;
+        if (changed(old.status?.backingImageFileMap?.[name], o.status?.backingImageFileMap?.[name])) void this.poll(name, m);
+      }
     });
   }
 
@@ -146,7 +169,7 @@ export class BackingImageDataSourceController extends Controller {
       if (bids.metadata.annotations?.[Annotation.Address] !== w.address) {
         await store.update(BackingImageDataSourceKind, { ...bids, metadata: { ...bids.metadata, annotations: { ...bids.metadata.annotations, [Annotation.Address]: w.address } } });
       }
-      this.startMonitor(name, w.address);
+      this.startMonitor(name, w.address, spec.diskUUID ?? '');
     } else {
       status.ip = '';
       status.storageIP = '';
@@ -201,6 +224,7 @@ export class BackingImageDataSourceController extends Controller {
           status.message = `failed to start the data source: ${errMessage(err)}`;
         }
         if (started === 'deferred') {
+          this.deferred.add(name);
           status.message = 'waiting for the data plane to have room for one more data source';
           this.queue.addAfter(name, 1000);
           return;
@@ -224,17 +248,18 @@ export class BackingImageDataSourceController extends Controller {
 
   // ------------------------------------------------------------ monitor (GET /v1/file every 3 s)
 
-  private startMonitor(name: string, address: string): void {
+  private startMonitor(name: string, address: string, diskUUID: string): void {
     const existing = this.monitors.get(name);
     if (existing && existing.address === address) return;
     if (existing) this.stopMonitor(name);
-    const m: Monitor = { address, failures: 0, busy: false, polled: false, timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs) };
+    const m: Monitor = { address, diskUUID, failures: 0, busy: false, polled: false, timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs) };
     m.timer.unref();
     this.monitors.set(name, m);
     // The first poll runs when the reconcile that started the monitor has written the status (see reconcile).
   }
 
   private stopMonitor(name: string): void {
+    this.deferred.delete(name);
     const m = this.monitors.get(name);
     if (m) clearInterval(m.timer);
     this.monitors.delete(name);

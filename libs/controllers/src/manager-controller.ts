@@ -366,6 +366,7 @@ export class BackingImageManagerController extends Controller {
       return shared;
     };
     let waiting = 0;
+    const fetches: Promise<void>[] = [];
     let requested = this.requested.get(name);
     if (!requested) this.requested.set(name, (requested = new Map()));
     const now = Date.now();
@@ -394,17 +395,25 @@ export class BackingImageManagerController extends Controller {
         }
         const dsAddress = bids.metadata.annotations?.[Annotation.Address];
         if (bids.status?.currentState !== 'ready-for-transfer' || !bids.status?.storageIP || !dsAddress) continue;
-        try {
-          await api.fetch({
-            spec: { name: biName, uuid, checksum: bids.status?.checksum ?? '', size: bids.status?.size ?? 0, virtualSize: 0, realSize: 0 },
-            dataSourceAddress: dsAddress,
-          });
-        } catch (err) {
-          if (!isAlreadyExistsError(err)) throw err;
-        }
-        markRequested(biName);
-        this.fileListChanged(name);
-        this.event(bim, 'Normal', EventReason.Fetching, `Fetched the first file for backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID}`);
+        // A Fetch returns once the manager has the file from its data source; the first files of several images on
+        // this disk are fetched concurrently (each from its own data source), all awaited before the reconcile ends.
+        fetches.push(
+          (async () => {
+            try {
+              await api.fetch({
+                spec: { name: biName, uuid, checksum: bids.status?.checksum ?? '', size: bids.status?.size ?? 0, virtualSize: 0, realSize: 0 },
+                dataSourceAddress: dsAddress,
+              });
+            } catch (err) {
+              if (!isAlreadyExistsError(err)) throw err;
+            }
+            markRequested(biName);
+            this.fileListChanged(name);
+            this.event(bim, 'Normal', EventReason.Fetching, `Fetched the first file for backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID}`);
+          })(),
+        );
+        // Handled here too: if the loop throws before the fetches are awaited, their outcome is not an unhandled rejection.
+        fetches[fetches.length - 1]!.catch(() => undefined);
         continue;
       }
       const backoff = this.fileBackoff(name);
@@ -448,6 +457,8 @@ export class BackingImageManagerController extends Controller {
       this.event(bim, 'Normal', EventReason.Syncing, `Syncing backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID} from ${sender.name}(${from})`);
       break;
     }
+    const failedFetch = (await Promise.allSettled(fetches)).find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failedFetch) throw failedFetch.reason;
     const node = bim.spec?.nodeID ?? '';
     if (waiting > 0) {
       let w = this.waitingForSlot.get(node);
