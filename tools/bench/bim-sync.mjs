@@ -124,6 +124,8 @@ try {
     // the transport alone: A's sender (the daemon) into a receiver in this process that neither hashes nor verifies
     const rxFile = path.join(root, `rx-only-${run}`);
     const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: rxFile, size, acceptChain: false });
+    const txCpu0 = cpuOf(a.child.pid);
+    const rxRu0 = process.resourceUsage();
     t = performance.now();
     await new Promise((resolve, reject) => {
       const req = http.request({ host: '127.0.0.1', port: a.syncPort, method: 'POST', path: `/v1/files/${encodeFileId(backingA)}?action=sendToPeer&to-address=127.0.0.1:${rx.port}` }, (res) => {
@@ -135,6 +137,8 @@ try {
     });
     await rx.done;
     const transferS = (performance.now() - t) / 1000;
+    const rxRu1 = process.resourceUsage();
+    const transferCpu = { tx: cpuOf(a.child.pid) - txCpu0, rx: (rxRu1.userCPUTime + rxRu1.systemCPUTime - rxRu0.userCPUTime - rxRu0.systemCPUTime) / 1e6 };
     await rx.closed;
     await fsp.rm(rxFile);
 
@@ -166,19 +170,19 @@ try {
     const rss = [a, b, ...fan].map((x) => x.maxRssMB());
     const fanRec = fan.map((x) => x.received[0] ?? {});
     const fanStats = `fan-out receivers: open->close ${fanRec.map((r) => (r.receiveMs / 1000).toFixed(1)).join('/')} s, read back ${fanRec.reduce((n, r) => n + (r.readBack ?? 0), 0)} B, post-pass ${fanRec.reduce((n, r) => n + (r.postPass ?? 0), 0)} B`;
-    const row = { cpS, cpCpu: cp.cpu, shaCpu: sum.cpu, syncCpuA: syncCpu.a, syncCpuB: syncCpu.b, fanCpu, shaS, transferS, readyS, syncS, receiveS: rec.receiveMs / 1000, tailS: rec.tailMs / 1000, fanS, maxRss: Math.max(...rss), allocB: stB.blocks * 512 / GiB, readBack: rec.readBack, postPass: rec.postPass };
+    const row = { txCpu: transferCpu.tx, rxCpu: transferCpu.rx, cpS, cpCpu: cp.cpu, shaCpu: sum.cpu, syncCpuA: syncCpu.a, syncCpuB: syncCpu.b, fanCpu, shaS, transferS, readyS, syncS, receiveS: rec.receiveMs / 1000, tailS: rec.tailMs / 1000, fanS, maxRss: Math.max(...rss), allocB: stB.blocks * 512 / GiB, readBack: rec.readBack, postPass: rec.postPass };
     rows.push(row);
     console.log(
       `run ${run}: cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | transfer alone (no hash) ${transferS.toFixed(2)} s (${mbps(transferS)} MB/s) | ` +
         `Sync A->B ready ${readyS.toFixed(2)} s, + sync ${syncS.toFixed(2)} s (${mbps(syncS)} MB/s of data, ${(cpS / syncS).toFixed(2)}x cp) ` +
         `[receiver open->close ${row.receiveS.toFixed(2)} s, checksum final ${row.tailS.toFixed(2)} s after close, ${rec.chain}, read back ${rec.readBack} B, post-pass ${rec.postPass} B] | ` +
-        `CPU s: cp ${cp.cpu.toFixed(2)}, sha512sum ${sum.cpu.toFixed(2)}, Sync sender ${syncCpu.a.toFixed(2)} + receiver ${syncCpu.b.toFixed(2)}, fan-out all daemons ${fanCpu.toFixed(2)} | B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy (${fanStats}) | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,
+        `CPU s: cp ${cp.cpu.toFixed(2)}, sha512sum ${sum.cpu.toFixed(2)}, transfer alone sender ${transferCpu.tx.toFixed(2)} + receiver ${transferCpu.rx.toFixed(2)}, Sync sender ${syncCpu.a.toFixed(2)} + receiver ${syncCpu.b.toFixed(2)}, fan-out all daemons ${fanCpu.toFixed(2)} | B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy (${fanStats}) | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,
     );
     for (const x of [...fan, b]) await stop(x);
   }
   const m = (k) => median(rows.map((r) => r[k]));
   console.log(`median of ${runs}: cp ${m('cpS').toFixed(2)} s (${mbps(m('cpS'))} MB/s) | sha512sum ${m('shaS').toFixed(2)} s | transfer alone ${m('transferS').toFixed(2)} s (${mbps(m('transferS'))} MB/s) | Sync ready ${m('readyS').toFixed(2)} s, +sync ${m('syncS').toFixed(2)} s (${mbps(m('syncS'))} MB/s, ${(m('cpS') / m('syncS')).toFixed(2)}x cp) | receive ${m('receiveS').toFixed(2)} s, checksum tail ${m('tailS').toFixed(2)} s | fan-out ${m('fanS').toFixed(2)} s (${(m('fanS') / m('syncS')).toFixed(2)}x one copy) | max RSS ${m('maxRss').toFixed(0)} MB`);
-  console.log(`median CPU seconds: cp ${m('cpCpu').toFixed(2)} | sha512sum ${m('shaCpu').toFixed(2)} | Sync sender ${m('syncCpuA').toFixed(2)} + receiver ${m('syncCpuB').toFixed(2)} | fan-out (all daemons) ${m('fanCpu').toFixed(2)}`);
+  console.log(`median CPU seconds: cp ${m('cpCpu').toFixed(2)} | sha512sum ${m('shaCpu').toFixed(2)} | transfer alone sender ${m('txCpu').toFixed(2)} + receiver ${m('rxCpu').toFixed(2)} | Sync sender ${m('syncCpuA').toFixed(2)} + receiver ${m('syncCpuB').toFixed(2)} | fan-out (all daemons) ${m('fanCpu').toFixed(2)}`);
 } finally {
   for (const x of daemons) { x.client.close(); x.child.kill('SIGTERM'); }
   await Promise.all(daemons.map((x) => new Promise((r) => (x.child.exitCode !== null ? r() : x.child.once('exit', r)))));

@@ -282,6 +282,34 @@ describeChain('Sync with a SHA-512 chain', () => {
   });
 });
 
+describeChain('the sha512Chain route', () => {
+  it('refuses a chain after data (409), a malformed chain (400) and one for another size (400)', async () => {
+    const src = path.join(dir, 'src');
+    await sparseFile(src, 'dddd');
+    const chain = await computeFileChain(src);
+    const { encodeChain } = await import('@bis/sha512-chain');
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'dst'), size: 4 * MiB });
+    const base = `http://127.0.0.1:${rx.port}/v1-ssync`;
+    const post = (op: string, body: Uint8Array) => fetch(`${base}/${op}`, { method: 'POST', body });
+    expect((await fetch(`${base}/open?begin=0&end=${4 * MiB}&directIO=false`)).status).toBe(200);
+    const bad = await post('sha512Chain', Buffer.from('not a chain'));
+    expect(bad.status).toBe(400);
+    expect(await bad.text()).toContain('invalid SHA-512 chain encoding');
+    const other = await computeFileChain(src, { segmentSize: MiB });
+    const otherSize = { ...other, size: 2 * MiB, states: other.states.slice(0, 2) };
+    const wrongSize = await post('sha512Chain', encodeChain(otherSize));
+    expect(wrongSize.status).toBe(400);
+    expect(await wrongSize.text()).toContain(`the SHA-512 chain is for ${2 * MiB} bytes, the file has ${4 * MiB}`);
+    expect((await post(`sendHole?begin=0&end=${MiB}`, Buffer.alloc(0))).status).toBe(200);
+    const late = await post('sha512Chain', encodeChain(chain));
+    expect(late.status).toBe(409);
+    // the receive goes on without a chain; close of an incomplete file fails it
+    expect((await post('close', Buffer.alloc(0))).status).toBe(200);
+    await expect(rx.done).rejects.toThrow('the sender closed an incomplete transfer');
+    await rx.closed;
+  });
+});
+
 describe('planBySegments', () => {
   it('keeps pieces inside segments, joins whole data segments up to the chunk size and hole runs freely', () => {
     const size = 10 * MiB;
