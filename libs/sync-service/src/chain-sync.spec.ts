@@ -248,6 +248,40 @@ describeChain('Sync with a SHA-512 chain', () => {
     expect(logsB.find((l) => l.includes('SHA-512 chain:'))).toContain('in flight 3');
   });
 
+  it('re-adoption of a file whose mtime changed while the daemon was down verifies it in parallel against its chain', async () => {
+    const src = await readyOnA();
+    const before = await bindingOf(src);
+    await a.close();
+    const t = new Date(Date.now() + 7000);
+    await fsp.utimes(src, t, t);
+    const logs: string[] = [];
+    a = new SyncService({ diskPath: path.join(dir, 'A'), receiverHost: '127.0.0.1', monitorIntervalMs: 0, log: (m) => logs.push(m) });
+    await a.fetch({ filePath: src, srcFilePath: src, uuid: 'u1', diskUUID: 'A', size: 16 * MiB, expectedChecksum: before.checksum });
+    await a.settled(src);
+    expect(a.get(src).state).toBe('ready');
+    expect(a.get(src).currentChecksum).toBe(sha(src));
+    expect(logs.some((l) => l.includes('re-verified in parallel against its stored SHA-512 chain'))).toBe(true);
+    const after = await bindingOf(src);
+    expect(after.modificationTime).not.toBe(before.modificationTime);
+    expect(await readChainFile(src, after)).toBeDefined();
+  });
+
+  it('re-adoption of a file changed while the daemon was down re-hashes it (the chain does not verify) and fails the expected checksum', async () => {
+    const src = await readyOnA();
+    const before = await bindingOf(src);
+    await a.close();
+    const fh = await fsp.open(src, 'r+');
+    await fh.write(Buffer.from('x'), 0, 1, 0);
+    await fh.close();
+    const logs: string[] = [];
+    a = new SyncService({ diskPath: path.join(dir, 'A'), receiverHost: '127.0.0.1', monitorIntervalMs: 0, log: (m) => logs.push(m) });
+    await a.fetch({ filePath: src, srcFilePath: src, uuid: 'u1', diskUUID: 'A', size: 16 * MiB, expectedChecksum: before.checksum });
+    await a.settled(src);
+    expect(a.get(src).state).toBe('failed');
+    expect(a.get(src).message).toContain(`doesn't match the existing file checksum ${sha(src)}`);
+    expect(logs.some((l) => l.includes('the stored SHA-512 chain does not verify') && l.includes('segment 0'))).toBe(true);
+  });
+
   it('a receiver without the route (Longhorn-style, 404) gets the file as before', async () => {
     const src = await readyOnA();
     const chain = (await readChainFile(src, await bindingOf(src)))!;

@@ -573,6 +573,12 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       }
     }
     let chain: Sha512Chain | undefined;
+    if (!checksum && (!expected || expected.algorithm === 'sha512')) {
+      // the mtime changed (a copy, a touch, a restore): a stored chain of the same size lets the file be verified in
+      // parallel; the checksum is what the verification computes, so the chain needs no trust
+      const verified = await this.#verifyAgainstStoredChain(f, st.size);
+      if (verified) ({ checksum, chain } = verified);
+    }
     if (!checksum) {
       try {
         ({ sha512: checksum, chain } = await hashFileRecordingChain(f.filePath, { signal: f.signal, expected }));
@@ -673,19 +679,29 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
    * the checksum is computed, not trusted); otherwise one sequential pass that also records a new chain.
    */
   async #recheck(f: SyncingFile, size: number): Promise<{ checksum: string; chain?: Sha512Chain }> {
-    if (nativeSha512ChainAvailable()) {
-      const stored = await readStoredChain(f.filePath);
-      if (stored && stored.chain.size === size && stored.chain.checksum === f.currentChecksum) {
-        try {
-          return { checksum: await verifyFileChain(f.filePath, stored.chain, { signal: f.signal }), chain: stored.chain };
-        } catch (err) {
-          if (f.signal.aborted) throw err;
-          this.#log(`${f.filePath}: the stored SHA-512 chain does not verify (${errorMessage(err)}); re-hashing the file`);
-        }
-      }
-    }
+    const verified = await this.#verifyAgainstStoredChain(f, size, f.currentChecksum);
+    if (verified) return verified;
     const { sha512, chain } = await hashFileRecordingChain(f.filePath, { signal: f.signal });
     return { checksum: sha512, chain };
+  }
+
+  /**
+   * Verifies the file in parallel against its stored chain when there is one of `size` bytes (and of `checksum`, when
+   * given); undefined when there is none, the addon is missing, or the file does not verify (then re-hash it).
+   */
+  async #verifyAgainstStoredChain(f: SyncingFile, size: number, checksum?: string): Promise<{ checksum: string; chain: Sha512Chain } | undefined> {
+    if (!nativeSha512ChainAvailable()) return undefined;
+    const stored = await readStoredChain(f.filePath);
+    if (!stored || stored.chain.size !== size || (checksum !== undefined && stored.chain.checksum !== checksum)) return undefined;
+    try {
+      const computed = await verifyFileChain(f.filePath, stored.chain, { signal: f.signal });
+      this.#log(`${f.filePath}: re-verified in parallel against its stored SHA-512 chain`);
+      return { checksum: computed, chain: stored.chain };
+    } catch (err) {
+      if (f.signal.aborted) throw err;
+      this.#log(`${f.filePath}: the stored SHA-512 chain does not verify (${errorMessage(err)}); re-hashing the file`);
+      return undefined;
+    }
   }
 
   /**
