@@ -785,7 +785,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   }
 }
 
-/** Sends in flight per chain computation: one lazy computation per file, shared by concurrent sends. */
+/** The lazy computation of a ready file's chain for sending: one per file at a time, shared by concurrent sends. */
 type ChainJob = Promise<Sha512Chain | undefined>;
 
 function fromSource(r: SourceResult): WorkResult {

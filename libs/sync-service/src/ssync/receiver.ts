@@ -111,7 +111,7 @@ class ChainCheck {
     return [Math.floor(begin / s), Math.ceil(end / s)];
   }
 
-  /** A write of [begin, end) starts; returns the epochs it saw (for `verifyInFlight`). */
+  /** A write of [begin, end) starts: every segment it touches gets a new epoch and one more running write. */
   beginWrite(begin: number, end: number): void {
     const [a, b] = this.#segments(begin, end);
     for (let i = a; i < b; i++) {
