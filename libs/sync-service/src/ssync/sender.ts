@@ -212,7 +212,8 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
       await withRetries(() => request('POST', 'sha512Chain', {}, encodeChain(chain)));
       return true;
     } catch (err) {
-      if (err instanceof SsyncSendError && err.status === 404) return false;
+      // 404 (no such route: Longhorn), 405 / 501 (a router that knows the path but not the method): no chain support
+      if (err instanceof SsyncSendError && (err.status === 404 || err.status === 405 || err.status === 501)) return false;
       throw err;
     }
   };
