@@ -135,9 +135,9 @@ describeChain('Sync with a SHA-512 chain', () => {
     await fh.write(one, 0, 1, 7 * MiB + 5);
     await fh.close();
     const port = await receiveOnB(16 * MiB, chain.checksum);
-    await expect(sendFile({ path: bad, toAddress: `127.0.0.1:${port}`, layout, chain, attempts: 1 })).rejects.toThrow(
-      /segment 3 \(bytes 6291456\.\.8388608\)/,
-    );
+    // the sender fails too (usually with the receiver's answer naming the segment; a worker whose connection the
+    // receiver closed mid-body may report that instead); the copy on B is what must name the segment
+    await expect(sendFile({ path: bad, toAddress: `127.0.0.1:${port}`, layout, chain, attempts: 1 })).rejects.toThrow();
     await b.settled(fileB());
     const info = b.get(fileB());
     expect(info.state).toBe('failed');

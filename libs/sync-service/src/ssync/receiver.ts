@@ -306,6 +306,11 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   let chainCheck: ChainCheck | undefined;
   /** Bytes per in-flight verified piece (the chain's segment size), 0 = no in-flight verification. */
   let segmentCut = 0;
+  /**
+   * Set when the received data failed verification: every request still running or arriving is answered with it (so
+   * every sender worker learns why), then the receive ends.
+   */
+  let fatalError: Error | undefined;
   let openedAt = 0;
   let closedAt = 0;
   // One positioned write at a time: concurrent writes into one file contend for its inode lock in the kernel, which
@@ -464,6 +469,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         };
         try {
           for await (const chunk of req as AsyncIterable<Buffer>) {
+            if (fatalError) throw new HttpError(400, fatalError.message);
             const usable = Math.min(chunk.length, end - pos - fill);
             let off = 0;
             while (off < usable) {
@@ -590,6 +596,13 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
 
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     armIdle();
+    if (fatalError && !finished) {
+      req.resume();
+      res.statusCode = 400;
+      res.setHeader('Connection', 'close');
+      res.end(`${fatalError.message}\n`);
+      return;
+    }
     if (finished) {
       res.statusCode = 503;
       res.end('receiver is closed\n');
@@ -598,7 +611,14 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     const p = handle(req, res).catch((err: unknown) => {
       const status = err instanceof HttpError ? err.status : 500;
       const fatal = err instanceof HttpError ? err.fatal : undefined;
-      if (fatal) res.once('close', () => void finish(fatal));
+      if (fatal && !fatalError) {
+        fatalError = fatal;
+        server.close();
+        // the other requests fail with the same message; then the receive ends
+        res.once('close', () => {
+          void Promise.allSettled([...inflight]).then(() => finish(fatal));
+        });
+      }
       if (!res.headersSent) {
         res.statusCode = status;
         // the body is not read any further: tell the client this connection ends

@@ -308,8 +308,13 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
         }),
       );
       const results = await Promise.allSettled(running);
-      const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-      if (failed) throw signal.reason ?? failed.reason;
+      const failures = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as unknown);
+      if (failures.length > 0) {
+        if (opts.signal?.aborted) throw opts.signal.reason;
+        // the receiver's own answer says more than a connection it closed afterwards
+        const answered = failures.find((e) => e instanceof SsyncSendError && e.status !== undefined);
+        throw answered ?? signal.reason ?? failures[0];
+      }
     } finally {
       await fh.close();
     }
