@@ -102,6 +102,23 @@ describe('BackingImage create', () => {
     ]);
   });
 
+  it('export-from-volume: the volume must exist, be v1 and not faulted when volumes can be looked up', () => {
+    const create = (volumeName: string, getVolume: (n: string) => { dataEngine: string; faulted: boolean } | undefined) =>
+      messages(validateBackingImageCreate(bi({ sourceType: 'export-from-volume', sourceParameters: { 'volume-name': volumeName, 'export-type': 'raw' } }), { getVolume }));
+    const volumes: Record<string, { dataEngine: string; faulted: boolean }> = {
+      good: { dataEngine: 'v1', faulted: false },
+      fast: { dataEngine: 'v2', faulted: false },
+      broken: { dataEngine: 'v1', faulted: true },
+    };
+    const lookup = (n: string) => volumes[n];
+    expect(create('good', lookup)).toEqual([]);
+    expect(create('gone', lookup)).toEqual(['spec.sourceParameters[volume-name]: volume gone not found: there is no volume to export from']);
+    expect(create('fast', lookup)).toEqual(['spec.sourceParameters[volume-name]: volume fast is a v2 volume: exporting a backing image from it is not supported']);
+    expect(create('broken', lookup)).toEqual(['spec.sourceParameters[volume-name]: volume broken is faulted: cannot export a backing image from it']);
+    // A system without volumes refuses every export instead of accepting one that can never start.
+    expect(create('good', () => undefined)).toEqual(['spec.sourceParameters[volume-name]: volume good not found: there is no volume to export from']);
+  });
+
   it('restore needs a backup URL', () => {
     expect(rules(validateBackingImageCreate(bi({ sourceType: 'restore', sourceParameters: {} })))).toEqual(['spec.sourceParameters[backup-url] required']);
   });

@@ -44,6 +44,18 @@ export interface BackingImageAdmissionContext {
    * and the encryption direction must make sense for it.
    */
   readonly getBackingImage?: (name: string) => BackingImage | undefined;
+  /**
+   * Resolves the volume of an `export-from-volume` source (`volume-name` parameter). When given, the volume must
+   * exist, must not be v2 and must not be faulted, as Longhorn's validator requires. A system without volumes passes
+   * `() => undefined`, so such a creation is refused instead of waiting forever for a volume that cannot appear.
+   */
+  readonly getVolume?: (name: string) => VolumeForExport | undefined;
+}
+
+/** What the export-from-volume rule needs to know about a volume. */
+export interface VolumeForExport {
+  readonly dataEngine: string;
+  readonly faulted: boolean;
 }
 
 const LOOPBACK_NAMES = new Set(['localhost', 'localhost.localdomain', 'ip6-localhost', 'ip6-loopback']);
@@ -128,7 +140,19 @@ function validateSourceParameters(bi: BackingImage, ctx: BackingImageAdmissionCo
       out.push(...validateDownloadUrl(p(DataSourceParameter.Url), params[DataSourceParameter.Url], ctx.downloadUrlPolicy));
       break;
     case BackingImageDataSourceType.ExportFromVolume: {
-      if (!params[DataSourceParameter.VolumeName]) out.push(issue(p(DataSourceParameter.VolumeName), 'required', 'is required for source type export-from-volume'));
+      const volumeName = params[DataSourceParameter.VolumeName];
+      if (!volumeName) {
+        out.push(issue(p(DataSourceParameter.VolumeName), 'required', 'is required for source type export-from-volume'));
+      } else if (ctx.getVolume) {
+        const volume = ctx.getVolume(volumeName);
+        if (!volume) {
+          out.push(issue(p(DataSourceParameter.VolumeName), 'exists', `volume ${volumeName} not found: there is no volume to export from`));
+        } else if (volume.dataEngine === DataEngineType.V2) {
+          out.push(issue(p(DataSourceParameter.VolumeName), 'data-engine', `volume ${volumeName} is a v2 volume: exporting a backing image from it is not supported`));
+        } else if (volume.faulted) {
+          out.push(issue(p(DataSourceParameter.VolumeName), 'faulted', `volume ${volumeName} is faulted: cannot export a backing image from it`));
+        }
+      }
       const exportType = params[DataSourceParameter.ExportType] ?? '';
       if (!(EXPORT_TYPES as readonly string[]).includes(exportType)) {
         out.push(issue(p(DataSourceParameter.ExportType), 'enum', `must be one of ${EXPORT_TYPES.join(', ')} (got ${JSON.stringify(exportType)})`));
