@@ -6,7 +6,15 @@
 // 3 directories (xargs -P 8) measured in the same run.
 //
 // usage: node tools/bench/controller-manager-scale.mjs [--images 1000] [--size-kib 64] [--disks 3] [--copies 3]
-//        [--max-data-sources 8] [--keep] [--cpu-prof-dir <dir>]
+//        [--max-data-sources 8] [--keep] [--cpu-prof-dir <dir>] [--node-arg <arg>]... [--heap-snapshot-at <n,n,...>]
+//        [--heap-snapshot-dir <dir>] [--env NAME=VALUE]...
+// --node-arg: extra node option for the controller-manager process (repeatable), e.g. --node-arg=--max-semi-space-size=4.
+// --heap-snapshot-at: write a heap snapshot of the controller-manager (node --heapsnapshot-signal=SIGUSR2) when that
+// many images are ready (comma list; `end` = after the at-rest measurements), into --heap-snapshot-dir (default: the
+// current directory). Each snapshot is taken after the previous one is written.
+// --memory-log <file>: the controller-manager preloads tools/bench/controller-manager-memlog.mjs and appends
+// process.memoryUsage() + V8 heap statistics to <file> every 2 s (JSON lines); the last and the peak are reported.
+// --env: extra environment variable for the controller-manager (repeatable), e.g. --env MALLOC_ARENA_MAX=2.
 // --cpu-prof-dir: the controller-manager runs with `node --cpu-prof --cpu-prof-dir <dir>` (the profile is written when
 // it stops).
 // Needs: npx nx run-many -t build -p controller-manager backing-image-manager backing-image-data-source
@@ -31,6 +39,11 @@ const { values } = parseArgs({
     'max-data-sources': { type: 'string', default: '8' },
     keep: { type: 'boolean', default: false },
     'cpu-prof-dir': { type: 'string' },
+    'node-arg': { type: 'string', multiple: true, default: [] },
+    'heap-snapshot-at': { type: 'string', default: '' },
+    'heap-snapshot-dir': { type: 'string', default: '.' },
+    env: { type: 'string', multiple: true, default: [] },
+    'memory-log': { type: 'string' },
   },
 });
 const N = Number(values.images);
@@ -85,12 +98,25 @@ const apiPort = 20000 + Math.floor(Math.random() * 20000);
 const base = `http://127.0.0.1:${apiPort}`;
 const loadAtStart = os.loadavg().map((l) => +l.toFixed(2));
 const profArgs = values['cpu-prof-dir'] ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(values['cpu-prof-dir'])] : [];
+const snapshotAt = values['heap-snapshot-at'].split(',').filter(Boolean);
+const snapshotDir = path.resolve(values['heap-snapshot-dir']);
+const snapArgs = snapshotAt.length ? ['--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${snapshotDir}`] : [];
+const extraEnv = Object.fromEntries(values.env.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]));
+const memLog = values['memory-log'] ? path.resolve(values['memory-log']) : undefined;
+const memLogArgs = memLog ? ['--import', path.join(root, 'tools/bench/controller-manager-memlog.mjs')] : [];
+if (memLog) {
+  rmSync(memLog, { force: true });
+  extraEnv.BIS_MEMLOG_FILE = memLog;
+}
 const cm = spawn(process.execPath, [
   ...profArgs,
+  ...snapArgs,
+  ...memLogArgs,
+  ...values['node-arg'],
   path.join(root, 'apps/controller-manager/bin/controller-manager.js'), 'standalone',
   '--data-dir', path.join(tmp, 'data'), '--listen', `127.0.0.1:${apiPort}`, '--disks', values.disks,
   '--allow-source-hosts', '127.0.0.1', '--max-data-sources', values['max-data-sources'],
-], { stdio: ['ignore', 'pipe', 'inherit'] });
+], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ...extraEnv } });
 let out = '';
 cm.stdout.on('data', (d) => (out += d));
 const t0 = performance.now();
@@ -104,7 +130,7 @@ const status = (pid) => {
   try {
     const s = readFileSync(`/proc/${pid}/status`, 'utf8');
     const kb = (k) => Number((s.match(new RegExp(`${k}:\\s+(\\d+)`)) ?? [0, 0])[1]);
-    return { hwm: kb('VmHWM'), rss: kb('VmRSS') };
+    return { hwm: kb('VmHWM'), rss: kb('VmRSS'), anon: kb('RssAnon'), file: kb('RssFile') };
   } catch {
     return { hwm: 0, rss: 0 };
   }
@@ -222,6 +248,25 @@ await Promise.all(
 );
 const createMs = performance.now() - c0;
 
+// Heap snapshots on request: SIGUSR2, then wait until the .heapsnapshot file stops growing.
+const memSamples = [];
+async function heapSnapshot(label) {
+  const before = new Set(readdirSync(snapshotDir));
+  const st0 = status(cm.pid);
+  cm.kill('SIGUSR2');
+  let file;
+  let lastSize = -1;
+  for (let i = 0; i < 600; i++) {
+    await new Promise((r) => setTimeout(r, 1000));
+    file ??= readdirSync(snapshotDir).find((f) => f.endsWith('.heapsnapshot') && !before.has(f));
+    if (!file) continue;
+    const size = statSync(path.join(snapshotDir, file)).size;
+    if (size === lastSize && size > 0) break;
+    lastSize = size;
+  }
+  memSamples.push({ label, rssMiB: +(st0.rss / 1024).toFixed(0), anonMiB: +(st0.anon / 1024).toFixed(0), hwmMiB: +(st0.hwm / 1024).toFixed(0), snapshot: file });
+  process.stderr.write(`heap snapshot at ${label}: ${file} (RSS ${(st0.rss / 1024).toFixed(0)} MiB)\n`);
+}
 const busyLat = [];
 let ready = 0;
 let failed = 0;
@@ -239,6 +284,11 @@ for (;;) {
   }
   const procs = sampleDataPlane();
   readStoreLog();
+  while (snapshotAt.length && snapshotAt[0] !== 'end' && ready >= Number(snapshotAt[0])) await heapSnapshot(`${snapshotAt.shift()} ready`);
+  if (performance.now() - lastReport > 10_000) {
+    const m = status(cm.pid);
+    memSamples.push({ label: `${((performance.now() - c0) / 1000).toFixed(0)} s, ${ready} ready`, rssMiB: +(m.rss / 1024).toFixed(0), anonMiB: +(m.anon / 1024).toFixed(0), hwmMiB: +(m.hwm / 1024).toFixed(0) });
+  }
   if (performance.now() - lastReport > 10_000) {
     lastReport = performance.now();
     process.stderr.write(`${((performance.now() - c0) / 1000).toFixed(0)} s: ${ready}/${N} ready, ${failed} with a failed copy, ${procs} data-plane processes\n`);
@@ -264,6 +314,7 @@ for (let i = 0; i < 200; i++) {
 }
 readStoreLog();
 const cmMem = status(cm.pid);
+if (snapshotAt[0] === 'end') await heapSnapshot('end');
 sampleDataPlane();
 let files = 0;
 for (const d of readdirSync(path.join(tmp, 'data', 'disks'))) files += readdirSync(path.join(tmp, 'data', 'disks', d, 'backing-images')).length;
@@ -275,6 +326,12 @@ const stopMs = performance.now() - s0;
 server.close();
 const storeWrites = await storeRv(path.join(tmp, 'data'));
 
+let memoryLog;
+if (memLog) {
+  const rows = readFileSync(memLog, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const peak = (k) => Math.max(...rows.map((r) => r[k]));
+  memoryLog = { file: memLog, samples: rows.length, peakMiB: { rss: peak('rss'), heapTotal: peak('heapTotal'), heapUsed: peak('heapUsed'), external: peak('external'), arrayBuffers: peak('arrayBuffers'), malloced: peak('peakMalloced') }, last: rows.at(-1) };
+}
 const result = {
   images: N,
   sizeBytes: SIZE,
@@ -294,6 +351,8 @@ const result = {
   getOneIdleMs: { p50: +pct(oneLat, 50).toFixed(2), p99: +pct(oneLat, 99).toFixed(2) },
   controllerMaxRssMiB: +(cmMem.hwm / 1024).toFixed(0),
   controllerRssAtEndMiB: +(cmMem.rss / 1024).toFixed(0),
+  controllerMemorySamples: memSamples,
+  controllerMemoryLog: memoryLog,
   dataPlaneMaxRssMiB: +(maxDataPlaneRss / 1024).toFixed(0),
   stopSeconds: +(stopMs / 1000).toFixed(2),
   reference: { tool: 'curl via xargs -P 8', downloads: gets0, seconds: +(refMs / 1000).toFixed(1) },

@@ -1,5 +1,7 @@
 import { runStandaloneCli } from './cli.js';
-import { runDaemonCli } from './daemon.js';
+
+// The daemon mode (and the Kubernetes client it brings: about 20 MiB of modules) is loaded only when it runs.
+const runDaemonCli: typeof import('./daemon.js').runDaemonCli = async (...args) => (await import('./daemon.js')).runDaemonCli(...args);
 
 const io = { out: (l: string) => process.stdout.write(`${l}\n`), err: (l: string) => process.stderr.write(`${l}\n`) };
 

@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { isConflict, isNotFound, StatusError } from '../errors.js';
+import { isConflict, isGone, isNotFound, StatusError } from '../errors.js';
 import { runDatastoreContract, takeEvents, WidgetKind, type Widget } from '../testing/index.js';
 import { EmbeddedDatastore } from './embedded-store.js';
 import { LOG_NAME } from './log-file.js';
@@ -79,6 +79,72 @@ describe('EmbeddedDatastore on disk', () => {
     expect((await s2.get(WidgetKind, 'a', 'ns')).spec.size).toBe(200);
     expect(s2.resourceVersion).toBe('201');
     await s2.close();
+  });
+
+  it('bounds the watch history by the size of its events: big objects push old versions out (410 Gone), small ones stay', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir, historyLimit: 1000, historyMaxBytes: 64 * 1024, compactAfterEvents: 10_000 });
+    try {
+      const first = await s.create(WidgetKind, { apiVersion: WidgetKind.apiVersion, kind: 'Widget', metadata: { name: 'big', namespace: 'ns' }, spec: { size: 0, color: 'x'.repeat(10_000) } });
+      const fromFirst = first.metadata.resourceVersion;
+      // 20 versions of ~10 KiB each: ~200 KiB of events, more than the 64 KiB bound although far fewer than 1000.
+      let cur = first;
+      for (let i = 1; i <= 20; i++) cur = await s.update(WidgetKind, { ...cur, spec: { size: i, color: 'x'.repeat(10_000) } });
+      const h = s.historyStats;
+      expect(h.bytes).toBeLessThanOrEqual(64 * 1024);
+      expect(h.events).toBeGreaterThanOrEqual(5);
+      expect(h.events).toBeLessThan(10);
+      // A watch from the first version is too old now: 410 Gone (the informer then re-lists).
+      let err: unknown;
+      try {
+        for await (const _ of s.watch(WidgetKind, { namespace: 'ns', resourceVersion: fromFirst })) break;
+      } catch (e) {
+        err = e;
+      }
+      expect(isGone(err)).toBe(true);
+      // A watch from inside the kept window still gets every later version, in order.
+      const from = Number(h.oldestResourceVersion);
+      const ac = new AbortController();
+      const seen: number[] = [];
+      for await (const ev of s.watch(WidgetKind, { namespace: 'ns', resourceVersion: String(from), signal: ac.signal })) {
+        seen.push(ev.object.spec.size);
+        if (ev.object.spec.size === 20) ac.abort();
+      }
+      expect(seen).toEqual(Array.from({ length: h.events - 1 }, (_, i) => 21 - h.events + 1 + i));
+      // Small objects: the count bound applies, not the size bound.
+      for (let i = 0; i < 50; i++) await s.create(WidgetKind, { apiVersion: WidgetKind.apiVersion, kind: 'Widget', metadata: { name: `s${i}`, namespace: 'ns' }, spec: { size: i } });
+      expect(s.historyStats.bytes).toBeLessThanOrEqual(64 * 1024);
+      expect(s.historyStats.events).toBeGreaterThan(50);
+    } finally {
+      await s.close();
+    }
+    // The bound also applies to the history read back from the log.
+    const s2 = await EmbeddedDatastore.open({ dataDir: dir, historyLimit: 1000, historyMaxBytes: 4 * 1024, compactAfterEvents: 10_000 });
+    try {
+      expect(s2.historyStats.bytes).toBeLessThanOrEqual(4 * 1024);
+      expect(s2.historyStats.events).toBeGreaterThan(5);
+    } finally {
+      await s2.close();
+    }
+  });
+
+  it('keeps the newest event even when it alone is bigger than the size bound', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir, historyMaxBytes: 1024 });
+    try {
+      const o = await s.create(WidgetKind, { apiVersion: WidgetKind.apiVersion, kind: 'Widget', metadata: { name: 'huge', namespace: 'ns' }, spec: { size: 1, color: 'y'.repeat(5000) } });
+      expect(s.historyStats.events).toBe(1);
+      const ac = new AbortController();
+      const next = (async () => {
+        for await (const ev of s.watch(WidgetKind, { namespace: 'ns', resourceVersion: o.metadata.resourceVersion, signal: ac.signal })) {
+          ac.abort();
+          return ev;
+        }
+        return undefined;
+      })();
+      await s.update(WidgetKind, { ...o, spec: { size: 2, color: 'y'.repeat(5000) } });
+      expect((await next)?.object.spec.size).toBe(2);
+    } finally {
+      await s.close();
+    }
   });
 
   it('allows one process per data directory', async () => {

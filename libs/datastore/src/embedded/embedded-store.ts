@@ -24,6 +24,13 @@ export interface EmbeddedDatastoreOptions {
   dataDir: string;
   /** Events kept for watch resumption (across restarts too). Older resourceVersions get 410 Gone. Default 1000. */
   historyLimit?: number;
+  /**
+   * Upper bound of the history's size, as the length of its events' JSON (about their size in memory): the oldest
+   * events are dropped beyond it even when fewer than `historyLimit` are kept (the newest event is always kept).
+   * Big objects that change often (a manager's status with one entry per file) would otherwise make the history
+   * grow with their size times `historyLimit`. Default 16 MiB.
+   */
+  historyMaxBytes?: number;
   /** Rewrite the log once this many events were appended since the last compaction. Default 5000. */
   compactAfterEvents?: number;
   /** Clock for creation/deletion timestamps (tests). */
@@ -121,6 +128,9 @@ export class EmbeddedDatastore implements Datastore {
   private readonly objects = new Map<string, AnyStored>();
   private readonly uids = new Map<string, string>();
   private readonly history: EventRecord[] = [];
+  /** JSON length of each `history` event (same index) and their sum. */
+  private readonly historySizes: number[] = [];
+  private historyBytes = 0;
   /** Staged state on top of `objects` / `uids`: what writes are validated against. */
   private readonly pendingObjects = new Map<string, PendingObject>();
   private readonly pendingUids = new Map<string, { key: string | undefined; rv: number }>();
@@ -139,6 +149,7 @@ export class EmbeddedDatastore implements Datastore {
   private gcScheduled = false;
   private readonly stats: CommitStats = { batches: 0, events: 0, failedBatches: 0 };
   private readonly historyLimit: number;
+  private readonly historyMaxBytes: number;
   private readonly compactAfter: number;
   private readonly now: () => Date;
   private readonly beforeLogSync: EmbeddedDatastoreOptions['beforeLogSync'];
@@ -149,6 +160,7 @@ export class EmbeddedDatastore implements Datastore {
     opts: EmbeddedDatastoreOptions,
   ) {
     this.historyLimit = Math.max(1, opts.historyLimit ?? 1000);
+    this.historyMaxBytes = Math.max(1, opts.historyMaxBytes ?? 16 * 1024 * 1024);
     this.compactAfter = Math.max(1, opts.compactAfterEvents ?? 5000);
     this.now = opts.now ?? (() => new Date());
     this.beforeLogSync = opts.beforeLogSync;
@@ -189,7 +201,7 @@ export class EmbeddedDatastore implements Datastore {
           this.rv = r.rv;
           break;
         case 'hist':
-          this.history.push(stripOp(r));
+          this.pushHistory(stripOp(r), JSON.stringify(r).length + 1);
           break;
         case 'obj': {
           const o = r.object as AnyStored;
@@ -198,7 +210,7 @@ export class EmbeddedDatastore implements Datastore {
           break;
         }
         case 'ev':
-          this.applyEvent(stripOp(r));
+          this.applyEvent(stripOp(r), JSON.stringify(r).length + 1);
           this.eventsSinceCompaction++;
           break;
       }
@@ -209,7 +221,7 @@ export class EmbeddedDatastore implements Datastore {
 
   // ---------------------------------------------------------------- staging and group commit
 
-  private applyEvent(ev: EventRecord): void {
+  private applyEvent(ev: EventRecord, size: number): void {
     const o = ev.object as AnyStored;
     const key = objKey(ev.k, o.metadata.namespace, o.metadata.name);
     if (ev.type === 'DELETED') {
@@ -220,12 +232,30 @@ export class EmbeddedDatastore implements Datastore {
       this.uids.set(o.metadata.uid, key);
     }
     this.rv = ev.rv;
-    this.history.push(ev);
+    this.pushHistory(ev, size);
   }
 
+  private pushHistory(ev: EventRecord, size: number): void {
+    this.history.push(ev);
+    this.historySizes.push(size);
+    this.historyBytes += size;
+  }
+
+  /** Drops the oldest events beyond `historyLimit` events or `historyMaxBytes` (the newest event always stays). */
   private trimHistory(): void {
-    const extra = this.history.length - this.historyLimit;
-    if (extra > 0) this.history.splice(0, extra);
+    let drop = Math.max(0, this.history.length - this.historyLimit);
+    let bytes = this.historyBytes;
+    for (let i = 0; i < drop; i++) bytes -= this.historySizes[i];
+    while (bytes > this.historyMaxBytes && drop < this.history.length - 1) bytes -= this.historySizes[drop++];
+    if (drop === 0) return;
+    this.history.splice(0, drop);
+    this.historySizes.splice(0, drop);
+    this.historyBytes = bytes;
+  }
+
+  /** Events kept for watch resumption and the length of their JSON (diagnostics and tests). */
+  get historyStats(): { events: number; bytes: number; oldestResourceVersion: string | undefined } {
+    return { events: this.history.length, bytes: this.historyBytes, oldestResourceVersion: this.history.length ? String(this.history[0].rv) : undefined };
   }
 
   /** The object as writes see it: staged state first, then committed. */
@@ -321,8 +351,9 @@ export class EmbeddedDatastore implements Datastore {
         batch.reject(this.failure);
         continue;
       }
+      let sizes: number[];
       try {
-        await this.appender.append(
+        sizes = await this.appender.append(
           batch.events.map((ev) => ({ op: 'ev', ...ev })),
           this.beforeLogSync,
         );
@@ -330,7 +361,7 @@ export class EmbeddedDatastore implements Datastore {
         await this.abandon(batch, err);
         continue;
       }
-      for (const ev of batch.events) this.applyEvent(ev);
+      batch.events.forEach((ev, i) => this.applyEvent(ev, sizes[i]));
       const last = batch.events[batch.events.length - 1].rv;
       for (const [key, p] of this.pendingObjects) if (p.rv <= last) this.pendingObjects.delete(key);
       for (const [uid, p] of this.pendingUids) if (p.rv <= last) this.pendingUids.delete(uid);

@@ -163,10 +163,12 @@ export class LogAppender {
   }
   /**
    * Writes the records, calls `beforeSync` (if given), fdatasyncs; resolves once the batch is durable. On a
-   * rejection the file may hold part of the batch: call `rollback()` before appending again.
+   * rejection the file may hold part of the batch: call `rollback()` before appending again. Resolves with the
+   * length of each record's line (UTF-16 code units of its JSON, about its size in bytes).
    */
-  async append(records: LogRecord[], beforeSync?: (info: LogBatchInfo) => void | Promise<void>): Promise<void> {
-    const buf = Buffer.from(records.map((r) => JSON.stringify(r) + '\n').join(''), 'utf8');
+  async append(records: LogRecord[], beforeSync?: (info: LogBatchInfo) => void | Promise<void>): Promise<number[]> {
+    const lines = records.map((r) => JSON.stringify(r) + '\n');
+    const buf = Buffer.from(lines.join(''), 'utf8');
     for (let off = 0; off < buf.length; ) {
       const { bytesWritten } = await this.fh.write(buf, off, buf.length - off);
       if (bytesWritten <= 0) throw new Error(`short write to ${LOG_NAME}`);
@@ -175,6 +177,7 @@ export class LogAppender {
     if (beforeSync) await beforeSync({ events: records.length, bytes: buf.length });
     await this.fh.datasync();
     this.durableSize += buf.length;
+    return lines.map((l) => l.length);
   }
   /** Cuts the log back to its durable length (drops a failed batch) and syncs that. */
   async rollback(): Promise<void> {

@@ -1,0 +1,24 @@
+// Preloaded into the controller-manager by `controller-manager-scale.mjs --memory-log <file>` (node --import):
+// appends one JSON line every BIS_MEMLOG_INTERVAL_MS (default 2000) with process.memoryUsage() and the V8 heap
+// statistics (used/total/malloced/external), in MiB, so RSS can be split into JS heap, external, array buffers
+// and the rest (native / malloc). The timer is unref'd: it never keeps the process alive.
+import { appendFileSync } from 'node:fs';
+import v8 from 'node:v8';
+
+const file = process.env.BIS_MEMLOG_FILE;
+if (file) {
+  const mib = (b) => +(b / 1048576).toFixed(1);
+  const t0 = Date.now();
+  const sample = () => {
+    const m = process.memoryUsage();
+    const h = v8.getHeapStatistics();
+    const spaces = Object.fromEntries(v8.getHeapSpaceStatistics().map((s) => [s.space_name, mib(s.space_used_size)]));
+    appendFileSync(file, JSON.stringify({
+      s: Math.round((Date.now() - t0) / 1000), rss: mib(m.rss), heapTotal: mib(m.heapTotal), heapUsed: mib(m.heapUsed),
+      external: mib(m.external), arrayBuffers: mib(m.arrayBuffers), malloced: mib(h.malloced_memory),
+      peakMalloced: mib(h.peak_malloced_memory), spaces,
+    }) + '\n');
+  };
+  setInterval(sample, Number(process.env.BIS_MEMLOG_INTERVAL_MS ?? 2000)).unref();
+  process.on('exit', sample);
+}
