@@ -1,21 +1,27 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import Fastify from 'fastify';
-import { createFileSources } from '@bis/file-sources';
-import { SyncService, startSyncServer } from '@bis/sync-service';
+import type { FileSourceKind } from '@bis/file-sources/source-provider';
 import {
-  DataSource,
   DataSourceConfigError,
   DEFAULT_EXPORT_RECEIVER_PORT,
-  dataSourceRoutes,
   parseKeyValues,
   validateDataSourceConfig,
-} from '@bis/data-source';
+  type DataSourceType,
+} from '@bis/data-source/config';
 
 const USAGE = `usage: backing-image-data-source --name N --uuid U --source-type T [--parameters k=v]... [--checksum C]
        [--credential k=v]... [--listen host:port] [--sync-listen host:port] [--disk-path dir]
        [--allow-source-hosts hosts-or-CIDRs] [--ca-bundle file.pem] [--stall-timeout seconds]
        [--begin-timeout seconds] [--download-connections n] [--export-receiver-port port]`;
+
+/** The file sources each source type launches (an export as qcow2 streams the converted file as an upload). */
+const SOURCE_KINDS: Record<DataSourceType, readonly FileSourceKind[]> = {
+  download: ['download'],
+  upload: ['upload'],
+  restore: ['restore'],
+  clone: ['clone'],
+  'export-from-volume': ['upload'],
+};
 
 const REPEATED = new Set(['parameters', 'credential']);
 const SINGLE = new Set([
@@ -110,7 +116,19 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
   // Download credentials become origin request headers (never process environment, never in-cluster calls).
   const downloadHeaders = config.sourceType === 'download' ? config.credential : {};
   const env = process.env;
-  const sources = createFileSources({
+  // Only what this source type needs is loaded, after the arguments are valid (one process per image being
+  // prepared: its start cost is paid for every image). A download loads the HTTP client; no source type loads the
+  // backup engine before a restore runs, nor the peer transfer, SHA-512 chain and block-mapping modules before the
+  // sync service uses them.
+  const [{ loadFileSources }, { SyncService }, { startSyncServer, lazySchemaCompilers }, { DataSource, dataSourceRoutes }, { default: Fastify }] =
+    await Promise.all([
+      import('@bis/file-sources/source-provider'),
+      import('@bis/sync-service/service'),
+      import('@bis/sync-service/server'),
+      import('@bis/data-source'),
+      import('fastify'),
+    ]);
+  const sources = await loadFileSources({
     allowSourceHosts: (s['allow-source-hosts'] ?? '').split(','),
     downloadHeaders,
     caBundlePath: s['ca-bundle'],
@@ -136,7 +154,7 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
       });
       return { size: r.size, sha512: r.sha512 };
     },
-  });
+  }, SOURCE_KINDS[config.sourceType]);
   const sync = new SyncService({ diskPath, sources, beginTimeoutMs, log });
   const syncServer = await startSyncServer(sync, syncListen);
   const ds = new DataSource({
@@ -149,7 +167,7 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
     log,
   });
   await ds.start();
-  const app = Fastify({ logger: false, forceCloseConnections: true });
+  const app = Fastify({ logger: false, forceCloseConnections: true, schemaController: lazySchemaCompilers() });
   await app.register(dataSourceRoutes, { dataSource: ds });
   await app.listen({ host: listen.host, port: listen.port });
   const addr = app.server.address();

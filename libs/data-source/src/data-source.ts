@@ -4,8 +4,8 @@ import { once } from 'node:events';
 import path from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import { FileState } from '@bis/state-machine';
-import { SyncFileNotFoundError, startSsyncReceiver, type FileInfo, type SyncService } from '@bis/sync-service';
-import { convertRawToQcow2 } from '@bis/file-sources';
+import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service/service';
+import { convertRawToQcow2 } from '@bis/file-sources/core';
 import { DEFAULT_EXPORT_RECEIVER_PORT, exportType, type DataSourceConfig } from './config.js';
 
 /** Longhorn's `api.DataSourceInfo` (JSON key order as Go emits it). */
@@ -162,6 +162,8 @@ export class DataSource {
       this.#exportPhase = { state, progress: Math.floor(progress), processed };
     };
     try {
+      // the peer receiver is loaded only by an export data source
+      const { startSsyncReceiver } = await import('@bis/sync-service/ssync-receiver');
       const receiver = await startSsyncReceiver({
         port,
         host: this.#o.receiverHost,

@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import got, { type Got, type Options } from 'got';
 import { HttpProxyAgent, HttpsProxyAgent } from 'hpagent';
 import { SourceHostPolicy } from './ip-policy.js';
+import type { FileSourcesOptions } from './source-provider.js';
 
 export interface DownloadClientOptions {
   policy: SourceHostPolicy;
@@ -117,4 +118,15 @@ export function createDownloadClient(o: DownloadClientOptions): Got {
 
 function lowerKeys(h: Record<string, string>): Record<string, string> {
   return Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toLowerCase(), v]));
+}
+
+/** The download client a file source provider uses, from its options. */
+export function createDownloadClientFor(options: FileSourcesOptions): Got {
+  return createDownloadClient({
+    policy: new SourceHostPolicy(options.allowSourceHosts ?? []),
+    headers: options.downloadHeaders,
+    caBundlePath: options.caBundlePath,
+    proxy: options.proxy,
+    connectTimeoutMs: options.connectTimeoutMs,
+  });
 }

@@ -8,7 +8,7 @@ export * from './image-sink.js';
 export { downloadToFile, DEFAULT_RETRY, DEFAULT_PARALLEL, type RetryPolicy, type ParallelPolicy, type DownloadSettings } from './download.js';
 export { createDownloadClient, guardedLookup, type DownloadClientOptions } from './http-client.js';
 export { uploadToFile, cloneToFile, restoreToFile, type RestoreBackupFn } from './sources.js';
-export { createFileSources, DEFAULT_STALL_TIMEOUT_MS, type FileSourcesOptions } from './provider.js';
+export { createFileSources, loadFileSources, DEFAULT_STALL_TIMEOUT_MS, type FileSourceKind, type FileSourcesOptions } from './provider.js';
 export { convertRawToQcow2, type Qcow2ConversionRequest } from './qemu-img.js';
 export { runTool, type ToolRun } from './tool-process.js';
 export { luksCloneToFile, luksParameters, probeLuks, LuksUnavailableError, LUKS_HEADER_BYTES, type LuksParameters } from './luks.js';

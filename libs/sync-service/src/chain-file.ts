@@ -6,15 +6,12 @@ import {
   nativeSha512ChainAvailable,
   type Sha512Chain,
 } from '@bis/sha512-chain';
-import { ChecksumMismatchError, type ExpectedChecksum } from '@bis/file-sources';
+import { ChecksumMismatchError, type ExpectedChecksum } from '@bis/file-sources/core';
 import { hashFile, type HashFileOptions } from './file-util.js';
 
-/** `<file>.sha512chain`: the SHA-512 chaining states of a ready file (our extension; Longhorn ignores the file). */
-export const CHAIN_SUFFIX = '.sha512chain';
+import { chainPathOf } from './chain-path.js';
 
-export function chainPathOf(filePath: string): string {
-  return filePath + CHAIN_SUFFIX;
-}
+export { CHAIN_SUFFIX, chainPathOf, removeChainFile } from './chain-path.js';
 
 /** First line of a chain file; the encoded chain (`@bis/sha512-chain` encodeChain) follows the newline. */
 const CHAIN_FILE_HEADER = 'bis-sha512chain v1';
@@ -75,11 +72,6 @@ export async function readStoredChain(filePath: string): Promise<{ chain: Sha512
   } catch {
     return undefined;
   }
-}
-
-export async function removeChainFile(filePath: string): Promise<void> {
-  await fsp.rm(chainPathOf(filePath), { force: true });
-  await fsp.rm(`${chainPathOf(filePath)}.tmp`, { force: true });
 }
 
 /** A whole-file SHA-512, with the chain recorded in the same pass when the native chain addon is available. */

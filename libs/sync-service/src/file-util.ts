@@ -1,5 +1,5 @@
 import { promises as fsp } from 'node:fs';
-import { StreamHasher, type ExpectedChecksum } from '@bis/file-sources';
+import { StreamHasher, type ExpectedChecksum } from '@bis/file-sources/core';
 import { formatMtime } from './go-time.js';
 
 const READ_SIZE = 1 << 20;

@@ -1,10 +1,13 @@
 import Fastify, { type FastifyInstance } from 'fastify';
+import { lazySchemaCompilers } from './fastify-schema-compilers.js';
 import { syncRoutes } from './routes.js';
 import type { SyncService } from './sync-service.js';
 
+export { lazySchemaCompilers } from './fastify-schema-compilers.js';
+
 /** A fastify server with only the sync routes (plus `GET /` for startup probes). */
 export async function startSyncServer(service: SyncService, listen: { host: string; port: number }): Promise<FastifyInstance> {
-  const app = Fastify({ logger: false, bodyLimit: 1 << 20, forceCloseConnections: true });
+  const app = Fastify({ logger: false, bodyLimit: 1 << 20, forceCloseConnections: true, schemaController: lazySchemaCompilers() });
   app.get('/', async () => ({}));
   await app.register(syncRoutes, { service });
   await app.listen({ host: listen.host, port: listen.port });

@@ -14,17 +14,16 @@ import {
   type FileSourceProvider,
   type ProgressSink,
   type SourceResult,
-} from '@bis/file-sources';
-import { getFileLayout, punchHole } from '@bis/block-mapping';
+} from '@bis/file-sources/core';
 import { readSyncingFileConfig, writeSyncingFileConfig } from './backing-cfg.js';
 import { SyncFileNotFoundError, SyncServiceError, errorMessage } from './errors.js';
 import { hashFile, readVirtualSize, removeFile, statFile, statFileIfExists } from './file-util.js';
 import { DEFAULT_DISK_PATH, backingFilePath, cfgPathOf, tmpPathOf } from './layout.js';
 import { SyncingFile, type DataEngine, type FileInfo } from './syncing-file.js';
-import { startSsyncReceiver } from './ssync/receiver.js';
-import { sendFile, type SendFileOptions } from './ssync/sender.js';
-import { computeFileChain, nativeSha512ChainAvailable, verifyFileChain, type Sha512Chain } from '@bis/sha512-chain';
-import { chainPathOf, hashFileRecordingChain, readChainFile, readStoredChain, removeChainFile, writeChainFile } from './chain-file.js';
+import type { SendFileOptions } from './ssync/sender.js';
+import type { Sha512Chain } from '@bis/sha512-chain';
+import { chainPathOf, removeChainFile } from './chain-path.js';
+import { loadBlockMapping, loadChainFile, loadSha512Chain, loadSsyncReceiver, loadSsyncSender } from './lazy-modules.js';
 import type { FileLayoutProvider, HolePuncher } from './ssync/layout.js';
 
 export const SENDING_LIMIT = 3;
@@ -293,14 +292,14 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       throw new SyncServiceError(`invalid port ${p.port} for receiving`);
     }
     this.#launch(p, p.size, 'reuse-or-replace', async (f, sink) => {
-      const receiver = await startSsyncReceiver({
+      const receiver = await (await loadSsyncReceiver()).startSsyncReceiver({
         port: p.port,
         host: this.#opts.receiverHost,
         filePath: tmpPathOf(f.filePath),
         size: p.size,
         signal: f.signal,
         idleTimeoutMs: this.#opts.receiverIdleTimeoutMs,
-        punchHole: this.#opts.punchHole ?? punchHole,
+        punchHole: this.#opts.punchHole ?? (await loadBlockMapping()).punchHole,
         onProgress: (n) => sink.updateProgress(n),
         // the SHA-512 is computed in file order while receiving, so the file is not read again to verify it
         computeChecksum: true,
@@ -342,7 +341,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     const st = await statFile(tmp);
     sink.setSize(st.size);
     sink.updateProgress(st.size);
-    const { sha512, chain } = await hashFileRecordingChain(tmp, { signal: f.signal });
+    const { sha512, chain } = await (await loadChainFile()).hashFileRecordingChain(tmp, { signal: f.signal });
     this.#log(`converted the received ${rawSize}-byte raw image ${f.filePath} to qcow2 (${st.size} bytes)`);
     return { size: st.size, sha512, chain, virtualSize: rawSize };
   }
@@ -412,7 +411,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     }
     await this.#checkReady(f);
     if (f.state !== FileState.Ready) throw new SyncServiceError(`invalid state ${f.state} for file sending`);
-    const layout = this.#opts.layout ?? ((p: string) => getFileLayout(p));
+    const layout = this.#opts.layout ?? (async (p: string) => (await loadBlockMapping()).getFileLayout(p));
     if (f.sendingReference >= limit) {
       throw new SyncServiceError(`syncing file ${filePath} reaches to the simultaneous sending limit ${limit}`);
     }
@@ -428,7 +427,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
           return undefined;
         });
       }
-      return sendFile({ ...this.#opts.sender, path: filePath, toAddress, layout, signal: f.signal, chain });
+      return (await loadSsyncSender()).sendFile({ ...this.#opts.sender, path: filePath, toAddress, layout, signal: f.signal, chain });
     })()
       .then(
         (r) => this.#log(`sent ${filePath} to ${toAddress}: ${r.dataBytes} data bytes, ${r.holeBytes} hole bytes`),
@@ -581,7 +580,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     }
     if (!checksum) {
       try {
-        ({ sha512: checksum, chain } = await hashFileRecordingChain(f.filePath, { signal: f.signal, expected }));
+        ({ sha512: checksum, chain } = await (await loadChainFile()).hashFileRecordingChain(f.filePath, { signal: f.signal, expected }));
       } catch (err) {
         if (err instanceof ChecksumMismatchError) {
           return `file expected checksum ${err.expected} doesn't match the existing file checksum ${err.actual}`;
@@ -628,7 +627,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       modificationTime: st.modificationTime,
     });
     if (chain && chain.checksum === checksum && chain.size === st.size) {
-      await writeChainFile(f.filePath, chain, st.modificationTime).catch((err: unknown) =>
+      await (await loadChainFile()).writeChainFile(f.filePath, chain, st.modificationTime).catch((err: unknown) =>
         this.#log(`${f.filePath}: could not store the SHA-512 chain: ${errorMessage(err)}`),
       );
     }
@@ -656,7 +655,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       }
     }
     if (!checksum) {
-      ({ sha512: checksum, chain } = await hashFileRecordingChain(tmp, { signal: f.signal, expected: f.expected }));
+      ({ sha512: checksum, chain } = await (await loadChainFile()).hashFileRecordingChain(tmp, { signal: f.signal, expected: f.expected }));
       verified = true;
     }
     if (f.expected && !verified) {
@@ -681,7 +680,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   async #recheck(f: SyncingFile, size: number): Promise<{ checksum: string; chain?: Sha512Chain }> {
     const verified = await this.#verifyAgainstStoredChain(f, size, f.currentChecksum);
     if (verified) return verified;
-    const { sha512, chain } = await hashFileRecordingChain(f.filePath, { signal: f.signal });
+    const { sha512, chain } = await (await loadChainFile()).hashFileRecordingChain(f.filePath, { signal: f.signal });
     return { checksum: sha512, chain };
   }
 
@@ -690,11 +689,11 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
    * given); undefined when there is none, the addon is missing, or the file does not verify (then re-hash it).
    */
   async #verifyAgainstStoredChain(f: SyncingFile, size: number, checksum?: string): Promise<{ checksum: string; chain: Sha512Chain } | undefined> {
-    if (!nativeSha512ChainAvailable()) return undefined;
-    const stored = await readStoredChain(f.filePath);
+    if (!(await loadSha512Chain()).nativeSha512ChainAvailable()) return undefined;
+    const stored = await (await loadChainFile()).readStoredChain(f.filePath);
     if (!stored || stored.chain.size !== size || (checksum !== undefined && stored.chain.checksum !== checksum)) return undefined;
     try {
-      const computed = await verifyFileChain(f.filePath, stored.chain, { signal: f.signal });
+      const computed = await (await loadSha512Chain()).verifyFileChain(f.filePath, stored.chain, { signal: f.signal });
       this.#log(`${f.filePath}: re-verified in parallel against its stored SHA-512 chain`);
       return { checksum: computed, chain: stored.chain };
     } catch (err) {
@@ -710,22 +709,22 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
    * available or the file changed meanwhile: the send then proceeds without a chain.
    */
   async #chainForSend(f: SyncingFile): Promise<Sha512Chain | undefined> {
-    if (!nativeSha512ChainAvailable()) return undefined;
+    if (!(await loadSha512Chain()).nativeSha512ChainAvailable()) return undefined;
     const st = await statFile(f.filePath);
     const binding = { size: st.size, modificationTime: f.modificationTime, checksum: f.currentChecksum };
     if (st.modificationTime !== f.modificationTime) return undefined;
-    const stored = await readChainFile(f.filePath, binding);
+    const stored = await (await loadChainFile()).readChainFile(f.filePath, binding);
     if (stored) return stored;
     let job = this.#chainJobs.get(f);
     if (!job) {
       job = (async () => {
-        const chain = await computeFileChain(f.filePath, { signal: f.signal });
+        const chain = await (await loadSha512Chain()).computeFileChain(f.filePath, { signal: f.signal });
         const after = await statFile(f.filePath);
         if (chain.checksum !== f.currentChecksum || after.modificationTime !== f.modificationTime || chain.size !== after.size) {
           this.#log(`${f.filePath}: the file changed while its SHA-512 chain was computed; sending without a chain`);
           return undefined;
         }
-        await writeChainFile(f.filePath, chain, after.modificationTime);
+        await (await loadChainFile()).writeChainFile(f.filePath, chain, after.modificationTime);
         this.#log(`${f.filePath}: computed and stored its SHA-512 chain`);
         return chain;
       })().finally(() => this.#chainJobs.delete(f));

@@ -1,5 +1,5 @@
 import { FileLifecycle, type FileState } from '@bis/state-machine';
-import type { ExpectedChecksum } from '@bis/file-sources';
+import type { ExpectedChecksum } from '@bis/file-sources/core';
 
 /** Longhorn's `api.FileInfo` (JSON key order as Go emits it). */
 export interface FileInfo {

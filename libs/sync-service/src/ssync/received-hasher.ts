@@ -1,5 +1,5 @@
 import type { promises as fsp } from 'node:fs';
-import { HashWorker } from '@bis/file-sources';
+import { HashWorker } from '@bis/file-sources/core';
 import { nativeSha512ChainAvailable, Sha512ChainRecorder, type Sha512Chain } from '@bis/sha512-chain';
 
 /** The in-order SHA-512 the hasher feeds: a worker thread, or a chain recorder (thread pool) that also keeps states. */

@@ -1,0 +1,73 @@
+import type { Got } from 'got';
+import type { CloneRequest, DownloadRequest, FileSourceProvider, ProgressSink, RestoreRequest, SourceResult, UploadRequest } from './contract.js';
+import { DEFAULT_PARALLEL, DEFAULT_RETRY, downloadToFile, type ParallelPolicy, type RetryPolicy } from './download.js';
+import { SourceError } from './errors.js';
+import { luksCloneToFile } from './luks.js';
+import { cloneToFile, restoreToFile, uploadToFile, type RestoreBackupFn } from './sources.js';
+
+/** Longhorn's copy stall timeout (`types.HTTPTimeout`, 30 s since longhorn#11309). */
+export const DEFAULT_STALL_TIMEOUT_MS = 30_000;
+
+export interface FileSourcesOptions {
+  /** Hosts, IPs or CIDRs that download sources may reach even if loopback/private/link-local/metadata. */
+  allowSourceHosts?: readonly string[];
+  /** Headers added to download requests for the origin (e.g. from `--credential Authorization=...`). */
+  downloadHeaders?: Record<string, string>;
+  /** PEM bundle of extra CAs for HTTPS download sources. */
+  caBundlePath?: string;
+  /** Proxy for download origins only. */
+  proxy?: { http?: string; https?: string; noProxy?: string };
+  /** Cancel a transfer when no byte was processed for this long (default 30 s). */
+  stallTimeoutMs?: number;
+  retry?: Partial<RetryPolicy>;
+  parallel?: Partial<ParallelPolicy>;
+  connectTimeoutMs?: number;
+  /** The backup engine's restore; without it `restore` fails with a clear error. */
+  restoreBackup?: RestoreBackupFn;
+  /** encrypt/decrypt clones; default {@link luksCloneToFile} (cryptsetup + loop devices). */
+  encryptedClone?: (req: CloneRequest) => Promise<SourceResult>;
+}
+
+/** The kinds of source a {@link FileSourceProvider} launches. */
+export type FileSourceKind = 'download' | 'upload' | 'clone' | 'restore';
+
+/**
+ * The provider around an HTTP client for downloads (`undefined`: this provider does no downloads and its `download`
+ * fails naming why). The HTTP client (got) is the one heavy part, so it is built by the caller.
+ */
+export function assembleFileSources(options: FileSourcesOptions, client: Got | undefined): FileSourceProvider {
+  const stallTimeoutMs = options.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS;
+  const download = client && {
+    client,
+    stallTimeoutMs,
+    retry: { ...DEFAULT_RETRY, ...options.retry },
+    parallel: { ...DEFAULT_PARALLEL, ...options.parallel },
+  };
+  // The final size can differ from the announced one (decompression, zero-padding): report it at the end.
+  const settle = async (sink: ProgressSink, work: Promise<SourceResult>): Promise<SourceResult> => {
+    const r = await work;
+    sink.setSize(r.size);
+    sink.updateProgress(r.size);
+    return r;
+  };
+  return {
+    download: (req: DownloadRequest) =>
+      download
+        ? settle(req.sink, downloadToFile(req, download))
+        : Promise.reject(new SourceError('download sources are not available: this file source provider was loaded without the download client')),
+    upload: (req: UploadRequest) => settle(req.sink, uploadToFile(req, { stallTimeoutMs })),
+    clone: (req: CloneRequest) => settle(req.sink, cloneToFile(req, { stallTimeoutMs, encryption: options.encryptedClone ?? luksCloneToFile })),
+    restore: (req: RestoreRequest) => settle(req.sink, restoreToFile(req, options.restoreBackup)),
+  };
+}
+
+/**
+ * Like `createFileSources`, but loads the download client (got, the proxy agents) only when `kinds` includes
+ * `download`: a process that never downloads does not pay for loading it. The client is built here, so a bad
+ * `caBundlePath` or proxy URL fails now, as with `createFileSources`.
+ */
+export async function loadFileSources(options: FileSourcesOptions, kinds: readonly FileSourceKind[]): Promise<FileSourceProvider> {
+  if (!kinds.includes('download')) return assembleFileSources(options, undefined);
+  const { createDownloadClientFor } = await import('./http-client.js');
+  return assembleFileSources(options, createDownloadClientFor(options));
+}
