@@ -71,7 +71,8 @@ export class ProcessDataPlane implements DataPlane {
     try {
       for await (const ev of this.o.runtime.watch(this.ac.signal)) {
         const s = ev.status;
-        if (s.ready) this.everReady.add(s.name);
+        if (ev.type === 'DELETED') this.everReady.delete(s.name);
+        else if (s.ready && this.endpoints.has(s.name)) this.everReady.add(s.name);
         const comp = s.labels[COMPONENT];
         const kind = comp === 'backing-image-manager' ? 'manager' : comp === 'backing-image-data-source' ? 'data-source' : undefined;
         if (!kind) continue;
@@ -171,25 +172,32 @@ export class ProcessDataPlane implements DataPlane {
   }
 
   async deleteManager(bimName: string): Promise<void> {
+    const address = this.endpoints.get(bimName)?.address ?? '';
     await this.stop(bimName);
-    const c = this.clients.get(this.endpoints.get(bimName)?.address ?? '');
+    const c = this.clients.get(address);
     if (c) {
       c.close();
-      this.clients.delete(this.endpoints.get(bimName)!.address);
+      this.clients.delete(address);
     }
   }
 
+  /** Stops a workload and forgets everything kept about it (ports, endpoint, readiness seen). */
   private async stop(name: string): Promise<void> {
-    if (!this.o.runtime.get(name)) {
-      this.ports.release(name);
-      return;
-    }
-    try {
-      await this.o.runtime.stop(name);
-    } catch (err) {
-      if ((err as Error).name !== 'WorkloadNotFoundError') throw err;
+    if (this.o.runtime.get(name)) {
+      try {
+        await this.o.runtime.stop(name);
+      } catch (err) {
+        if ((err as Error).name !== 'WorkloadNotFoundError') throw err;
+      }
     }
     this.ports.release(name);
+    this.endpoints.delete(name);
+    this.everReady.delete(name);
+  }
+
+  /** How many workloads the data plane keeps an endpoint for (each started one until it is deleted). */
+  get trackedWorkloads(): number {
+    return this.endpoints.size;
   }
 
   managerClient(address: string): ManagerApi {

@@ -276,9 +276,10 @@ export class EmbeddedDatastore implements Datastore {
 
   /** `cur` as a write result: when it is still staged, resolves once its batch is durable. */
   private settled(key: string, cur: AnyStored): Promise<AnyStored> {
-    const result = clone(cur);
+    // Staged and committed objects are never changed in place, so the copy can be made when it is handed out: a copy
+    // made at staging would live through the fdatasync and be promoted to the old generation as garbage.
     const p = this.pendingObjects.get(key);
-    return p ? p.batch.done.then(() => result) : Promise.resolve(result);
+    return p ? p.batch.done.then(() => clone(cur)) : Promise.resolve(clone(cur));
   }
 
   private assertWritable(): void {
@@ -323,8 +324,7 @@ export class EmbeddedDatastore implements Datastore {
     this.pendingObjects.set(key, { object: deleted ? undefined : object, rv, batch });
     this.pendingUids.set(object.metadata.uid, { key: deleted ? undefined : key, rv });
     this.scheduleFlush();
-    const result = clone(object);
-    return batch.done.then(() => result);
+    return batch.done.then(() => clone(object));
   }
 
   private scheduleFlush(): void {
