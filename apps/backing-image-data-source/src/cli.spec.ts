@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startTestProxy } from '@bis/file-sources/testing';
+import { createModuleRecorder } from './test-support/module-recorder.js';
 
 const APP_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const REPO_ROOT = path.resolve(APP_ROOT, '../..');
@@ -43,11 +44,11 @@ async function freePort(): Promise<number> {
 }
 
 /** Starts the built data source as a child process; stops it (SIGTERM) after the test. */
-async function launch(args: string[], env: Record<string, string> = {}): Promise<{ url: string; disk: string; child: ChildProcess; stderr: () => string }> {
+async function launch(args: string[], env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<{ url: string; disk: string; child: ChildProcess; stderr: () => string }> {
   const disk = await mkdtemp(path.join(tmpdir(), 'bids-cli-'));
   cleanups.push(() => rm(disk, { recursive: true, force: true }));
   const [port, syncPort] = [await freePort(), await freePort()];
-  const child = spawn(process.execPath, [BIN, '--listen', `127.0.0.1:${port}`, '--sync-listen', `127.0.0.1:${syncPort}`, '--disk-path', disk, '--name', 'img1', '--uuid', 'u1', ...args], {
+  const child = spawn(process.execPath, [...nodeArgs, BIN, '--listen', `127.0.0.1:${port}`, '--sync-listen', `127.0.0.1:${syncPort}`, '--disk-path', disk, '--name', 'img1', '--uuid', 'u1', ...args], {
     env: { PATH: process.env['PATH'] ?? '', ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -137,5 +138,90 @@ describe('backing-image-data-source CLI (built binary)', () => {
     expect(stored.length).toBe(Number(cfg.Size));
     expect(sha512(stored)).toBe(cfg.Checksum);
     expect(i['currentChecksum']).toBe(cfg.Checksum);
+  });
+});
+
+/**
+ * One data source process runs per image being prepared, so each loads only what its source type needs. The child is
+ * started with a module recorder (an ES module load hook plus the CommonJS cache at exit) and the files it loaded are
+ * checked for the packages and modules that its source type never uses.
+ */
+describe('backing-image-data-source start (modules loaded per source type)', () => {
+  // modules no download or upload data source needs
+  const NOT_FOR_DOWNLOAD_OR_UPLOAD: Array<[string, RegExp]> = [
+    ['the backup engine (@bis/backupstore)', /\/libs\/backupstore\//],
+    ['the S3 client', /\/node_modules\/@aws-sdk\//],
+    ['gRPC', /\/node_modules\/@grpc\//],
+    ['the ssync receiver', /\/libs\/sync-service\/(src|dist)\/ssync\/receiver\./],
+    ['the ssync sender', /\/libs\/sync-service\/(src|dist)\/ssync\/sender\./],
+    ['the SHA-512 chain addon (@bis/sha512-chain)', /\/libs\/sha512-chain\//],
+    ['the block-mapping addon (@bis/block-mapping)', /\/libs\/block-mapping\//],
+    ['LUKS', /\/libs\/file-sources\/(src|dist)\/luks\./],
+    ['qemu-img', /\/libs\/file-sources\/(src|dist)\/qemu-img\./],
+    ['ajv (fastify schema compilers)', /\/node_modules\/ajv\//],
+  ];
+  const present = (files: string[], re: RegExp): string[] => files.filter((f) => re.test(f));
+
+  async function recorder() {
+    const dir = await mkdtemp(path.join(tmpdir(), 'bids-modules-'));
+    cleanups.push(() => rm(dir, { recursive: true, force: true }));
+    return createModuleRecorder(dir);
+  }
+
+  async function stop(child: ChildProcess): Promise<number | null> {
+    const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+    child.kill('SIGTERM');
+    return exited;
+  }
+
+  it('a download loads its HTTP client and none of the modules it does not need, through to ready-for-transfer', async () => {
+    const img = Buffer.concat([randomBytes(1 << 20), Buffer.alloc(4096)]);
+    const origin: Server = createHttpServer((_req, res) => res.writeHead(200, { 'content-length': img.length }).end(img));
+    await new Promise<void>((r) => origin.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => origin.close(() => r())));
+    const rec = await recorder();
+    const originUrl = `http://127.0.0.1:${(origin.address() as AddressInfo).port}/img`;
+    const ds = await launch(['--source-type', 'download', '--parameters', `url=${originUrl}`, '--allow-source-hosts', '127.0.0.1'], {}, rec.nodeArgs);
+    const i = await waitState(ds.url, ['ready-for-transfer', 'failed']);
+    expect(i).toMatchObject({ state: 'ready-for-transfer', currentChecksum: sha512(img) });
+    expect(await stop(ds.child)).toBe(0);
+    const files = await rec.loadedFiles();
+    // the recorder saw both kinds of module: ES (got) and CommonJS (fastify)
+    expect(present(files, /\/node_modules\/got\//).length).toBeGreaterThan(0);
+    expect(present(files, /\/node_modules\/fastify\/fastify\.js$/)).toHaveLength(1);
+    for (const [what, re] of NOT_FOR_DOWNLOAD_OR_UPLOAD) expect({ what, loaded: present(files, re) }).toEqual({ what, loaded: [] });
+  });
+
+  it('an upload does not load the download client (got) either', async () => {
+    const rec = await recorder();
+    const ds = await launch(['--source-type', 'upload'], {}, rec.nodeArgs);
+    const body = randomBytes(8192);
+    const r = await fetch(`${ds.url}/v1/file?action=upload&size=${body.length}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/octet-stream' },
+      body,
+    });
+    expect(r.status).toBe(200);
+    expect((await waitState(ds.url, ['ready-for-transfer', 'failed']))['currentChecksum']).toBe(sha512(body));
+    expect(await stop(ds.child)).toBe(0);
+    const files = await rec.loadedFiles();
+    expect(present(files, /\/node_modules\/@fastify\/multipart\//).length).toBeGreaterThan(0);
+    for (const [what, re] of [...NOT_FOR_DOWNLOAD_OR_UPLOAD, ['got', /\/node_modules\/(got|hpagent)\//] as [string, RegExp]]) {
+      expect({ what, loaded: present(files, re) }).toEqual({ what, loaded: [] });
+    }
+  });
+
+  it('a restore loads the backup engine when it runs (the recorder sees modules imported later)', async () => {
+    const rec = await recorder();
+    const ds = await launch([
+      '--source-type', 'restore',
+      '--parameters', `backup-url=vfs://${FIXTURE}?backingImage=fixture-lz4`,
+      '--parameters', 'concurrent-limit=1',
+    ], {}, rec.nodeArgs);
+    expect((await waitState(ds.url, ['ready-for-transfer', 'failed'], 30_000))['state']).toBe('ready-for-transfer');
+    expect(await stop(ds.child)).toBe(0);
+    const files = await rec.loadedFiles();
+    expect(present(files, /\/libs\/backupstore\//).length).toBeGreaterThan(0);
+    expect(present(files, /\/node_modules\/(got|hpagent)\//)).toEqual([]);
   });
 });

@@ -5,7 +5,6 @@ import path from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import { FileState } from '@bis/state-machine';
 import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service/service';
-import { convertRawToQcow2 } from '@bis/file-sources/core';
 import { DEFAULT_EXPORT_RECEIVER_PORT, exportType, type DataSourceConfig } from './config.js';
 
 /** Longhorn's `api.DataSourceInfo` (JSON key order as Go emits it). */
@@ -178,6 +177,7 @@ export class DataSource {
         await receiver.closed;
       }
       phase(FileState.InProgress, 80, size);
+      const { convertRawToQcow2 } = await import('@bis/file-sources/qemu-img');
       await convertRawToQcow2({ source: raw, dest: qcow2, signal, onProgress: (p) => phase(FileState.InProgress, 80 + p * 0.15, size) });
       await rm(raw, { force: true });
       const { size: qcow2Size } = await stat(qcow2);

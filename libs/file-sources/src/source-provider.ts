@@ -2,7 +2,6 @@ import type { Got } from 'got';
 import type { CloneRequest, DownloadRequest, FileSourceProvider, ProgressSink, RestoreRequest, SourceResult, UploadRequest } from './contract.js';
 import { DEFAULT_PARALLEL, DEFAULT_RETRY, downloadToFile, type ParallelPolicy, type RetryPolicy } from './download.js';
 import { SourceError } from './errors.js';
-import { luksCloneToFile } from './luks.js';
 import { cloneToFile, restoreToFile, uploadToFile, type RestoreBackupFn } from './sources.js';
 
 /** Longhorn's copy stall timeout (`types.HTTPTimeout`, 30 s since longhorn#11309). */
@@ -24,7 +23,7 @@ export interface FileSourcesOptions {
   connectTimeoutMs?: number;
   /** The backup engine's restore; without it `restore` fails with a clear error. */
   restoreBackup?: RestoreBackupFn;
-  /** encrypt/decrypt clones; default {@link luksCloneToFile} (cryptsetup + loop devices). */
+  /** encrypt/decrypt clones; default `luksCloneToFile` (cryptsetup + loop devices), loaded when first used. */
   encryptedClone?: (req: CloneRequest) => Promise<SourceResult>;
 }
 
@@ -43,6 +42,7 @@ export function assembleFileSources(options: FileSourcesOptions, client: Got | u
     retry: { ...DEFAULT_RETRY, ...options.retry },
     parallel: { ...DEFAULT_PARALLEL, ...options.parallel },
   };
+  const encryption = options.encryptedClone ?? (async (req: CloneRequest) => (await import('./luks.js')).luksCloneToFile(req));
   // The final size can differ from the announced one (decompression, zero-padding): report it at the end.
   const settle = async (sink: ProgressSink, work: Promise<SourceResult>): Promise<SourceResult> => {
     const r = await work;
@@ -56,7 +56,7 @@ export function assembleFileSources(options: FileSourcesOptions, client: Got | u
         ? settle(req.sink, downloadToFile(req, download))
         : Promise.reject(new SourceError('download sources are not available: this file source provider was loaded without the download client')),
     upload: (req: UploadRequest) => settle(req.sink, uploadToFile(req, { stallTimeoutMs })),
-    clone: (req: CloneRequest) => settle(req.sink, cloneToFile(req, { stallTimeoutMs, encryption: options.encryptedClone ?? luksCloneToFile })),
+    clone: (req: CloneRequest) => settle(req.sink, cloneToFile(req, { stallTimeoutMs, encryption })),
     restore: (req: RestoreRequest) => settle(req.sink, restoreToFile(req, options.restoreBackup)),
   };
 }

@@ -4,7 +4,6 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { FileEvent, FileState } from '@bis/state-machine';
 import {
-  convertRawToQcow2,
   ChecksumFormatError,
   ChecksumMismatchError,
   assertChecksumMatches,
@@ -23,7 +22,7 @@ import { SyncingFile, type DataEngine, type FileInfo } from './syncing-file.js';
 import type { SendFileOptions } from './ssync/sender.js';
 import type { Sha512Chain } from '@bis/sha512-chain';
 import { chainPathOf, removeChainFile } from './chain-path.js';
-import { loadBlockMapping, loadChainFile, loadSha512Chain, loadSsyncReceiver, loadSsyncSender } from './lazy-modules.js';
+import { loadBlockMapping, loadChainFile, loadQemuImg, loadSha512Chain, loadSsyncReceiver, loadSsyncSender } from './lazy-modules.js';
 import type { FileLayoutProvider, HolePuncher } from './ssync/layout.js';
 
 export const SENDING_LIMIT = 3;
@@ -333,7 +332,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     const tmp = tmpPathOf(f.filePath);
     const scratch = `${tmp}.qcow2tmp`;
     try {
-      await convertRawToQcow2({ source: tmp, dest: scratch, signal: f.signal });
+      await (await loadQemuImg()).convertRawToQcow2({ source: tmp, dest: scratch, signal: f.signal });
       await fsp.rename(scratch, tmp);
     } finally {
       await removeFile(scratch);
