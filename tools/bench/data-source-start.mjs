@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // Start cost of one `backing-image-data-source` process (the control plane starts one per image being prepared).
 //
-//   node tools/bench/data-source-start.mjs [--runs N] [--source-type download|upload]
+//   node tools/bench/data-source-start.mjs [--runs N] [--source-type download|upload] [--bin path [--bin path]...]
 //
-// Needs the built app (`npx nx run backing-image-data-source:build`). Per run it measures:
+// Needs the built app (`npx nx run backing-image-data-source:build`). `--bin` (repeatable) measures other builds of the
+// data-source binary as well, interleaved run by run (e.g. a checkout of an earlier commit). Per run it measures:
 //  - `--help` (parse, print usage, exit 2) under /usr/bin/time -v: CPU seconds (user+sys) and max RSS;
 //  - a real start of a data source until its HTTP API answers `GET /v1/file` (the download source fetches a 1 MiB
 //    image from a local HTTP server): wall time to "listening", CPU seconds used by then (/proc/<pid>/stat) and the
@@ -20,8 +21,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const bin = path.join(root, 'apps/backing-image-data-source/bin/backing-image-data-source.js');
 const args = process.argv.slice(2);
+const bins = args.flatMap((a, i) => (a === '--bin' ? [path.resolve(args[i + 1])] : []));
+if (bins.length === 0) bins.push(path.join(root, 'apps/backing-image-data-source/bin/backing-image-data-source.js'));
 const opt = (name, dflt) => {
   const i = args.indexOf(`--${name}`);
   return i >= 0 ? args[i + 1] : dflt;
@@ -92,7 +94,7 @@ process.on('exit', () => {
 const preloadPath = path.join(tmp, 'modules-preload.mjs');
 writeFileSync(preloadPath, PRELOAD);
 
-async function startOnce(nodeArgs, extraEnv = {}) {
+async function startOnce(bin, nodeArgs, extraEnv = {}) {
   const [http, sync] = [await freePort(), await freePort()];
   const disk = mkdtempSync(path.join(tmp, 'disk-'));
   const dsArgs = [
@@ -133,45 +135,59 @@ const median = (xs) => {
 };
 const fmt = (xs, d = 3) => `${median(xs).toFixed(d)} (${Math.min(...xs).toFixed(d)}–${Math.max(...xs).toFixed(d)})`;
 
-const res = { bare: [], help: [], start: [] };
+const res = bins.map(() => ({ help: [], start: [] }));
+const bare = [];
 for (let i = 0; i < runs; i++) {
-  res.bare.push(await bareNode());
-  res.help.push(timeV(process.execPath, [bin, '--help']));
-  res.start.push(await startOnce([]));
+  bare.push(await bareNode());
+  for (const [b, bin] of bins.entries()) {
+    res[b].help.push(timeV(process.execPath, [bin, '--help']));
+    res[b].start.push(await startOnce(bin, []));
+  }
 }
 
 // Module list at "listening" (recorded at exit after SIGTERM; shutdown loads nothing new).
-const modulesOut = path.join(tmp, 'modules.txt');
-writeFileSync(modulesOut, '');
-await startOnce(['--import', preloadPath], { DS_START_MODULES_OUT: modulesOut });
-const urls = new Set(
-  readFileSync(modulesOut, 'utf8').split('\n').filter(Boolean).map((l) => l.slice(l.indexOf(' ') + 1))
-    .filter((u) => u.startsWith('file://') && !u.endsWith('modules-preload.mjs')),
-);
-const groups = new Map();
-for (const u of urls) {
-  const p = fileURLToPath(u);
-  const nm = p.lastIndexOf('/node_modules/');
-  let key;
-  if (nm >= 0) {
-    const rest = p.slice(nm + 14).split('/');
-    key = rest[0].startsWith('@') ? `${rest[0]}/${rest[1]}` : rest[0];
-  } else {
-    const rel = path.relative(root, p).split(path.sep);
-    key = rel[0] === 'libs' || rel[0] === 'apps' ? `${rel[0]}/${rel[1]}` : rel.join('/');
+const modules = [];
+for (const bin of bins) {
+  const modulesOut = path.join(tmp, 'modules.txt');
+  writeFileSync(modulesOut, '');
+  await startOnce(bin, ['--import', preloadPath], { DS_START_MODULES_OUT: modulesOut });
+  const urls = new Set(
+    readFileSync(modulesOut, 'utf8').split('\n').filter(Boolean).map((l) => l.slice(l.indexOf(' ') + 1))
+      .filter((u) => u.startsWith('file://') && !u.endsWith('modules-preload.mjs')),
+  );
+  const binRoot = path.resolve(path.dirname(bin), '../../..');
+  const groups = new Map();
+  for (const u of urls) {
+    const p = fileURLToPath(u);
+    const nm = p.lastIndexOf('/node_modules/');
+    let key;
+    if (nm >= 0) {
+      const rest = p.slice(nm + 14).split('/');
+      key = rest[0].startsWith('@') ? `${rest[0]}/${rest[1]}` : rest[0];
+    } else {
+      const rel = path.relative(binRoot, p).split(path.sep);
+      key = rel[0] === 'libs' || rel[0] === 'apps' ? `${rel[0]}/${rel[1]}` : rel.join('/');
+    }
+    groups.set(key, (groups.get(key) ?? 0) + 1);
   }
-  groups.set(key, (groups.get(key) ?? 0) + 1);
+  modules.push({ count: urls.size, groups });
 }
 
 origin.close();
 rmSync(tmp, { recursive: true, force: true });
 
 console.log(`uptime: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} (load average), ${os.cpus().length} CPUs, node ${process.version}`);
-console.log(`runs: ${runs}; median (min–max)`);
-console.log('| measurement | CPU s | wall s | max RSS MiB |');
-console.log('|---|---|---|---|');
-console.log(`| node -e 0 (reference) | ${fmt(res.bare.map((r) => r.cpu), 2)} | ${fmt(res.bare.map((r) => r.wall), 2)} | ${fmt(res.bare.map((r) => r.rssMiB), 1)} |`);
-console.log(`| data source --help | ${fmt(res.help.map((r) => r.cpu), 2)} | ${fmt(res.help.map((r) => r.wall), 2)} | ${fmt(res.help.map((r) => r.rssMiB), 1)} |`);
-console.log(`| ${sourceType} data source to listening | ${fmt(res.start.map((r) => r.cpu), 2)} | ${fmt(res.start.map((r) => r.wall), 3)} | ${fmt(res.start.map((r) => r.rssMiB), 1)} |`);
-console.log(`modules loaded by listening: ${urls.size}`);
-for (const [k, n] of [...groups].sort((a, b) => b[1] - a[1])) console.log(`  ${String(n).padStart(5)}  ${k}`);
+console.log(`runs: ${runs}; median (min–max); CPU and max RSS of the data source at the moment its API first answers`);
+console.log('| binary | measurement | CPU s | wall s | max RSS MiB | modules |');
+console.log('|---|---|---|---|---|---|');
+console.log(`| – | node -e 0 (reference) | ${fmt(bare.map((r) => r.cpu), 2)} | ${fmt(bare.map((r) => r.wall), 2)} | ${fmt(bare.map((r) => r.rssMiB), 1)} | – |`);
+for (const [b, bin] of bins.entries()) {
+  const name = path.relative(process.cwd(), bin) || bin;
+  const r = res[b];
+  console.log(`| ${name} | --help | ${fmt(r.help.map((x) => x.cpu), 2)} | ${fmt(r.help.map((x) => x.wall), 2)} | ${fmt(r.help.map((x) => x.rssMiB), 1)} | – |`);
+  console.log(`| ${name} | ${sourceType} to listening | ${fmt(r.start.map((x) => x.cpu), 2)} | ${fmt(r.start.map((x) => x.wall), 3)} | ${fmt(r.start.map((x) => x.rssMiB), 1)} | ${modules[b].count} |`);
+}
+for (const [b, bin] of bins.entries()) {
+  console.log(`modules loaded by listening, ${path.relative(process.cwd(), bin) || bin}: ${modules[b].count}`);
+  console.log('  ' + [...modules[b].groups].sort((x, y) => y[1] - x[1]).map(([k, n]) => `${k} ${n}`).join(', '));
+}
