@@ -22,3 +22,20 @@ if (file) {
   setInterval(sample, Number(process.env.BIS_MEMLOG_INTERVAL_MS ?? 2000)).unref();
   process.on('exit', sample);
 }
+
+// BIS_ALLOC_PROFILE_FILE: sample allocations (V8 sampling heap profiler) including the objects a major GC collected
+// later, i.e. the garbage that lived long enough to be promoted to the old generation and makes the heap grow; the
+// .heapprofile (Chrome DevTools format) is written when the process exits.
+const allocFile = process.env.BIS_ALLOC_PROFILE_FILE;
+if (allocFile) {
+  const { Session } = await import('node:inspector');
+  const { writeFileSync } = await import('node:fs');
+  const session = new Session();
+  session.connect();
+  session.post('HeapProfiler.startSampling', { samplingInterval: 256 * 1024, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: false });
+  process.on('exit', () => {
+    session.post('HeapProfiler.stopSampling', (err, res) => {
+      if (!err) writeFileSync(allocFile, JSON.stringify(res.profile));
+    });
+  });
+}

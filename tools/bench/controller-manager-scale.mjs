@@ -14,6 +14,8 @@
 // current directory). Each snapshot is taken after the previous one is written.
 // --memory-log <file>: the controller-manager preloads tools/bench/controller-manager-memlog.mjs and appends
 // process.memoryUsage() + V8 heap statistics to <file> every 2 s (JSON lines); the last and the peak are reported.
+// With --memory-log, --env BIS_ALLOC_PROFILE_FILE=<file> also samples the allocations that a major GC collected (garbage
+// promoted to the old generation) and writes a .heapprofile at exit.
 // --env: extra environment variable for the controller-manager (repeatable), e.g. --env MALLOC_ARENA_MAX=2.
 // --cpu-prof-dir: the controller-manager runs with `node --cpu-prof --cpu-prof-dir <dir>` (the profile is written when
 // it stops).
