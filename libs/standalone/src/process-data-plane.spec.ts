@@ -10,9 +10,16 @@ import { ProcessDataPlane } from './process-data-plane.js';
 const FAKE_DATA_SOURCE = `
 const http = require('node:http');
 const a = process.argv;
-const [host, port] = a[a.indexOf('--listen') + 1].split(':');
-http.createServer((q, r) => r.end(JSON.stringify({ state: 'ready-for-transfer', size: 1, progress: 100 }))).listen(Number(port), host);
-process.on('SIGTERM', () => process.exit(0));
+if (a.includes('fail=1')) {
+  // A source that logs a lot and fails: exit code 1 once its output is written.
+  for (let i = 0; i < 20000; i++) console.log('noise line ' + i + ' ' + 'x'.repeat(40));
+  console.log('the source is unreachable');
+  process.exitCode = 1;
+} else {
+  const [host, port] = a[a.indexOf('--listen') + 1].split(':');
+  http.createServer((q, r) => r.end(JSON.stringify({ state: 'ready-for-transfer', size: 1, progress: 100 }))).listen(Number(port), host);
+  process.on('SIGTERM', () => process.exit(0));
+}
 `;
 
 const bids = (name: string): BackingImageDataSource =>
@@ -53,5 +60,23 @@ describe('ProcessDataPlane data sources', () => {
       expect((await plane.dataSourceStatus(b)).phase).toBe('missing');
     }
     expect(runtime.list()).toEqual([]);
+  });
+
+  it('names the end of the log of a data source that failed (read from its last bytes, not the whole log)', async () => {
+    const b = bids('ds-fail');
+    await plane.startDataSource(b, { ...launch, parameters: { fail: '1' } });
+    let st = await plane.dataSourceStatus(b);
+    for (let t = 0; st.phase !== 'failed' && t < 400; t++) {
+      await new Promise((r) => setTimeout(r, 25));
+      st = await plane.dataSourceStatus(b);
+    }
+    expect(st.phase).toBe('failed');
+    expect(st.message).toMatch(/^process ended with exit code 1/);
+    expect(st.message).toContain('the source is unreachable');
+    expect(st.message).toContain('noise line 19999 ');
+    expect(st.message).not.toContain('noise line 19990 ');
+    expect((await fsp.stat(path.join(dir, 'logs', 'backing-image-ds-ds-fail.log'))).size).toBeGreaterThan(500_000);
+    await plane.deleteDataSource('ds-fail');
+    expect(plane.trackedWorkloads).toBe(0);
   });
 });

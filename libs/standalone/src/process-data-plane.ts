@@ -1,4 +1,4 @@
-import { appendFile, mkdir, readFile } from 'node:fs/promises';
+import { appendFile, mkdir, open } from 'node:fs/promises';
 import path from 'node:path';
 import { ManagerClient } from '@bis/bimrpc';
 import {
@@ -46,6 +46,8 @@ interface Endpoint {
 }
 
 const COMPONENT = 'longhorn.io/component';
+/** How much of the end of a log a failure message is taken from. */
+const LOG_TAIL_BYTES = 16 * 1024;
 
 /**
  * The standalone DataPlane: every manager and data source is a local process run by `@bis/runtime`, listening on
@@ -106,10 +108,21 @@ export class ProcessDataPlane implements DataPlane {
     this.clients.clear();
   }
 
+  /** The last 5 lines of a workload's log, read from its last 16 KiB (the log itself may be up to 10 MiB). */
   private async tail(name: string): Promise<string> {
     try {
-      const text = await readFile(path.join(this.o.logsDir, `${name}.log`), 'utf8');
-      return text.trimEnd().split('\n').slice(-5).join(' | ');
+      const fh = await open(path.join(this.o.logsDir, `${name}.log`), 'r');
+      try {
+        const { size } = await fh.stat();
+        const len = Math.min(size, LOG_TAIL_BYTES);
+        const buf = Buffer.alloc(len);
+        await fh.read(buf, 0, len, size - len);
+        const lines = buf.toString('utf8').trimEnd().split('\n');
+        if (len < size) lines.shift(); // the first line is cut
+        return lines.slice(-5).join(' | ');
+      } finally {
+        await fh.close();
+      }
     } catch {
       return '';
     }
