@@ -146,11 +146,11 @@ function validateSourceParameters(bi: BackingImage, ctx: BackingImageAdmissionCo
       } else if (ctx.getVolume) {
         const volume = ctx.getVolume(volumeName);
         if (!volume) {
-          out.push(issue(p(DataSourceParameter.VolumeName), 'exists', `volume ${volumeName} not found: there is no volume to export from`));
+          out.push(issue(p(DataSourceParameter.VolumeName), 'reference', `volume ${volumeName} not found: there is no volume to export from`));
         } else if (volume.dataEngine === DataEngineType.V2) {
-          out.push(issue(p(DataSourceParameter.VolumeName), 'data-engine', `volume ${volumeName} is a v2 volume: exporting a backing image from it is not supported`));
+          out.push(issue(p(DataSourceParameter.VolumeName), 'unsupported', `volume ${volumeName} is a v2 volume: exporting a backing image from it is not supported`));
         } else if (volume.faulted) {
-          out.push(issue(p(DataSourceParameter.VolumeName), 'faulted', `volume ${volumeName} is faulted: cannot export a backing image from it`));
+          out.push(issue(p(DataSourceParameter.VolumeName), 'unsupported', `volume ${volumeName} is faulted: cannot export a backing image from it`));
         }
       }
       const exportType = params[DataSourceParameter.ExportType] ?? '';
