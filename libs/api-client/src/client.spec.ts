@@ -75,7 +75,9 @@ describe('BisClient against a live API', () => {
       let resumes = 0;
       await c.uploadBackingImage('uploaded', await openAsBlob(path), { partSize: 1 << 20, retryDelayMs: 20, onProgress: (p) => (seen.push(p.offset), (resumes = p.resumes)) });
       expect(proxy.cutsDone()).toBe(2);
-      expect(resumes).toBe(2);
+      // Each cut forces a resume; on a loaded machine a part can also be answered 409 (the cut part partly landed)
+      // or time out, which is one more resume of the same kind, so only the lower bound is exact.
+      expect(resumes).toBeGreaterThanOrEqual(2);
       expect(seen.at(-1)).toBe(image.length);
       const bi = await c.waitForBackingImage('uploaded', allReady(1), { timeoutMs: 10_000, intervalMs: 50, failed: failedCopy });
       expect(bi.currentChecksum).toBe(sha512);
