@@ -9,6 +9,15 @@ const file = process.env.BIS_MEMLOG_FILE;
 if (file) {
   const mib = (b) => +(b / 1048576).toFixed(1);
   const t0 = Date.now();
+  // Time spent in GC pauses (ms) by kind, and the CPU time of the process.
+  const { PerformanceObserver, constants } = await import('node:perf_hooks');
+  const gcMs = { minor: 0, major: 0, other: 0 };
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      const k = e.detail?.kind;
+      gcMs[k === constants.NODE_PERFORMANCE_GC_MINOR ? 'minor' : k === constants.NODE_PERFORMANCE_GC_MAJOR ? 'major' : 'other'] += e.duration;
+    }
+  }).observe({ entryTypes: ['gc'] });
   const sample = () => {
     const m = process.memoryUsage();
     const h = v8.getHeapStatistics();
@@ -17,6 +26,8 @@ if (file) {
       s: Math.round((Date.now() - t0) / 1000), rss: mib(m.rss), heapTotal: mib(m.heapTotal), heapUsed: mib(m.heapUsed),
       external: mib(m.external), arrayBuffers: mib(m.arrayBuffers), malloced: mib(h.malloced_memory),
       peakMalloced: mib(h.peak_malloced_memory), spaces,
+      gcMs: { minor: Math.round(gcMs.minor), major: Math.round(gcMs.major), other: Math.round(gcMs.other) },
+      cpuS: +((process.cpuUsage().user + process.cpuUsage().system) / 1e6).toFixed(1),
     }) + '\n');
   };
   setInterval(sample, Number(process.env.BIS_MEMLOG_INTERVAL_MS ?? 2000)).unref();
