@@ -116,6 +116,21 @@ describe('rest-api framework (fastify.inject)', () => {
     });
   });
 
+  it('serializes a list item by item into exactly the envelope JSON (content type, key order, empty list)', async () => {
+    const r = await app.inject({ method: 'GET', url: '/v1/things', headers: { host: 'h:1' } });
+    expect(r.statusCode).toBe(200);
+    expect(r.headers['content-type']).toBe('application/json; charset=utf-8');
+    expect(r.headers['x-api-schemas']).toBe('http://h:1/v1/schemas');
+    const body = r.json();
+    expect(Object.keys(body)).toEqual(['type', 'resourceType', 'links', 'createTypes', 'actions', 'data']);
+    expect(r.body).toBe(JSON.stringify(body));
+    const one = (await app.inject({ method: 'GET', url: '/v1/things/b', headers: { host: 'h:1' } })).json();
+    expect(body.data[1]).toEqual(one);
+    things.clear();
+    const empty = await app.inject({ method: 'GET', url: '/v1/things', headers: { host: 'h:1' } });
+    expect(empty.json()).toEqual({ ...body, data: [] });
+  });
+
   it('builds links from X-API-request-url or X-Forwarded-* headers', async () => {
     const a = await app.inject({ method: 'GET', url: '/v1/things/a', headers: { 'x-api-request-url': 'https://lb.example:8443/v1/things/a' } });
     expect(a.json().links.self).toBe('https://lb.example:8443/v1/things/a');

@@ -176,6 +176,23 @@ function collection(def: ResourceDefinition<unknown>, baseUrl: string, items: un
   return { type: 'collection', resourceType: def.schema.id, links: { self: url }, createTypes: canCreate ? { [def.schema.id]: url } : {}, actions, data };
 }
 
+/**
+ * The JSON of `collection(...)`, built one item at a time: each rendered item is serialized at once and only its
+ * text is kept, so a list of a thousand images does not hold a thousand rendered object trees until the reply is
+ * serialized (they lived long enough to be promoted to the old generation, and were most of its garbage).
+ */
+function collectionJson(def: ResourceDefinition<unknown>, baseUrl: string, items: unknown[], ctx: ApiContext): string {
+  const rendered: { id: string; json: string }[] = [];
+  for (const o of items) {
+    const r = render(def, baseUrl, o, ctx);
+    rendered.push({ id: r.id, json: JSON.stringify(r) });
+  }
+  rendered.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const envelope = JSON.stringify(collection(def, baseUrl, [], ctx));
+  // `data` is the envelope's last member: `…"data":[]}`.
+  return `${envelope.slice(0, -2)}${rendered.map((r) => r.json).join(',')}]}`;
+}
+
 function inputFor(registry: ApiRegistry, def: ResourceDefinition<unknown>, action: string | undefined, body: unknown): ApiInput {
   let schema: TypeSchema | undefined = def.schema;
   if (action) {
@@ -276,7 +293,9 @@ export async function restApiPlugin(app: FastifyInstance, opts: RestApiOptions):
       handler: async (req: FastifyRequest<{ Querystring: { action?: string } }>, reply) => {
         const ctx = makeContext(registry, req, reply);
         const action = req.query.action;
-        if (req.method === 'GET' && cm.includes('GET') && h.list) return collection(def, ctx.baseUrl, await h.list(ctx), ctx);
+        if (req.method === 'GET' && cm.includes('GET') && h.list) {
+          return reply.type('application/json; charset=utf-8').send(collectionJson(def, ctx.baseUrl, await h.list(ctx), ctx));
+        }
         if (req.method === 'POST' && action !== undefined) {
           const fn = h.collectionActions?.[action];
           if (!fn || !def.schema.collectionActions?.[action]) return methodNotAllowed(req, reply);
@@ -337,7 +356,7 @@ export async function restApiPlugin(app: FastifyInstance, opts: RestApiOptions):
         }
         runListStream(socket, periodMs, opts.keepAliveMs ?? 30_000, async (signal) => {
           const ctx = { ...makeContext(registry, req, undefined), signal };
-          return JSON.stringify(collection(def, ctx.baseUrl, await list(ctx), ctx));
+          return collectionJson(def, ctx.baseUrl, await list(ctx), ctx);
         }, h.changes?.bind(h));
       };
       app.get(`/v1/ws/${seg}`, { websocket: true }, (socket, req) => stream(req as FastifyRequest<{ Params: { period?: string } }>, socket as unknown as WsSocket));
