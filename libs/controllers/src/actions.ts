@@ -21,6 +21,7 @@ import {
   type BackupBackingImage as BackupBackingImageCrd,
   type DownloadUrlPolicy,
   type ValidationIssue,
+  type VolumeForExport,
 } from '@bis/crd-types';
 import type { ManagerApi } from './data-plane.js';
 import {
@@ -119,6 +120,11 @@ export interface ActionDeps {
   downloadUrlPolicy?: DownloadUrlPolicy;
   /** Whether a Secret exists (Kubernetes mode). Without it, secret references are not checked for existence. */
   secretExists?: (namespace: string, name: string) => Promise<boolean>;
+  /**
+   * The volumes an `export-from-volume` image can be exported from. This system runs no volumes or engines, so the
+   * default finds none and such a creation is refused with a clear message instead of waiting forever.
+   */
+  getVolume?: (name: string) => VolumeForExport | undefined;
 }
 
 export class BackingImageActions {
@@ -204,6 +210,7 @@ export class BackingImageActions {
     const issues = validateBackingImageCreate(mutated, {
       downloadUrlPolicy: this.d.downloadUrlPolicy,
       getBackingImage: (n) => (cloneSource && cloneSource.metadata.name === n ? (cloneSource as BackingImageCrd) : undefined),
+      getVolume: this.d.getVolume ?? (() => undefined),
     });
     denyIfIssues(issues);
     await this.checkSecrets(mutated);

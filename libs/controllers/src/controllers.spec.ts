@@ -274,6 +274,9 @@ describe('backing image controllers over the embedded store', () => {
     await expect(h.cm.actions.create({ name: 'x3', sourceType: 'download', parameters: { url: 'ftp://h/x' } })).rejects.toThrow('must use scheme http or https');
     await expect(h.cm.actions.create({ name: 'x4', sourceType: 'download', parameters: { url: 'http://localhost/x' } })).rejects.toThrow('must not point to a loopback host');
     await expect(h.cm.actions.create({ name: 'x5', sourceType: 'upload', dataEngine: 'v2' })).rejects.toThrow('v2 backing image is not supported');
+    await expect(h.cm.actions.create({ name: 'x8', sourceType: 'export-from-volume', parameters: { 'volume-name': 'vol1', 'export-type': 'raw' } })).rejects.toThrow(
+      'volume vol1 not found: there is no volume to export from',
+    );
     await expect(h.cm.actions.create({ name: 'x6', sourceType: 'upload', expectedChecksum: 'abc' })).rejects.toThrow('sha512 checksum must be 128 hex characters');
     await expect(h.cm.actions.create({ name: 'x7', sourceType: 'upload', minNumberOfCopies: -1 })).rejects.toThrow('must larger than 0');
     const d = await h.cm.actions.create({ name: 'Defaults', sourceType: 'upload' });
