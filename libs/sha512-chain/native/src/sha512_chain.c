@@ -124,45 +124,60 @@ static napi_value state_buffer(napi_env env, const unsigned char *state) {
   return result;
 }
 
-/* ---- synchronous ---- */
-
-static napi_value advance_sync(napi_env env, napi_callback_info info) {
+/* Arguments (state, data) of advance and advanceAsync; data.length must be a multiple of 128. */
+static int parse_data_args(napi_env env, napi_callback_info info, const char *usage, unsigned char *state,
+                           unsigned char **data, size_t *length, napi_value *data_value) {
   size_t argc = 2;
   napi_value argv[2];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 2) {
-    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "advance(state, data) needs two arguments");
-    return NULL;
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", usage);
+    return 0;
   }
+  if (!get_state(env, argv[0], state)) return 0;
+  if (!get_bytes(env, argv[1], "data must be a Uint8Array", data, length)) return 0;
+  if (*length % BLOCK_BYTES != 0) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "data length must be a multiple of 128 bytes");
+    return 0;
+  }
+  if (data_value != NULL) *data_value = argv[1];
+  return 1;
+}
+
+/* Arguments (state, length) of advanceZeros and advanceZerosAsync; length must be a multiple of 128. */
+static int parse_zeros_args(napi_env env, napi_callback_info info, const char *usage, unsigned char *state,
+                            uint64_t *length) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 2) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", usage);
+    return 0;
+  }
+  if (!get_state(env, argv[0], state)) return 0;
+  if (!get_length(env, argv[1], "length must be a non-negative safe integer", length)) return 0;
+  if (*length % BLOCK_BYTES != 0) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "length must be a multiple of 128 bytes");
+    return 0;
+  }
+  return 1;
+}
+
+/* ---- synchronous ---- */
+
+static napi_value advance_sync(napi_env env, napi_callback_info info) {
   unsigned char state[STATE_BYTES];
   unsigned char *data;
   size_t length;
-  if (!get_state(env, argv[0], state)) return NULL;
-  if (!get_bytes(env, argv[1], "data must be a Uint8Array", &data, &length)) return NULL;
-  if (length % BLOCK_BYTES != 0) {
-    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "data length must be a multiple of 128 bytes");
-    return NULL;
-  }
+  if (!parse_data_args(env, info, "advance(state, data) needs two arguments", state, &data, &length, NULL)) return NULL;
   advance_blocks(state, data, length);
   return state_buffer(env, state);
 }
 
 static napi_value advance_zeros_sync(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc < 2) {
-    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "advanceZeros(state, length) needs two arguments");
-    return NULL;
-  }
   unsigned char state[STATE_BYTES];
   uint64_t length;
-  if (!get_state(env, argv[0], state)) return NULL;
-  if (!get_length(env, argv[1], "length must be a non-negative safe integer", &length)) return NULL;
-  if (length % BLOCK_BYTES != 0) {
-    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "length must be a multiple of 128 bytes");
-    return NULL;
-  }
+  if (!parse_zeros_args(env, info, "advanceZeros(state, length) needs two arguments", state, &length)) return NULL;
   advance_zero_blocks(state, length);
   return state_buffer(env, state);
 }
@@ -240,22 +255,11 @@ static napi_value queue_advance(napi_env env, advance_request *req, const char *
 }
 
 static napi_value advance_async(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc < 2) {
-    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "advanceAsync(state, data) needs two arguments");
-    return NULL;
-  }
   unsigned char state[STATE_BYTES];
   unsigned char *data;
   size_t length;
-  if (!get_state(env, argv[0], state)) return NULL;
-  if (!get_bytes(env, argv[1], "data must be a Uint8Array", &data, &length)) return NULL;
-  if (length % BLOCK_BYTES != 0) {
-    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "data length must be a multiple of 128 bytes");
-    return NULL;
-  }
+  napi_value data_value;
+  if (!parse_data_args(env, info, "advanceAsync(state, data) needs two arguments", state, &data, &length, &data_value)) return NULL;
   advance_request *req = calloc(1, sizeof *req);
   if (req == NULL) {
     napi_throw_error(env, "ENOMEM", "advanceAsync: out of memory");
@@ -265,26 +269,14 @@ static napi_value advance_async(napi_env env, napi_callback_info info) {
   req->length = length;
   /* An empty view may have a NULL pointer; the zero path with length 0 is the same no-op. */
   req->data = length > 0 ? data : NULL;
-  if (length > 0) napi_create_reference(env, argv[1], 1, &req->data_ref);
+  if (length > 0) napi_create_reference(env, data_value, 1, &req->data_ref);
   return queue_advance(env, req, "bis.sha512_chain.advance");
 }
 
 static napi_value advance_zeros_async(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc < 2) {
-    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "advanceZerosAsync(state, length) needs two arguments");
-    return NULL;
-  }
   unsigned char state[STATE_BYTES];
   uint64_t length;
-  if (!get_state(env, argv[0], state)) return NULL;
-  if (!get_length(env, argv[1], "length must be a non-negative safe integer", &length)) return NULL;
-  if (length % BLOCK_BYTES != 0) {
-    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "length must be a multiple of 128 bytes");
-    return NULL;
-  }
+  if (!parse_zeros_args(env, info, "advanceZerosAsync(state, length) needs two arguments", state, &length)) return NULL;
   advance_request *req = calloc(1, sizeof *req);
   if (req == NULL) {
     napi_throw_error(env, "ENOMEM", "advanceZerosAsync: out of memory");
