@@ -2,7 +2,6 @@ import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { promises as fsp, readFileSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { getFileLayout } from '@bis/block-mapping';
@@ -14,19 +13,12 @@ import { backingFilePath, cfgPathOf } from './layout.js';
 import { readSyncingFileConfig } from './backing-cfg.js';
 import { chainPathOf, readChainFile, readStoredChain, writeChainFile } from './chain-file.js';
 import { statFile } from './file-util.js';
+import { freePort } from './test-support/free-port.js';
 
 const MiB = 1 << 20;
 const SEG = 2 * MiB;
 const sha = (f: string) => createHash('sha512').update(readFileSync(f)).digest('hex');
 const layout = (p: string) => getFileLayout(p);
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 /** A sparse file: one character per MiB, 'd' = random data, 'h' = hole. */
 async function sparseFile(f: string, pattern: string): Promise<void> {

@@ -2,7 +2,6 @@ import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { promises as fsp, readFileSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { getFileLayout } from '@bis/block-mapping';
@@ -10,6 +9,7 @@ import { SyncService } from './sync-service.js';
 import { sendFile } from './ssync/sender.js';
 import { backingFilePath, cfgPathOf } from './layout.js';
 import { readSyncingFileConfig } from './backing-cfg.js';
+import { freePort } from './test-support/free-port.js';
 
 const MiB = 1 << 20;
 const sha = (f: string) => createHash('sha512').update(readFileSync(f)).digest('hex');
@@ -21,14 +21,6 @@ function hasQemuImg(): boolean {
   } catch {
     return false;
   }
-}
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
 }
 
 async function waitSettled(svc: SyncService, filePath: string): Promise<void> {
