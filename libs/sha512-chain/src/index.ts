@@ -7,8 +7,11 @@ export {
   advanceSync,
   advance,
   advanceZeros,
+  advanceMany,
+  multiBufferLanes,
   finalizeHex,
 } from './state.js';
+export { Sha512BatchScheduler, sharedSha512Scheduler, type Sha512BatchSchedulerOptions } from './scheduler.js';
 export {
   type Sha512Chain,
   encodeChain,
@@ -22,7 +25,7 @@ export {
 export { Sha512ChainUnavailableError, Sha512ChainMismatchError, Sha512ChainFormatError } from './errors.js';
 export { Sha512ChainRecorder } from './recorder.js';
 export { Sha512ChainVerifier, type Sha512ChainVerifierOptions } from './verifier.js';
-export { nativeAddonStatus, DISABLE_NATIVE_ENV, ADDON_PATH_ENV } from './native.js';
+export { nativeAddonStatus, DISABLE_NATIVE_ENV, DISABLE_X8_ENV, ADDON_PATH_ENV } from './native.js';
 export {
   computeFileChain,
   verifyFileChain,

@@ -12,22 +12,42 @@ export interface Sha512ChainAddon {
   advanceZerosAsync(state: Uint8Array, length: number): Promise<Buffer>;
   /** The SHA-512 digest (64 bytes) of a message of `totalLength` bytes whose whole blocks are compressed in `state`. */
   finalize(state: Uint8Array, totalLength: number, tail: Uint8Array): Buffer;
+  /**
+   * Advances n independent states (64 bytes each, back to back in `states`) over n messages of `length` bytes each
+   * (`null` = zeros), on the calling thread; returns the n new states back to back. With AVX-512, eight messages are
+   * compressed at once (`multiBufferLanes` is then 8).
+   */
+  advanceMany(states: Uint8Array, data: ReadonlyArray<Uint8Array | null>, length: number): Buffer;
+  /** Same as `advanceMany`, on the libuv thread pool; every data view is referenced until the promise settles. */
+  advanceManyAsync(states: Uint8Array, data: ReadonlyArray<Uint8Array | null>, length: number): Promise<Buffer>;
+  /** 8 when `advanceMany` uses the AVX-512 eight-lane SHA-512, 1 when it runs OpenSSL message by message. */
+  readonly multiBufferLanes: number;
 }
 
 /** Set to `0` to skip loading the addon (the library then behaves as if it were not built). */
 export const DISABLE_NATIVE_ENV = 'BIS_SHA512_CHAIN_NATIVE';
 /** Absolute path of a `sha512_chain.node` to load instead of the one built in this package. */
 export const ADDON_PATH_ENV = 'BIS_SHA512_CHAIN_ADDON';
+/** Set to `0` to keep the addon from using its AVX-512 eight-lane SHA-512 (OpenSSL for every message). */
+export const DISABLE_X8_ENV = 'BIS_SHA512_CHAIN_X8';
 
 const ADDON_PATH = '../native/build/Release/sha512_chain.node';
-const ADDON_FUNCTIONS = ['advance', 'advanceAsync', 'advanceZeros', 'advanceZerosAsync', 'finalize'] as const;
+const ADDON_FUNCTIONS = [
+  'advance',
+  'advanceAsync',
+  'advanceZeros',
+  'advanceZerosAsync',
+  'finalize',
+  'advanceMany',
+  'advanceManyAsync',
+] as const;
 
 let loaded: { addon: Sha512ChainAddon | null; reason: string } | undefined;
 
 function isAddon(value: unknown): value is Sha512ChainAddon {
   if (typeof value !== 'object' || value === null) return false;
   const v = value as Record<string, unknown>;
-  return ADDON_FUNCTIONS.every((name) => typeof v[name] === 'function');
+  return ADDON_FUNCTIONS.every((name) => typeof v[name] === 'function') && typeof v['multiBufferLanes'] === 'number';
 }
 
 /** Loads the addon on first use; returns null (from then on) when it cannot be loaded. */

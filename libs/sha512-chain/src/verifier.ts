@@ -1,9 +1,7 @@
-import { availableParallelism } from 'node:os';
 import { assertChain, type Sha512Chain } from './chain.js';
 import { Sha512ChainMismatchError } from './errors.js';
+import { Sha512BatchScheduler, sharedSha512Scheduler } from './scheduler.js';
 import {
-  advance,
-  advanceZeros,
   finalizeHex,
   initialState,
   requireAddon,
@@ -13,7 +11,11 @@ import {
 } from './state.js';
 
 export interface Sha512ChainVerifierOptions {
-  /** Segments hashed at the same time (thread-pool jobs); default: the number of cores. */
+  /**
+   * Thread-pool calls at the same time for this verifier alone. Default: none of its own; the verifier uses the
+   * process-wide scheduler (as many calls as cores, shared by every verifier, so segments of different files are
+   * compressed together eight at a time with AVX-512).
+   */
   concurrency?: number;
 }
 
@@ -25,23 +27,18 @@ export interface Sha512ChainVerifierOptions {
  */
 export class Sha512ChainVerifier {
   private readonly chain: Sha512Chain;
-  private readonly concurrency: number;
+  private readonly scheduler: Sha512BatchScheduler;
   private readonly verified: Uint8Array;
   private verifiedCount = 0;
   private computed: string | undefined;
-  private running = 0;
-  private readonly waiting: (() => void)[] = [];
   private readonly iv: Sha512State = initialState();
 
   constructor(chain: Sha512Chain, options: Sha512ChainVerifierOptions = {}) {
     requireAddon();
     assertChain(chain);
-    const concurrency = options.concurrency ?? availableParallelism();
-    if (!Number.isSafeInteger(concurrency) || concurrency < 1) {
-      throw new RangeError(`concurrency must be a positive integer, got ${String(concurrency)}`);
-    }
+    this.scheduler =
+      options.concurrency === undefined ? sharedSha512Scheduler() : new Sha512BatchScheduler({ concurrency: options.concurrency });
     this.chain = chain;
-    this.concurrency = concurrency;
     this.verified = new Uint8Array(chain.states.length);
     if (chain.size === 0) this.computed = finalizeHex(this.iv, 0);
   }
@@ -81,42 +78,37 @@ export class Sha512ChainVerifier {
         throw new RangeError(`segment ${index} is ${length} bytes (offset ${offset}), got ${data.length} bytes`);
       }
     }
-    await this.acquire();
-    try {
-      const whole = length - (length % SHA512_BLOCK);
-      const previous = index === 0 ? this.iv : this.chain.states[index - 1]!;
-      const state = data === null ? await advanceZeros(previous, whole) : await advance(previous, data.subarray(0, whole));
-      if (!sameState(state, this.chain.states[index]!)) {
+    const whole = length - (length % SHA512_BLOCK);
+    const previous = index === 0 ? this.iv : this.chain.states[index - 1]!;
+    const state = await this.scheduler.advance(previous, data === null ? null : data.subarray(0, whole), whole);
+    if (!sameState(state, this.chain.states[index]!)) {
+      this.forget(index);
+      throw new Sha512ChainMismatchError(
+        index,
+        offset,
+        length,
+        data === null
+          ? 'the segment is not all zeros, or the recorded state is wrong'
+          : 'its bytes do not lead from the previous recorded state to its recorded state',
+      );
+    }
+    if (index === this.chain.states.length - 1) {
+      const tail = data === null ? new Uint8Array(length - whole) : data.subarray(whole);
+      const checksum = finalizeHex(state, this.chain.size, tail);
+      if (checksum !== this.chain.checksum) {
         this.forget(index);
         throw new Sha512ChainMismatchError(
           index,
           offset,
           length,
-          data === null
-            ? 'the segment is not all zeros, or the recorded state is wrong'
-            : 'its bytes do not lead from the previous recorded state to its recorded state',
+          `the last segment finalizes to ${checksum}, not to the recorded checksum ${this.chain.checksum}`,
         );
       }
-      if (index === this.chain.states.length - 1) {
-        const tail = data === null ? new Uint8Array(length - whole) : data.subarray(whole);
-        const checksum = finalizeHex(state, this.chain.size, tail);
-        if (checksum !== this.chain.checksum) {
-          this.forget(index);
-          throw new Sha512ChainMismatchError(
-            index,
-            offset,
-            length,
-            `the last segment finalizes to ${checksum}, not to the recorded checksum ${this.chain.checksum}`,
-          );
-        }
-        this.computed = checksum;
-      }
-      if (this.verified[index] === 0) {
-        this.verified[index] = 1;
-        this.verifiedCount++;
-      }
-    } finally {
-      this.release();
+      this.computed = checksum;
+    }
+    if (this.verified[index] === 0) {
+      this.verified[index] = 1;
+      this.verifiedCount++;
     }
   }
 
@@ -149,19 +141,5 @@ export class Sha512ChainVerifier {
       this.verifiedCount--;
     }
     if (index === this.verified.length - 1) this.computed = undefined;
-  }
-
-  private async acquire(): Promise<void> {
-    if (this.running < this.concurrency) {
-      this.running++;
-      return;
-    }
-    await new Promise<void>((resolve) => this.waiting.push(resolve));
-  }
-
-  private release(): void {
-    const next = this.waiting.shift();
-    if (next) next();
-    else this.running--;
   }
 }

@@ -11,7 +11,14 @@
  *   advanceZeros(state, length)       -> Buffer(64)            length % 128 == 0 zero bytes, no length-sized buffer
  *   advanceZerosAsync(state, length)  -> Promise<Buffer(64)>
  *   finalize(state, totalLength, tail)-> Buffer(64)            the SHA-512 digest; tail.byteLength == totalLength % 128
+ *   advanceMany(states, data, length) -> Buffer(64 * n)        n independent advances of `length` bytes each: states is
+ *                                                              n states back to back, data an array of n Uint8Arrays
+ *                                                              of `length` bytes or nulls (zeros); on the calling thread
+ *   advanceManyAsync(states, data, length) -> Promise<Buffer(64 * n)>   same, on the libuv thread pool
+ *   multiBufferLanes                  -> number                8 when advanceMany compresses 8 messages at once with
+ *                                                              AVX-512 (sha512_x8.h), 1 when it runs OpenSSL per message
  *
+ * BIS_SHA512_CHAIN_X8=0 in the environment turns the AVX-512 path off (OpenSSL for everything).
  * Argument errors throw TypeError / RangeError with a message naming the argument.
  */
 #include <stdint.h>
@@ -19,6 +26,7 @@
 #include <string.h>
 #include <node_api.h>
 #include <openssl/sha.h>
+#include "sha512_x8.h"
 
 #define STATE_BYTES 64
 #define BLOCK_BYTES 128
@@ -26,6 +34,11 @@
 #define MAX_SAFE_INTEGER 9007199254740991.0
 
 static const unsigned char zero_chunk[ZERO_CHUNK];
+
+/* advanceMany uses sha512_x8 for groups of at least this many messages (two zero messages already run faster). */
+#define X8_MIN_LANES 2
+#define MAX_MANY 4096
+static int x8_enabled = 0;
 
 static void import_state(SHA512_CTX *ctx, const unsigned char *state) {
   SHA512_Init(ctx);
@@ -287,13 +300,202 @@ static napi_value advance_zeros_async(napi_env env, napi_callback_info info) {
   return queue_advance(env, req, "bis.sha512_chain.advanceZeros");
 }
 
+/* ---- many independent messages of one length (sha512_x8 when available) ---- */
+
+static uint64_t load_be64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int j = 0; j < 8; j++) v = (v << 8) | p[j];
+  return v;
+}
+
+static void store_be64(unsigned char *p, uint64_t v) {
+  for (int j = 7; j >= 0; j--) {
+    p[j] = (unsigned char)(v & 0xff);
+    v >>= 8;
+  }
+}
+
+static void advance_many_run(unsigned char *states, const unsigned char *const *data, size_t count, uint64_t length) {
+  size_t i = 0;
+  if (x8_enabled && length > 0) {
+    while (count - i >= X8_MIN_LANES) {
+      size_t n = count - i < SHA512_X8_LANES ? count - i : SHA512_X8_LANES;
+      uint64_t st[SHA512_X8_LANES][8];
+      const uint8_t *dp[SHA512_X8_LANES];
+      for (size_t l = 0; l < SHA512_X8_LANES; l++) {
+        for (int k = 0; k < 8; k++) st[l][k] = l < n ? load_be64(states + (i + l) * STATE_BYTES + k * 8) : 0;
+        dp[l] = l < n ? data[i + l] : NULL;
+      }
+      sha512_x8(st, dp, (size_t)(length / BLOCK_BYTES));
+      for (size_t l = 0; l < n; l++) {
+        for (int k = 0; k < 8; k++) store_be64(states + (i + l) * STATE_BYTES + k * 8, st[l][k]);
+      }
+      i += n;
+    }
+  }
+  for (; i < count; i++) {
+    if (data[i] != NULL) advance_blocks(states + i * STATE_BYTES, data[i], (size_t)length);
+    else advance_zero_blocks(states + i * STATE_BYTES, length);
+  }
+}
+
+typedef struct {
+  napi_async_work work;
+  napi_deferred deferred;
+  size_t count;
+  uint64_t length;
+  unsigned char *states;       /* count * 64, advanced in place */
+  const unsigned char **data;  /* count pointers, NULL = zeros */
+  napi_ref *refs;              /* count references keeping the data alive (NULL for zeros) */
+} many_request;
+
+static void many_free(napi_env env, many_request *req) {
+  if (req->refs != NULL) {
+    for (size_t i = 0; i < req->count; i++) {
+      if (req->refs[i] != NULL) napi_delete_reference(env, req->refs[i]);
+    }
+  }
+  free(req->refs);
+  free(req->data);
+  free(req->states);
+  free(req);
+}
+
+/*
+ * Arguments (states, data, length) of advanceMany and advanceManyAsync. With `keep`, every data view gets a reference
+ * so that it outlives the call. Returns NULL after throwing.
+ */
+static many_request *parse_many_args(napi_env env, napi_callback_info info, const char *usage, int keep) {
+  size_t argc = 3;
+  napi_value argv[3];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 3) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", usage);
+    return NULL;
+  }
+  bool is_array = false;
+  napi_is_array(env, argv[1], &is_array);
+  if (!is_array) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "data must be an array of Uint8Arrays or nulls");
+    return NULL;
+  }
+  uint32_t count;
+  napi_get_array_length(env, argv[1], &count);
+  if (count < 1 || count > MAX_MANY) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "data must hold between 1 and 4096 messages");
+    return NULL;
+  }
+  unsigned char *states_in;
+  size_t states_length;
+  if (!get_bytes(env, argv[0], "states must be a Uint8Array of 64 bytes per message", &states_in, &states_length)) return NULL;
+  if (states_length != (size_t)count * STATE_BYTES) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "states must be exactly 64 bytes per message (data.length * 64)");
+    return NULL;
+  }
+  uint64_t length;
+  if (!get_length(env, argv[2], "length must be a non-negative safe integer", &length)) return NULL;
+  if (length % BLOCK_BYTES != 0) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "length must be a multiple of 128 bytes");
+    return NULL;
+  }
+  many_request *req = calloc(1, sizeof *req);
+  if (req != NULL) {
+    req->count = count;
+    req->length = length;
+    req->states = malloc((size_t)count * STATE_BYTES);
+    req->data = calloc(count, sizeof *req->data);
+    req->refs = keep ? calloc(count, sizeof *req->refs) : NULL;
+  }
+  if (req == NULL || req->states == NULL || req->data == NULL || (keep && req->refs == NULL)) {
+    if (req != NULL) many_free(env, req);
+    napi_throw_error(env, "ENOMEM", "advanceMany: out of memory");
+    return NULL;
+  }
+  memcpy(req->states, states_in, (size_t)count * STATE_BYTES);
+  for (uint32_t i = 0; i < count; i++) {
+    napi_value item;
+    napi_valuetype type;
+    napi_get_element(env, argv[1], i, &item);
+    napi_typeof(env, item, &type);
+    if (type == napi_null) continue;
+    unsigned char *bytes;
+    size_t bytes_length;
+    if (!get_bytes(env, item, "every data item must be a Uint8Array or null", &bytes, &bytes_length)) {
+      many_free(env, req);
+      return NULL;
+    }
+    if (bytes_length != length) {
+      napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "every data item must be exactly `length` bytes");
+      many_free(env, req);
+      return NULL;
+    }
+    /* length 0: nothing is read, NULL and an empty view are the same */
+    if (length == 0) continue;
+    req->data[i] = bytes;
+    if (keep) napi_create_reference(env, item, 1, &req->refs[i]);
+  }
+  return req;
+}
+
+static napi_value advance_many_sync(napi_env env, napi_callback_info info) {
+  many_request *req = parse_many_args(env, info, "advanceMany(states, data, length) needs three arguments", 0);
+  if (req == NULL) return NULL;
+  advance_many_run(req->states, req->data, req->count, req->length);
+  napi_value result;
+  void *copy;
+  napi_create_buffer_copy(env, req->count * STATE_BYTES, req->states, &copy, &result);
+  many_free(env, req);
+  return result;
+}
+
+static void many_execute(napi_env env, void *raw) {
+  (void)env;
+  many_request *req = raw;
+  advance_many_run(req->states, req->data, req->count, req->length);
+}
+
+static void many_complete(napi_env env, napi_status status, void *raw) {
+  many_request *req = raw;
+  if (status != napi_ok) {
+    napi_value message, error;
+    napi_create_string_utf8(env, "SHA-512 chain advanceMany was cancelled", NAPI_AUTO_LENGTH, &message);
+    napi_create_error(env, NULL, message, &error);
+    napi_reject_deferred(env, req->deferred, error);
+  } else {
+    napi_value result;
+    void *copy;
+    napi_create_buffer_copy(env, req->count * STATE_BYTES, req->states, &copy, &result);
+    napi_resolve_deferred(env, req->deferred, result);
+  }
+  napi_delete_async_work(env, req->work);
+  many_free(env, req);
+}
+
+static napi_value advance_many_async(napi_env env, napi_callback_info info) {
+  many_request *req = parse_many_args(env, info, "advanceManyAsync(states, data, length) needs three arguments", 1);
+  if (req == NULL) return NULL;
+  napi_value promise, resource_name;
+  napi_create_promise(env, &req->deferred, &promise);
+  napi_create_string_utf8(env, "bis.sha512_chain.advanceMany", NAPI_AUTO_LENGTH, &resource_name);
+  napi_create_async_work(env, NULL, resource_name, many_execute, many_complete, req, &req->work);
+  napi_queue_async_work(env, req->work);
+  return promise;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
+  const char *x8 = getenv("BIS_SHA512_CHAIN_X8");
+  x8_enabled = sha512_x8_supported() && !(x8 != NULL && strcmp(x8, "0") == 0);
+  napi_value lanes;
+  napi_create_uint32(env, x8_enabled ? SHA512_X8_LANES : 1, &lanes);
   napi_property_descriptor props[] = {
     {"advance", NULL, advance_sync, NULL, NULL, NULL, napi_enumerable, NULL},
     {"advanceAsync", NULL, advance_async, NULL, NULL, NULL, napi_enumerable, NULL},
     {"advanceZeros", NULL, advance_zeros_sync, NULL, NULL, NULL, napi_enumerable, NULL},
     {"advanceZerosAsync", NULL, advance_zeros_async, NULL, NULL, NULL, napi_enumerable, NULL},
     {"finalize", NULL, finalize, NULL, NULL, NULL, napi_enumerable, NULL},
+    {"advanceMany", NULL, advance_many_sync, NULL, NULL, NULL, napi_enumerable, NULL},
+    {"advanceManyAsync", NULL, advance_many_async, NULL, NULL, NULL, napi_enumerable, NULL},
+    {"multiBufferLanes", NULL, NULL, NULL, NULL, lanes, napi_enumerable, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

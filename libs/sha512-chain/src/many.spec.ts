@@ -1,0 +1,145 @@
+import { describe, it, expect } from '@jest/globals';
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import {
+  advance,
+  advanceMany,
+  advanceZeros,
+  multiBufferLanes,
+  Sha512BatchScheduler,
+  Sha512ChainRecorder,
+  Sha512ChainVerifier,
+  sharedSha512Scheduler,
+  Sha512ChainMismatchError,
+} from './index.js';
+import { MiB, flipped, referenceSha512 } from './test-support/reference.js';
+
+const ADDON = fileURLToPath(new URL('../native/build/Release/sha512_chain.node', import.meta.url));
+
+/** The state each message leads to, one OpenSSL call per message (the reference for advanceMany). */
+async function oneByOne(states: Buffer[], data: Array<Uint8Array | null>, length: number): Promise<Buffer[]> {
+  return Promise.all(states.map((s, i) => (data[i] === null ? advanceZeros(s, length) : advance(s, data[i]!))));
+}
+
+describe('advanceMany (eight messages per pass with AVX-512)', () => {
+  it('reports how many messages it compresses at once', () => {
+    expect([1, 8]).toContain(multiBufferLanes());
+  });
+
+  it('equals one OpenSSL advance per message: data, zeros, mixed, any count and length', async () => {
+    for (const count of [1, 2, 3, 7, 8, 9, 16, 17]) {
+      for (const length of [0, 128, 4096 + 128, 2 * MiB]) {
+        const states = Array.from({ length: count }, () => randomBytes(64));
+        for (const pattern of ['data', 'zeros', 'mixed'] as const) {
+          const data = states.map((_, i) =>
+            pattern === 'zeros' || (pattern === 'mixed' && i % 3 === 1) ? null : randomBytes(length),
+          );
+          const got = await advanceMany(states, data, length);
+          const want = await oneByOne(states, data, length);
+          expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
+        }
+      }
+    }
+  });
+
+  it('a zero message and an explicit buffer of zeros give the same state', async () => {
+    const s = randomBytes(64);
+    const [a, b] = await advanceMany([s, s], [null, Buffer.alloc(64 * 1024)], 64 * 1024);
+    expect(a!.equals(b!)).toBe(true);
+  });
+
+  it('one changed byte in one message changes that message\'s state only', async () => {
+    const states = Array.from({ length: 8 }, () => randomBytes(64));
+    const data = states.map(() => randomBytes(8192));
+    const before = await advanceMany(states, data, 8192);
+    const changed: Buffer[] = [...data];
+    changed[5] = flipped(data[5]!, 4000);
+    const after = await advanceMany(states, changed, 8192);
+    expect(after.map((s, i) => s.equals(before[i]!))).toEqual([true, true, true, true, true, false, true, true]);
+  });
+
+  it('rejects bad arguments with clear errors', async () => {
+    const s = randomBytes(64);
+    await expect(advanceMany([s], [], 128)).rejects.toThrow(/one state per message: 1 states, 0 messages/);
+    await expect(advanceMany([s], [new Uint8Array(100)], 100)).rejects.toThrow(/multiple of 128/);
+    await expect(advanceMany([s], [new Uint8Array(256)], 128)).rejects.toThrow(/data\[0\] must be exactly 128 bytes, got 256/);
+    await expect(advanceMany([s.subarray(0, 10)], [null], 128)).rejects.toThrow(/states\[0\] must be exactly 64 bytes/);
+    await expect(advanceMany([s], ['x' as unknown as Uint8Array], 128)).rejects.toThrow(/data\[0\] must be a Uint8Array or null/);
+    await expect(advanceMany([], [], 128)).resolves.toEqual([]);
+  });
+
+  it('the addon without its AVX-512 path (BIS_SHA512_CHAIN_X8=0) gives the same states, one message per pass', () => {
+    const script = `
+      const a = require(${JSON.stringify(ADDON)});
+      const { randomBytes } = require('node:crypto');
+      const states = randomBytes(64 * 9);
+      const data = Array.from({ length: 9 }, (_, i) => (i % 2 ? null : randomBytes(4096)));
+      const many = a.advanceMany(states, data, 4096);
+      const one = Buffer.concat(data.map((d, i) => {
+        const s = states.subarray(64 * i, 64 * i + 64);
+        return d ? a.advance(s, d) : a.advanceZeros(s, 4096);
+      }));
+      console.log(JSON.stringify({ lanes: a.multiBufferLanes, same: many.equals(one) }));`;
+    const r = spawnSync(process.execPath, ['-e', script], { env: { ...process.env, BIS_SHA512_CHAIN_X8: '0' }, encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    expect(JSON.parse(r.stdout)).toEqual({ lanes: 1, same: true });
+  });
+});
+
+describe('Sha512BatchScheduler', () => {
+  it('a backlog is compressed in batches of up to eight messages, each result going to its own caller', async () => {
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1 });
+    const states = Array.from({ length: 20 }, () => randomBytes(64));
+    const data = states.map((_, i) => (i % 4 === 0 ? null : randomBytes(2048)));
+    const got = await Promise.all(states.map((s, i) => scheduler.advance(s, data[i]!, 2048)));
+    const want = await oneByOne(states, data, 2048);
+    expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
+    expect(scheduler.stats.messages).toBe(20);
+    // the first job starts alone at once; the 19 that waited go in full batches (or one by one without AVX-512)
+    expect(scheduler.stats.calls).toBe(multiBufferLanes() === 8 ? 1 + 3 : 20);
+    expect(scheduler.waiting).toBe(0);
+  });
+
+  it('only messages of one length share a call', async () => {
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1 });
+    const jobs = Array.from({ length: 12 }, (_, i) => ({ state: randomBytes(64), data: randomBytes(i % 2 ? 256 : 512) }));
+    const got = await Promise.all(jobs.map((j) => scheduler.advance(j.state, j.data, j.data.length)));
+    const want = await Promise.all(jobs.map((j) => advance(j.state, j.data)));
+    expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
+    // 1 alone, then the 11 waiting: 5 of one length and 6 of the other cannot share a pass
+    if (multiBufferLanes() === 8) expect(scheduler.stats.calls).toBe(3);
+  });
+
+  it('rejects a bad concurrency', () => {
+    expect(() => new Sha512BatchScheduler({ concurrency: 0 })).toThrow(/concurrency must be a positive integer/);
+  });
+
+  it('two verifiers on the shared scheduler verify their chains, and a bad segment fails only its own', async () => {
+    const SEG = 64 * 1024;
+    const make = (n: number) => {
+      const bytes = randomBytes(SEG * n);
+      for (let k = 1; k < n; k += 3) bytes.fill(0, k * SEG, (k + 1) * SEG);
+      const rec = new Sha512ChainRecorder(SEG);
+      rec.updateSync(bytes);
+      return { bytes, chain: rec.finish() };
+    };
+    const a = make(24);
+    const b = make(17);
+    const va = new Sha512ChainVerifier(a.chain);
+    const vb = new Sha512ChainVerifier(b.chain);
+    const seg = (bytes: Buffer, k: number) => (k % 3 === 1 ? null : bytes.subarray(k * SEG, (k + 1) * SEG));
+    const before = sharedSha512Scheduler().stats.calls;
+    const bad = flipped(b.bytes, 5 * SEG + 7);
+    const results = await Promise.allSettled([
+      ...Array.from({ length: 24 }, (_, k) => va.verifySegment(k, seg(a.bytes, k))),
+      ...Array.from({ length: 17 }, (_, k) => vb.verifySegment(k, seg(bad, k))),
+    ]);
+    expect(va.checksum()).toBe(referenceSha512(a.bytes));
+    const failed = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+    expect(failed).toHaveLength(1);
+    expect(failed[0]!.reason).toBeInstanceOf(Sha512ChainMismatchError);
+    expect(vb.pending()).toEqual([5]);
+    if (multiBufferLanes() === 8) expect(sharedSha512Scheduler().stats.calls - before).toBeLessThan(41);
+  });
+});
