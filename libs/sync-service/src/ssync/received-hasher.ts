@@ -69,17 +69,20 @@ export const RECEIVE_SLAB_SIZE = 2 << 20;
 /** Slabs per receiver: bounds the in-order window (memory = slabs × slab size). */
 export const RECEIVE_SLABS = 4;
 
-/** A piece of shared memory that holds received bytes until they are written and hashed. */
+/** A buffer that holds received bytes until they are written and hashed. */
 export class Slab {
-  readonly buffer: Buffer;
   /**
-   * `shared` is a SharedArrayBuffer only when a worker thread must see the bytes: copying into shared memory uses V8's
-   * slower relaxed (atomic-safe) memmove, so plain memory is used whenever hashing runs on the thread pool instead.
+   * `buffer` is over shared memory only when a worker thread must see the bytes: copying into shared memory uses V8's
+   * slower relaxed (atomic-safe) memmove, so plain memory is used whenever hashing runs on the thread pool instead. It
+   * may start anywhere in its memory (an aligned start for direct writes).
    */
-  constructor(readonly shared: ArrayBufferLike) {
-    this.buffer = Buffer.from(shared);
-  }
+  constructor(readonly buffer: Buffer) {}
 }
+
+/** Allocates a slab buffer of `size` bytes, over shared memory when `shared`. */
+export type SlabAllocator = (size: number, shared: boolean) => Buffer;
+
+const plainSlabMemory: SlabAllocator = (size, shared) => Buffer.from(shared ? new SharedArrayBuffer(size) : new ArrayBuffer(size));
 
 /** What the hasher did, for diagnostics and the benchmark. */
 export interface ReceivedHashStats {
@@ -122,7 +125,7 @@ export class ReceivedFileHasher {
   readonly #retained = new Set<number>();
   /** Ranges being written right now. */
   readonly #inflight = new Map<number, number>();
-  readonly #zero: ArrayBufferLike;
+  readonly #zero: Buffer;
   readonly #fh: () => fsp.FileHandle | undefined;
   /** Everything before this offset was submitted to the worker. */
   #next = 0;
@@ -137,15 +140,15 @@ export class ReceivedFileHasher {
   #failure: Error | undefined;
   #closed = false;
 
-  constructor(opts: { fileHandle: () => fsp.FileHandle | undefined; slabSize?: number; slabs?: number }) {
+  constructor(opts: { fileHandle: () => fsp.FileHandle | undefined; slabSize?: number; slabs?: number; allocate?: SlabAllocator }) {
     this.#fh = opts.fileHandle;
     this.#slabSize = opts.slabSize ?? RECEIVE_SLAB_SIZE;
     const n = Math.max(2, opts.slabs ?? RECEIVE_SLABS);
-    const memory = (): ArrayBufferLike =>
-      this.#worker.needsSharedMemory ? new SharedArrayBuffer(this.#slabSize) : new ArrayBuffer(this.#slabSize);
-    for (let i = 0; i < n; i++) this.#free.push(new Slab(memory()));
-    this.#zero = memory();
-    this.#readSlab = new Slab(memory());
+    const allocate = opts.allocate ?? plainSlabMemory;
+    const shared = this.#worker.needsSharedMemory;
+    for (let i = 0; i < n; i++) this.#free.push(new Slab(allocate(this.#slabSize, shared)));
+    this.#zero = plainSlabMemory(this.#slabSize, shared);
+    this.#readSlab = new Slab(plainSlabMemory(this.#slabSize, shared));
     this.#queueLimit = 2 * this.#slabSize;
   }
 
@@ -308,7 +311,7 @@ export class ReceivedFileHasher {
         this.#queuedBytes += n;
         this.stats.holeBytes += n;
         this.#track(
-          this.#worker.update(this.#zero, 0, n).finally(() => {
+          this.#worker.update(this.#zero.buffer, this.#zero.byteOffset, n).finally(() => {
             this.#queuedBytes -= n;
             this.#pump();
           }),
@@ -320,7 +323,7 @@ export class ReceivedFileHasher {
         this.#queuedBytes += n;
         this.stats.inOrderBytes += n;
         this.#track(
-          this.#worker.update(slab.shared, 0, n).finally(() => {
+          this.#worker.update(slab.buffer.buffer, slab.buffer.byteOffset, n).finally(() => {
             this.#queuedBytes -= n;
             this.release(slab);
             this.#pump();
@@ -360,7 +363,7 @@ export class ReceivedFileHasher {
     for (let off = begin; off < end; ) {
       const n = Math.min(this.#slabSize, end - off);
       await readFully(fh, slab.buffer, n, off);
-      await this.#worker.update(slab.shared, 0, n);
+      await this.#worker.update(slab.buffer.buffer, slab.buffer.byteOffset, n);
       this.stats.readBackBytes += n;
       off += n;
     }
@@ -382,7 +385,7 @@ export class ReceivedFileHasher {
         signal?.throwIfAborted();
         const n = Math.min(this.#slabSize, size - off);
         await readFully(fh, slab.buffer, n, off);
-        await this.#worker.update(slab.shared, 0, n);
+        await this.#worker.update(slab.buffer.buffer, slab.buffer.byteOffset, n);
         this.stats.postPassBytes += n;
         off += n;
       }

@@ -1,9 +1,11 @@
 import http from 'node:http';
 import { promises as fsp } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { DirectWriter } from './direct-io.js';
 import { IntervalSet } from './interval-set.js';
 import type { HolePuncher } from './layout.js';
-import { RECEIVE_SLAB_SIZE, ReceivedFileHasher, Slab, type ReceivedHashStats } from './received-hasher.js';
+import { RECEIVE_SLAB_SIZE, ReceivedFileHasher, Slab, type ReceivedHashStats, type SlabAllocator } from './received-hasher.js';
 import {
   decodeChain,
   nativeSha512ChainAvailable,
@@ -14,6 +16,8 @@ import {
 
 /** Largest chain segment verified from request bodies in flight (larger ones are verified from the file at close). */
 const MAX_INFLIGHT_SEGMENT = 16 << 20;
+/** Direct writes in flight at once (1 GiB in 2 MiB writes: 2 were faster than 1 and than 4, same CPU). */
+const DIRECT_WRITES_IN_FLIGHT = 2;
 /** Largest accepted `sha512Chain` body (64 bytes of state per segment: 32 MiB is 1 TiB in 2 MiB segments). */
 const MAX_CHAIN_BODY = 64 << 20;
 
@@ -46,6 +50,12 @@ export interface SsyncReceiverOptions {
    * the route answers 404 like Longhorn's receiver.
    */
   acceptChain?: boolean;
+  /**
+   * Write whole 4 KiB-aligned pieces with `O_DIRECT` (no copy into the page cache, nothing left for the `fsync` at
+   * close), like Longhorn's receiver. Default true; where the filesystem has no direct I/O (tmpfs) or a piece is not
+   * aligned, writes are buffered.
+   */
+  directIO?: boolean;
 }
 
 export interface SsyncReceiveResult {
@@ -63,6 +73,8 @@ export interface SsyncReceiveResult {
   chain?: Sha512Chain;
   /** With an accepted chain: bytes verified from request bodies in flight, hole segments, and segments read back. */
   chainStats?: ReceivedChainStats;
+  /** Data bytes written with direct I/O (`directIO`) and through the page cache. */
+  writeStats: { directBytes: number; bufferedBytes: number };
   /** Milliseconds from `open` to `close`, and from `close` until the checksum was final. */
   timings: { receiveMs: number; checksumTailMs: number };
 }
@@ -215,9 +227,12 @@ class ChainCheck {
 /** Plain receive buffers for a receiver that does not hash. */
 class SlabPool {
   readonly #free: Slab[] = [];
-  constructor(readonly slabSize: number) {}
+  constructor(
+    readonly slabSize: number,
+    readonly allocate: SlabAllocator,
+  ) {}
   async acquire(_begin: number): Promise<Slab> {
-    return this.#free.pop() ?? new Slab(new ArrayBuffer(this.slabSize));
+    return this.#free.pop() ?? new Slab(this.allocate(this.slabSize, false));
   }
   release(s: Slab): void {
     if (this.#free.length < 8) this.#free.push(s);
@@ -300,8 +315,12 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   done.catch(() => undefined);
   let idleTimer: NodeJS.Timeout | undefined;
   const inflight = new Set<Promise<unknown>>();
-  let hasher = opts.computeChecksum ? new ReceivedFileHasher({ fileHandle: () => fh, slabSize: opts.slabSize }) : undefined;
-  let slabs: SlabPool | ReceivedFileHasher = hasher ?? new SlabPool(opts.slabSize ?? RECEIVE_SLAB_SIZE);
+  const direct = opts.directIO === false ? undefined : await DirectWriter.start(path.dirname(opts.filePath));
+  const allocate: SlabAllocator = direct
+    ? (n, shared) => direct.alignedBuffer(n, shared)
+    : (n, shared) => Buffer.from(shared ? new SharedArrayBuffer(n) : new ArrayBuffer(n));
+  let hasher = opts.computeChecksum ? new ReceivedFileHasher({ fileHandle: () => fh, slabSize: opts.slabSize, allocate }) : undefined;
+  let slabs: SlabPool | ReceivedFileHasher = hasher ?? new SlabPool(opts.slabSize ?? RECEIVE_SLAB_SIZE, allocate);
   const acceptChain = opts.acceptChain ?? nativeSha512ChainAvailable();
   let chainCheck: ChainCheck | undefined;
   /** Bytes per in-flight verified piece (the chain's segment size), 0 = no in-flight verification. */
@@ -327,6 +346,34 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     const p = writeChain.then(run, run);
     writeChain = p.catch(() => undefined);
     return p;
+  };
+  /** Direct writes of whole aligned slabs (the device takes them without a page-cache copy); the rest is buffered. */
+  const writeStats = { directBytes: 0, bufferedBytes: 0 };
+  const writePiece = async (h: fsp.FileHandle, buf: Buffer, length: number, position: number): Promise<void> => {
+    let done = 0;
+    if (direct?.canWrite(buf, length, position)) {
+      done = await writeDirectly(() => direct.write(buf, length, position));
+      writeStats.directBytes += done;
+    }
+    if (done < length) {
+      await writeSerially(h, buf.subarray(done), length - done, position + done);
+      writeStats.bufferedBytes += length - done;
+    }
+  };
+  // direct writes in flight at once (they do not contend for the page cache)
+  let directRunning = 0;
+  const directWaiting: Array<() => void> = [];
+  const writeDirectly = async (w: () => Promise<number>): Promise<number> => {
+    // a finishing write hands its slot to the next waiting one
+    if (directRunning >= DIRECT_WRITES_IN_FLIGHT) await new Promise<void>((r) => directWaiting.push(r));
+    else directRunning++;
+    try {
+      return await w();
+    } finally {
+      const next = directWaiting.shift();
+      if (next) next();
+      else directRunning--;
+    }
   };
 
   const server = http.createServer();
@@ -365,6 +412,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
       }
     }
     await hasher?.close();
+    await direct?.close();
     if (fh) {
       const h = fh;
       fh = undefined;
@@ -381,6 +429,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         chain,
         hashStats: hasher ? { ...hasher.stats } : undefined,
         chainStats: chainCheck ? { ...chainCheck.stats } : undefined,
+        writeStats: { ...writeStats },
         timings,
       });
     }
@@ -420,6 +469,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         }
         if (!fh) fh = await fsp.open(opts.filePath, fileAlreadyExists ? 'r+' : 'w+');
         await fh.truncate(end);
+        await direct?.openTarget(opts.filePath);
         if (!openedAt) openedAt = performance.now();
         size = end;
         res.setHeader('Content-Type', 'application/json');
@@ -446,7 +496,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
           if (check && segment !== undefined) {
             // the segment is verified from the body while it is written; a mismatch fails the whole receive
             const verifying = check.verifyInFlight(segment, s.buffer.subarray(0, fill));
-            const [w, v] = await Promise.allSettled([writeSerially(handle, s.buffer, fill, pos), verifying]);
+            const [w, v] = await Promise.allSettled([writePiece(handle, s.buffer, fill, pos), verifying]);
             if (v.status === 'rejected') {
               const e = v.reason as Error;
               const message = `the received data does not match the sender's SHA-512 chain: ${e.message}`;
@@ -454,7 +504,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
             }
             if (w.status === 'rejected') throw w.reason;
           } else {
-            await writeSerially(handle, s.buffer, fill, pos);
+            await writePiece(handle, s.buffer, fill, pos);
           }
           // hold at most one slab per request: an earlier one is released (its range is read back if needed)
           const prev = pieces[pieces.length - 1];
@@ -556,7 +606,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
           hasher = undefined;
           await h.close();
         }
-        slabs = new SlabPool(segmentCut > 0 ? segmentCut : (opts.slabSize ?? RECEIVE_SLAB_SIZE));
+        slabs = new SlabPool(segmentCut > 0 ? segmentCut : (opts.slabSize ?? RECEIVE_SLAB_SIZE), allocate);
         res.end();
         return;
       }

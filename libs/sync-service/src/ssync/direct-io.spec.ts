@@ -1,0 +1,128 @@
+import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
+import { createHash, randomBytes } from 'node:crypto';
+import { constants as fsConstants, promises as fsp, readFileSync, statfsSync } from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { DIRECT_IO_BLOCK, DirectWriter } from './direct-io.js';
+import { startSsyncReceiver } from './receiver.js';
+
+const MiB = 1 << 20;
+let dir: string;
+beforeEach(async () => {
+  dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'ssync-dio-'));
+});
+afterEach(async () => {
+  await fsp.rm(dir, { recursive: true, force: true });
+});
+
+/** Whether the filesystem of `d` takes O_DIRECT opens (ext4, xfs: yes; tmpfs: EINVAL). */
+async function directIoSupported(d: string): Promise<boolean> {
+  const f = path.join(d, 'o-direct-check');
+  try {
+    await (await fsp.open(f, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_DIRECT)).close();
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return false;
+    throw err;
+  } finally {
+    await fsp.rm(f, { force: true });
+  }
+}
+
+const call = (port: number, method: string, p: string, body?: Buffer) =>
+  new Promise<number>((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path: p }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode!));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+
+describe('direct writes', () => {
+  it('finds aligned buffer starts by probing, writes whole blocks directly, refuses unaligned pieces, leaves no probe file', async () => {
+    const supported = await directIoSupported(dir);
+    const w = await DirectWriter.start(dir);
+    expect(w !== undefined).toBe(supported);
+    expect(await fsp.readdir(dir)).toEqual([]);
+    if (!w) return;
+    const target = path.join(dir, 'target');
+    await fsp.writeFile(target, Buffer.alloc(0));
+    await fsp.truncate(target, 4 * MiB);
+    const buf = w.alignedBuffer(MiB);
+    expect(w.canWrite(buf, MiB, 0)).toBe(false); // the target is not open yet
+    await w.openTarget(target);
+    randomBytes(MiB).copy(buf);
+    expect(w.canWrite(buf, MiB, MiB)).toBe(true);
+    expect(w.canWrite(buf, MiB - 512, MiB)).toBe(false);
+    expect(w.canWrite(buf, MiB, MiB + 512)).toBe(false);
+    expect(w.canWrite(Buffer.alloc(MiB), MiB, MiB)).toBe(false);
+    expect(w.canWrite(buf.subarray(16), DIRECT_IO_BLOCK, 0)).toBe(false); // same memory, start off the block grid
+    expect(w.canWrite(buf.subarray(DIRECT_IO_BLOCK), DIRECT_IO_BLOCK, 0)).toBe(true);
+    expect(await w.write(buf, MiB, MiB)).toBe(MiB);
+    await w.close();
+    const out = readFileSync(target);
+    expect(out.subarray(MiB, 2 * MiB).equals(buf)).toBe(true);
+    expect(out.subarray(0, MiB).every((b) => b === 0)).toBe(true);
+    expect(await fsp.readdir(dir)).toEqual(['target']);
+  });
+
+  it('a receiver writes aligned ranges directly and unaligned ones buffered; the file is exact either way', async () => {
+    const size = 6 * MiB;
+    const data = randomBytes(size);
+    // aligned 2 MiB ranges, then ranges cut at odd offsets, received in a mixed order
+    const cuts = [0, 2 * MiB, 4 * MiB, 4 * MiB + 5000, 5 * MiB + 123, size];
+    const ranges = cuts.slice(1).map((end, i) => [cuts[i]!, end] as const).reverse();
+    const results = [];
+    for (const directIO of [true, false]) {
+      const dst = path.join(dir, `dst-${directIO}`);
+      const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size, directIO });
+      expect(await call(rx.port, 'GET', `/v1-ssync/open?begin=0&end=${size}`)).toBe(200);
+      for (const [b, e] of ranges) expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=${b}&end=${e}`, data.subarray(b, e))).toBe(200);
+      expect(await call(rx.port, 'POST', '/v1-ssync/close')).toBe(200);
+      const got = await rx.done;
+      await rx.closed;
+      expect(createHash('sha512').update(readFileSync(dst)).digest('hex')).toBe(createHash('sha512').update(data).digest('hex'));
+      expect(got.writeStats.directBytes + got.writeStats.bufferedBytes).toBe(size);
+      results.push(got.writeStats);
+    }
+    const supported = await directIoSupported(dir);
+    // [0, 2 MiB) and [2 MiB, 4 MiB) go direct; the three pieces after 4 MiB start or end off the 4 KiB grid
+    expect(results[0]!.directBytes).toBe(supported ? 4 * MiB : 0);
+    expect(results[1]).toEqual({ directBytes: 0, bufferedBytes: size });
+    expect((await fsp.readdir(dir)).sort()).toEqual(['dst-false', 'dst-true']);
+  });
+
+  it('on tmpfs (direct I/O since Linux 6.6, EINVAL before) the receiver uses direct writes exactly when the filesystem takes them', async () => {
+    const shm = '/dev/shm';
+    let tmpfs = false;
+    try {
+      tmpfs = statfsSync(shm).type === 0x01021994;
+    } catch {
+      tmpfs = false;
+    }
+    // reason to return early: no tmpfs on this machine to show the fallback on (Linux machines have /dev/shm)
+    if (!tmpfs) return;
+    const d = await fsp.mkdtemp(path.join(shm, 'ssync-dio-'));
+    try {
+      const supported = await directIoSupported(d);
+      const w = await DirectWriter.start(d);
+      expect(w !== undefined).toBe(supported);
+      await w?.close();
+      const size = 2 * MiB;
+      const data = randomBytes(size);
+      const dst = path.join(d, 'dst');
+      const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size });
+      expect(await call(rx.port, 'GET', `/v1-ssync/open?begin=0&end=${size}`)).toBe(200);
+      expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=0&end=${size}`, data)).toBe(200);
+      expect(await call(rx.port, 'POST', '/v1-ssync/close')).toBe(200);
+      const got = await rx.done;
+      await rx.closed;
+      expect(got.writeStats).toEqual(supported ? { directBytes: size, bufferedBytes: 0 } : { directBytes: 0, bufferedBytes: size });
+      expect(readFileSync(dst).equals(data)).toBe(true);
+    } finally {
+      await fsp.rm(d, { recursive: true, force: true });
+    }
+  });
+});
