@@ -3,7 +3,7 @@ import { promises as fs } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import * as path from 'node:path';
 import { isAllZero } from '@bis/block-mapping';
-import { Sha512ChainMismatchError, Sha512ChainVerifier, type Sha512Chain } from '@bis/sha512-chain';
+import { multiBufferLanes, Sha512ChainMismatchError, Sha512ChainVerifier, type Sha512Chain } from '@bis/sha512-chain';
 import { decompressAndVerifyBlock } from '../compression.js';
 import { ImageHasher } from '../image-hash.js';
 import { BlockWorkerPool, SlotPool, type Slot } from '../pipeline.js';
@@ -336,15 +336,17 @@ async function restoreBlocksChained(
   progress: (verified: number, force?: boolean) => void,
 ): Promise<string> {
   const hashers = Math.min(concurrency, availableParallelism());
-  const verifier = new Sha512ChainVerifier(chain, { concurrency: hashers });
+  // The process-wide scheduler compresses up to `lanes` segments per call (AVX-512): keep that many waiting for it.
+  const lanes = Math.max(1, multiBufferLanes());
+  const verifier = new Sha512ChainVerifier(chain);
   const listed = new Map<number, string>();
   for (const b of config.blocks) listed.set(b.offset / BACKUP_BLOCK_SIZE, b.blockChecksum);
-  const pool = new SlotPool(concurrency + HASH_WINDOW_SLOTS);
+  const pool = new SlotPool(concurrency + Math.max(HASH_WINDOW_SLOTS, lanes));
   const workers = new BlockWorkerPool(pool, concurrency);
   const flusher = new BackgroundFlusher(fh);
   const fetches = new Semaphore(concurrency);
   // Holes need no slot; at most this many wait for the verifier at once, so they interleave with the blocks.
-  const holes = new Semaphore(hashers + 1);
+  const holes = new Semaphore(hashers * lanes + 1);
   let failure: { err: unknown } | undefined;
   const fail = (err: unknown) => {
     failure ??= { err };
