@@ -96,8 +96,8 @@ describe('Sha512BatchScheduler', () => {
     const want = await oneByOne(states, data, 2048);
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
     expect(scheduler.stats.messages).toBe(20);
-    // the first job starts alone at once; the 19 that waited go in full batches (or one by one without AVX-512)
-    expect(scheduler.stats.calls).toBe(multiBufferLanes() === 8 ? 1 + 3 : 20);
+    // half a pass (4) starts the first call; the 16 that waited for it go in two full passes (one by one without AVX-512)
+    expect(scheduler.stats.calls).toBe(multiBufferLanes() === 8 ? 1 + 2 : 20);
     expect(scheduler.waiting).toBe(0);
   });
 
@@ -107,12 +107,28 @@ describe('Sha512BatchScheduler', () => {
     const got = await Promise.all(jobs.map((j) => scheduler.advance(j.state, j.data, j.data.length)));
     const want = await Promise.all(jobs.map((j) => advance(j.state, j.data)));
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
-    // 1 alone, then the 11 waiting: 5 of one length and 6 of the other cannot share a pass
+    // the first four waiting (two of each length) start a call with the two of 512 bytes; then the six of 256 bytes
+    // and the four of 512 cannot share a pass
     if (multiBufferLanes() === 8) expect(scheduler.stats.calls).toBe(3);
   });
 
-  it('rejects a bad concurrency', () => {
+  it('rejects a bad concurrency or linger', () => {
     expect(() => new Sha512BatchScheduler({ concurrency: 0 })).toThrow(/concurrency must be a positive integer/);
+    expect(() => new Sha512BatchScheduler({ lingerMs: -1 })).toThrow(/lingerMs must be a non-negative number/);
+  });
+
+  it('a lone job does not wait for company longer than the linger', async () => {
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1, lingerMs: 20 });
+    const state = randomBytes(64);
+    const data = randomBytes(1024);
+    const t0 = performance.now();
+    const got = await scheduler.advance(state, data, 1024);
+    const waited = performance.now() - t0;
+    expect(got.equals(await advance(state, data))).toBe(true);
+    expect(scheduler.stats).toEqual({ calls: 1, messages: 1 });
+    // with eight lanes it waits the linger (timers may fire a little early or late), else it starts at once
+    if (multiBufferLanes() === 8) expect(waited).toBeGreaterThanOrEqual(15);
+    else expect(scheduler.lingerMs).toBe(0);
   });
 
   it('two verifiers on the shared scheduler verify their chains, and a bad segment fails only its own', async () => {

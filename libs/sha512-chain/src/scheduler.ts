@@ -4,6 +4,11 @@ import { advanceMany, multiBufferLanes, type Sha512State } from './state.js';
 export interface Sha512BatchSchedulerOptions {
   /** Calls into the addon running at the same time (thread-pool jobs); default: the number of cores. */
   concurrency?: number;
+  /**
+   * With eight lanes: how long fewer than `minBatch` waiting jobs wait for company while nothing runs, in ms
+   * (default 1). 0 starts them at once.
+   */
+  lingerMs?: number;
 }
 
 interface Job {
@@ -18,10 +23,10 @@ interface Job {
  * Runs independent SHA-512 compressions (a state and a message of whole blocks, to a new state) on the libuv thread
  * pool, several per call when the addon can compress eight messages at once (AVX-512, `multiBufferLanes() === 8`).
  *
- * Batching is adaptive: a job that arrives while nothing runs starts at once, alone; jobs that arrive while a call
- * runs wait, and start together (up to 8, same length, zero messages grouped with zero messages first) when the call
- * ends, or in a second concurrent call as soon as enough of them wait to make a full pass worth it. A single
- * stream of jobs is therefore never delayed, and a backlog is cleared eight messages per pass.
+ * Batching is adaptive. Jobs that arrive while a call runs wait, and start together (up to 8 of one length, zero
+ * messages grouped with zero messages first) when a call ends, or in a second concurrent call as soon as half a
+ * pass is waiting. Fewer than that, arriving while nothing runs, wait `lingerMs` (1 ms) for company and then start
+ * anyway. Without AVX-512 every job starts at once, alone, as soon as a call slot is free.
  */
 export class Sha512BatchScheduler {
   readonly concurrency: number;
@@ -31,8 +36,10 @@ export class Sha512BatchScheduler {
   readonly minBatch: number;
   /** Calls made into the addon, and the messages they carried (so `messages / calls` is the mean batch). */
   readonly stats = { calls: 0, messages: 0 };
+  readonly lingerMs: number;
   readonly #queue: Job[] = [];
   #running = 0;
+  #linger: NodeJS.Timeout | undefined;
 
   constructor(options: Sha512BatchSchedulerOptions = {}) {
     const concurrency = options.concurrency ?? availableParallelism();
@@ -42,6 +49,9 @@ export class Sha512BatchScheduler {
     this.concurrency = concurrency;
     this.maxBatch = Math.max(1, multiBufferLanes());
     this.minBatch = this.maxBatch > 1 ? Math.ceil(this.maxBatch / 2) : 1;
+    const linger = options.lingerMs ?? 1;
+    if (!Number.isFinite(linger) || linger < 0) throw new RangeError(`lingerMs must be a non-negative number, got ${String(linger)}`);
+    this.lingerMs = this.maxBatch > 1 ? linger : 0;
   }
 
   /** The state after compressing `data` (or `length` zero bytes with `null`) into `state`. */
@@ -57,9 +67,24 @@ export class Sha512BatchScheduler {
     return this.#queue.length;
   }
 
-  #pump(): void {
+  #pump(force = false): void {
     while (this.#queue.length > 0 && this.#running < this.concurrency) {
-      if (this.#running > 0 && this.#queue.length < this.minBatch) return;
+      if (this.#queue.length < this.minBatch && !force) {
+        // a short batch: while a call runs, wait for it; while none runs, wait a moment for company
+        if (this.#running > 0) return;
+        if (this.lingerMs > 0) {
+          this.#linger ??= setTimeout(() => {
+            this.#linger = undefined;
+            this.#pump(true);
+          }, this.lingerMs);
+          return;
+        }
+      }
+      force = false;
+      if (this.#linger) {
+        clearTimeout(this.#linger);
+        this.#linger = undefined;
+      }
       const batch = this.#take();
       this.#running++;
       this.stats.calls++;
