@@ -5,6 +5,12 @@ import { encodeChain, type Sha512Chain } from '@bis/sha512-chain';
 import type { Extent, FileLayoutProvider } from './layout.js';
 
 export const SSYNC_CHUNK_SIZE = 2 << 20;
+/**
+ * Bytes per writeData request to a receiver that accepted our SHA-512 chain (so it is ours and takes any range size):
+ * fewer requests cost the sender ~15 % less CPU than 2 MiB ones (8 MiB saved a little more, but 3 sends × 4 workers ×
+ * 8 MiB of buffers do not fit the daemon's memory budget).
+ */
+export const SSYNC_CHUNK_SIZE_CHAIN = 4 << 20;
 export const SSYNC_WORKERS = 4;
 
 export interface SendFileOptions {
@@ -17,7 +23,10 @@ export interface SendFileOptions {
   signal?: AbortSignal;
   /** Parallel requests (Longhorn: 4). */
   workers?: number;
-  /** Bytes per writeData request (Longhorn: 2 MiB). */
+  /**
+   * Bytes per writeData request (Longhorn: 2 MiB). Default: 2 MiB, or SSYNC_CHUNK_SIZE_CHAIN once the receiver
+   * accepted the chain (only our receiver does).
+   */
   chunkSize?: number;
   /** Attempts per request before the transfer fails (Longhorn: 1). */
   attempts?: number;
@@ -154,7 +163,6 @@ const delay = (ms: number, signal?: AbortSignal) =>
 export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
   const { host, port } = parseAddress(opts.toAddress);
   const workers = opts.workers ?? SSYNC_WORKERS;
-  const chunkSize = opts.chunkSize ?? SSYNC_CHUNK_SIZE;
   const attempts = Math.max(1, opts.attempts ?? 3);
   const timeoutFor = opts.requestTimeoutMs ?? defaultRequestTimeoutMs;
   const openTimeoutMs = opts.openTimeoutMs ?? 120_000;
@@ -173,8 +181,15 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
   ): Promise<string> => {
     const qs = new URLSearchParams(Object.entries(query).map(([k, v]): [string, string] => [k, String(v)])).toString();
     const bytes = body?.length ?? 0;
-    const reqSignal = AbortSignal.any([signal, AbortSignal.timeout(timeoutFor(bytes))]);
+    const timeoutMs = timeoutFor(bytes);
     return new Promise<string>((resolve, reject) => {
+      signal.throwIfAborted();
+      // one timer and one abort listener per request (cheaper than AbortSignal.any + AbortSignal.timeout per request)
+      let timedOut = false;
+      const cleanup = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+      };
       const req = http.request(
         {
           host,
@@ -182,25 +197,33 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
           method,
           path: `/v1-ssync/${op}${qs ? '?' + qs : ''}`,
           agent,
-          signal: reqSignal,
           headers: body ? { 'Content-Type': 'application/octet-stream', 'Content-Length': bytes } : {},
         },
         (res) => {
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
           res.on('end', () => {
+            cleanup();
             const text = Buffer.concat(chunks).toString('utf8');
             if (res.statusCode !== 200) {
               reject(new SsyncSendError(`${op} [${query.begin ?? ''}, ${query.end ?? ''}) failed: HTTP ${res.statusCode}: ${text.trim()}`, res.statusCode));
             } else resolve(text);
           });
-          res.on('error', reject);
+          res.on('error', (err) => {
+            cleanup();
+            reject(timedOut ? new SsyncSendError(`${op} timed out after ${timeoutMs} ms`) : err);
+          });
         },
       );
+      const timer = setTimeout(() => {
+        timedOut = true;
+        req.destroy(new SsyncSendError(`${op} timed out after ${timeoutMs} ms`));
+      }, timeoutMs);
+      const onAbort = () => req.destroy(signal.reason as Error);
+      signal.addEventListener('abort', onAbort, { once: true });
       req.on('error', (err) => {
-        if (reqSignal.aborted && !signal.aborted) {
-          reject(new SsyncSendError(`${op} timed out after ${timeoutFor(bytes)} ms`));
-        } else reject(err);
+        cleanup();
+        reject(timedOut ? new SsyncSendError(`${op} timed out after ${timeoutMs} ms`) : err);
       });
       req.end(body);
     });
@@ -257,6 +280,7 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
       }
       chainAccepted = await offerChain(opts.chain);
     }
+    const chunkSize = opts.chunkSize ?? (chainAccepted ? SSYNC_CHUNK_SIZE_CHAIN : SSYNC_CHUNK_SIZE);
     const layout = await opts.layout(opts.path);
     const tasks =
       chainAccepted && opts.chain

@@ -256,3 +256,63 @@ describe('checksum computed while receiving', () => {
     expect(got.hashStats!.postPassBytes).toBe(0);
   });
 });
+
+describe('ssync sender requests', () => {
+  /** A receiver that records every request and answers 200 (`sha512Chain` as `chainStatus`), or never answers writeData. */
+  async function recordingReceiver(chainStatus: number, hangWriteData = false) {
+    const seen: Array<{ op: string; begin: number; end: number; bytes: number }> = [];
+    const server = http.createServer((req, res) => {
+      const url = new URL(req.url!, 'http://x');
+      const op = url.pathname.replace('/v1-ssync/', '');
+      let bytes = 0;
+      req.on('data', (c: Buffer) => (bytes += c.length));
+      req.on('end', () => {
+        seen.push({ op, begin: Number(url.searchParams.get('begin')), end: Number(url.searchParams.get('end')), bytes });
+        if (op === 'writeData' && hangWriteData) return;
+        res.statusCode = op === 'sha512Chain' ? chainStatus : 200;
+        res.end(op === 'open' ? 'false' : '');
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const close = () => {
+      server.closeAllConnections();
+      return new Promise<void>((r) => server.close(() => r()));
+    };
+    return { port: (server.address() as AddressInfo).port, seen, close };
+  }
+
+  it('sends 2 MiB writeData requests to a receiver without chains (Longhorn) and 4 MiB ones once ours accepted the chain', async () => {
+    const src = await sparseFile('src', 'dddddddddddd'); // 12 MiB of data
+    const { computeFileChain } = await import('@bis/sha512-chain');
+    const chain = await computeFileChain(src);
+    for (const [status, accepted, largest] of [[404, false, 2 * MiB], [200, true, 4 * MiB]] as const) {
+      const rx = await recordingReceiver(status);
+      try {
+        const r = await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chain });
+        expect(r.chainAccepted).toBe(accepted);
+        const writes = rx.seen.filter((s) => s.op === 'writeData');
+        expect(Math.max(...writes.map((w) => w.end - w.begin))).toBe(largest);
+        expect(writes.every((w) => w.bytes === w.end - w.begin)).toBe(true);
+        expect(writes.reduce((n, w) => n + w.bytes, 0)).toBe(12 * MiB);
+        expect(rx.seen[rx.seen.length - 1]!.op).toBe('close');
+      } finally {
+        await rx.close();
+      }
+    }
+  });
+
+  it('a request the receiver never answers times out with the per-request timeout and is not closed as complete', async () => {
+    const src = await sparseFile('src', 'dd');
+    const rx = await recordingReceiver(404, true);
+    try {
+      const t = Date.now();
+      await expect(
+        sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), attempts: 1, requestTimeoutMs: () => 300 }),
+      ).rejects.toThrow('writeData timed out after 300 ms');
+      expect(Date.now() - t).toBeLessThan(5000);
+      expect(rx.seen.some((s) => s.op === 'close')).toBe(false);
+    } finally {
+      await rx.close();
+    }
+  });
+});
