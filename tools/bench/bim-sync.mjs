@@ -2,6 +2,8 @@
 // Benchmark: Sync A->B of a sparse image between two backing-image-manager daemons, against `cp --sparse=always`
 // of the same file in the same run; then fan-out of the image from one disk to 4 disks at once.
 // Usage: node tools/bench/bim-sync.mjs [sizeGiB=2] [runs=3]   (builds the daemon first with tsc -b)
+//   BIM_SYNC_REPO=<dir>: measure the daemon and receiver of another checkout (e.g. an older commit exported with
+//   `git archive` and given its own node_modules/@bis links), to interleave runs of two builds with the same script.
 // Prints per run: cp --sparse=always, sha512sum of the image (the hash floor), Sync A->B until B is ready (with the
 // receiver's own stage timings from its log: open->close and close->checksum final), fan-out to 4 disks; then medians.
 import { spawn, spawnSync, execFileSync } from 'node:child_process';
@@ -13,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const repo = process.env.BIM_SYNC_REPO ? path.resolve(process.env.BIM_SYNC_REPO) : path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 execFileSync(process.execPath, [path.join(repo, 'node_modules/typescript/bin/tsc'), '-b', path.join(repo, 'apps/backing-image-manager/tsconfig.lib.json')], { stdio: 'inherit' });
 const { ManagerClient } = await import(path.join(repo, 'libs/bimrpc/dist/index.js'));
 const { startSsyncReceiver, encodeFileId } = await import(path.join(repo, 'libs/sync-service/dist/index.js'));
@@ -135,7 +137,7 @@ try {
       req.on('error', reject);
       req.end();
     });
-    await rx.done;
+    const rxResult = await rx.done;
     const transferS = (performance.now() - t) / 1000;
     const rxRu1 = process.resourceUsage();
     const transferCpu = { tx: cpuOf(a.child.pid) - txCpu0, rx: (rxRu1.userCPUTime + rxRu1.systemCPUTime - rxRu0.userCPUTime - rxRu0.systemCPUTime) / 1e6 };
@@ -173,7 +175,7 @@ try {
     const row = { txCpu: transferCpu.tx, rxCpu: transferCpu.rx, cpS, cpCpu: cp.cpu, shaCpu: sum.cpu, syncCpuA: syncCpu.a, syncCpuB: syncCpu.b, fanCpu, shaS, transferS, readyS, syncS, receiveS: rec.receiveMs / 1000, tailS: rec.tailMs / 1000, fanS, maxRss: Math.max(...rss), allocB: stB.blocks * 512 / GiB, readBack: rec.readBack, postPass: rec.postPass };
     rows.push(row);
     console.log(
-      `run ${run}: cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | transfer alone (no hash) ${transferS.toFixed(2)} s (${mbps(transferS)} MB/s) | ` +
+      `run ${run} (${path.basename(repo)}): cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | transfer alone (no hash) ${transferS.toFixed(2)} s (${mbps(transferS)} MB/s${rxResult.writeStats ? `, ${(rxResult.writeStats.directBytes / GiB).toFixed(2)} GiB written direct` : ''}) | ` +
         `Sync A->B ready ${readyS.toFixed(2)} s, + sync ${syncS.toFixed(2)} s (${mbps(syncS)} MB/s of data, ${(cpS / syncS).toFixed(2)}x cp) ` +
         `[receiver open->close ${row.receiveS.toFixed(2)} s, checksum final ${row.tailS.toFixed(2)} s after close, ${rec.chain}, read back ${rec.readBack} B, post-pass ${rec.postPass} B] | ` +
         `CPU s: cp ${cp.cpu.toFixed(2)}, sha512sum ${sum.cpu.toFixed(2)}, transfer alone sender ${transferCpu.tx.toFixed(2)} + receiver ${transferCpu.rx.toFixed(2)}, Sync sender ${syncCpu.a.toFixed(2)} + receiver ${syncCpu.b.toFixed(2)}, fan-out all daemons ${fanCpu.toFixed(2)} | B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy (${fanStats}) | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,

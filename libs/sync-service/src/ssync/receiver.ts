@@ -16,6 +16,8 @@ import {
 
 /** Largest chain segment verified from request bodies in flight (larger ones are verified from the file at close). */
 const MAX_INFLIGHT_SEGMENT = 16 << 20;
+/** Free slabs a receiver without the in-order hash keeps for reuse (one per sender worker). */
+const SLAB_POOL_FREE = 4;
 /** Direct writes in flight at once (1 GiB in 2 MiB writes: 2 were faster than 1 and than 4, same CPU). */
 const DIRECT_WRITES_IN_FLIGHT = 2;
 /** Largest accepted `sha512Chain` body (64 bytes of state per segment: 32 MiB is 1 TiB in 2 MiB segments). */
@@ -235,7 +237,7 @@ class SlabPool {
     return this.#free.pop() ?? new Slab(this.allocate(this.slabSize, false));
   }
   release(s: Slab): void {
-    if (this.#free.length < 8) this.#free.push(s);
+    if (this.#free.length < SLAB_POOL_FREE) this.#free.push(s);
   }
 }
 
@@ -506,13 +508,16 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
           } else {
             await writePiece(handle, s.buffer, fill, pos);
           }
-          // hold at most one slab per request: an earlier one is released (its range is read back if needed)
+          // with the in-order hash, hold at most one slab per request (an earlier one is released: its range is read
+          // back if needed); without it nothing needs the bytes once written and verified
           const prev = pieces[pieces.length - 1];
           if (prev?.slab) {
             slabs.release(prev.slab);
             prev.slab = null;
           }
-          pieces.push({ begin: pos, end: pos + fill, slab: s });
+          const keep = hasher !== undefined;
+          if (!keep) slabs.release(s);
+          pieces.push({ begin: pos, end: pos + fill, slab: keep ? s : null });
           pos += fill;
           fill = 0;
           slab = undefined;

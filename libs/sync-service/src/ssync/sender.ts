@@ -5,12 +5,6 @@ import { encodeChain, type Sha512Chain } from '@bis/sha512-chain';
 import type { Extent, FileLayoutProvider } from './layout.js';
 
 export const SSYNC_CHUNK_SIZE = 2 << 20;
-/**
- * Bytes per writeData request to a receiver that accepted our SHA-512 chain (so it is ours and takes any range size):
- * fewer requests cost the sender ~15 % less CPU than 2 MiB ones (8 MiB saved a little more, but 3 sends × 4 workers ×
- * 8 MiB of buffers do not fit the daemon's memory budget).
- */
-export const SSYNC_CHUNK_SIZE_CHAIN = 4 << 20;
 export const SSYNC_WORKERS = 4;
 
 export interface SendFileOptions {
@@ -24,8 +18,9 @@ export interface SendFileOptions {
   /** Parallel requests (Longhorn: 4). */
   workers?: number;
   /**
-   * Bytes per writeData request (Longhorn: 2 MiB). Default: 2 MiB, or SSYNC_CHUNK_SIZE_CHAIN once the receiver
-   * accepted the chain (only our receiver does).
+   * Bytes per writeData request (Longhorn: 2 MiB; keep it toward a Longhorn receiver). 4 MiB toward ours costs the
+   * sender ~10 % less CPU but 8 MB more memory per send (4 workers' buffers), which the daemon's memory budget does not
+   * have with 3 sends at once.
    */
   chunkSize?: number;
   /** Attempts per request before the transfer fails (Longhorn: 1). */
@@ -280,7 +275,7 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
       }
       chainAccepted = await offerChain(opts.chain);
     }
-    const chunkSize = opts.chunkSize ?? (chainAccepted ? SSYNC_CHUNK_SIZE_CHAIN : SSYNC_CHUNK_SIZE);
+    const chunkSize = opts.chunkSize ?? SSYNC_CHUNK_SIZE;
     const layout = await opts.layout(opts.path);
     const tasks =
       chainAccepted && opts.chain
