@@ -1,0 +1,162 @@
+import { constants as fsConstants, promises as fsp } from 'node:fs';
+import { alignedBuffer, DIRECT_IO_ALIGNMENT } from './aligned.js';
+
+const O_DIRECT: number = typeof fsConstants.O_DIRECT === 'number' ? fsConstants.O_DIRECT : 0;
+
+/** Set to `0` to turn direct writes off (every write then goes through the caller's buffered handle). */
+export const DISABLE_DIRECT_IO_ENV = 'BIS_DIRECT_IO';
+
+export interface DirectFileWriterOptions {
+  /** Bytes copied into the aligned staging buffer per direct write (default 2 MiB, a multiple of 4096). */
+  stagingSize?: number;
+  /** Try direct writes at all (default: unless BIS_DIRECT_IO=0). */
+  direct?: boolean;
+}
+
+export interface DirectFileWriterStats {
+  /** Bytes written with O_DIRECT. */
+  directBytes: number;
+  /** Bytes written through the buffered handle (unaligned heads and tails, or everything without direct I/O). */
+  bufferedBytes: number;
+}
+
+/**
+ * Positioned writes into one file that bypass the page cache where they can.
+ *
+ * The aligned middle of every write goes through a second descriptor opened with `O_DIRECT`, from an aligned staging
+ * buffer: the bytes go to the device without a copy into the page cache, and a later `fsync` has no dirty pages to
+ * wait for. On a virtual machine this also avoids the cost of first touching page-cache memory, which made a buffered
+ * 1 GiB write take 2.2 s of system time instead of 0.25 s. Unaligned heads and tails (a short last block) go through
+ * the caller's buffered handle, so any offset and length work.
+ *
+ * Writes run one at a time in call order. Where the platform or the filesystem has no direct I/O (tmpfs refuses
+ * `O_DIRECT` with EINVAL), or the first direct write is refused, every write is buffered; `direct` tells which.
+ * Durability stays the caller's: `fsync` on the buffered handle covers the whole file, direct writes included.
+ */
+export class DirectFileWriter {
+  readonly stats: DirectFileWriterStats = { directBytes: 0, bufferedBytes: 0 };
+  #direct: fsp.FileHandle | undefined;
+  #staging: Buffer | undefined;
+  #queue: Promise<unknown> = Promise.resolve();
+  readonly #stagingSize: number;
+
+  private constructor(
+    private readonly buffered: fsp.FileHandle,
+    direct: fsp.FileHandle | undefined,
+    stagingSize: number,
+  ) {
+    this.#direct = direct;
+    this.#stagingSize = stagingSize;
+  }
+
+  /**
+   * A writer for the file `path`, already open for writing as `buffered` (which stays the caller's to sync and close).
+   * Fails only on bad options; no direct I/O is not an error.
+   */
+  static async open(path: string, buffered: fsp.FileHandle, options: DirectFileWriterOptions = {}): Promise<DirectFileWriter> {
+    const stagingSize = options.stagingSize ?? 2 * 1024 * 1024;
+    if (!Number.isSafeInteger(stagingSize) || stagingSize <= 0 || stagingSize % DIRECT_IO_ALIGNMENT !== 0) {
+      throw new RangeError(`stagingSize must be a positive multiple of ${DIRECT_IO_ALIGNMENT}, got ${String(stagingSize)}`);
+    }
+    const wanted = options.direct ?? process.env[DISABLE_DIRECT_IO_ENV] !== '0';
+    let direct: fsp.FileHandle | undefined;
+    if (wanted && O_DIRECT !== 0) {
+      try {
+        direct = await fsp.open(path, fsConstants.O_WRONLY | O_DIRECT);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code !== 'EINVAL' && code !== 'EOPNOTSUPP' && code !== 'ENOTSUP') throw err;
+      }
+    }
+    return new DirectFileWriter(buffered, direct, stagingSize);
+  }
+
+  /** Whether direct writes are in use. */
+  get direct(): boolean {
+    return this.#direct !== undefined;
+  }
+
+  /** Writes all of `data` at `position` (after every earlier write). Do not change `data` until it settles. */
+  write(data: Uint8Array, position: number): Promise<void> {
+    if (!Number.isSafeInteger(position) || position < 0) {
+      return Promise.reject(new RangeError(`write position must be a non-negative integer, got ${String(position)}`));
+    }
+    const run = () => this.#write(data, position);
+    const done = this.#queue.then(run, run);
+    this.#queue = done.catch(() => undefined);
+    return done;
+  }
+
+  /** Resolves when every write so far has settled. */
+  async idle(): Promise<void> {
+    await this.#queue;
+  }
+
+  /** `fdatasync` of the file (through the buffered handle, which covers every write to it), without waiting for writes. */
+  async datasync(): Promise<void> {
+    await this.buffered.datasync();
+  }
+
+  /** Closes the direct descriptor (after the writes so far); the buffered handle is the caller's. */
+  async close(): Promise<void> {
+    await this.idle();
+    const d = this.#direct;
+    this.#direct = undefined;
+    this.#staging = undefined;
+    await d?.close();
+  }
+
+  async #write(data: Uint8Array, position: number): Promise<void> {
+    const end = position + data.length;
+    let at = position;
+    if (this.#direct) {
+      const first = Math.min(end, Math.ceil(position / DIRECT_IO_ALIGNMENT) * DIRECT_IO_ALIGNMENT);
+      const last = Math.max(first, Math.floor(end / DIRECT_IO_ALIGNMENT) * DIRECT_IO_ALIGNMENT);
+      if (last > first) {
+        if (first > position) await this.#buffered(data.subarray(0, first - position), position);
+        at = first;
+        while (this.#direct && at < last) {
+          const n = Math.min(this.#stagingSize, last - at);
+          const piece = data.subarray(at - position, at - position + n);
+          if (!(await this.#tryDirect(piece, at))) break;
+          at += n;
+        }
+      }
+    }
+    if (at < end) await this.#buffered(data.subarray(at - position), at);
+  }
+
+  /** One aligned piece with O_DIRECT; false (and direct writes off for good) when the kernel refuses it. */
+  async #tryDirect(piece: Uint8Array, position: number): Promise<boolean> {
+    const fh = this.#direct!;
+    this.#staging ??= alignedBuffer(this.#stagingSize);
+    const staging = this.#staging;
+    staging.set(piece);
+    let off = 0;
+    try {
+      while (off < piece.length) {
+        const { bytesWritten } = await fh.write(staging, off, piece.length - off, position + off);
+        if (bytesWritten === 0) throw new Error(`direct write at ${position + off} wrote nothing`);
+        off += bytesWritten;
+      }
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EINVAL' || off > 0) throw err;
+      // the device wants another alignment: from now on everything is buffered
+      this.#direct = undefined;
+      this.#staging = undefined;
+      await fh.close().catch(() => undefined);
+      return false;
+    }
+    this.stats.directBytes += piece.length;
+    return true;
+  }
+
+  async #buffered(data: Uint8Array, position: number): Promise<void> {
+    let off = 0;
+    while (off < data.length) {
+      const { bytesWritten } = await this.buffered.write(data, off, data.length - off, position + off);
+      off += bytesWritten;
+    }
+    this.stats.bufferedBytes += data.length;
+  }
+}
