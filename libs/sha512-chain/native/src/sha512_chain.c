@@ -243,28 +243,41 @@ static void advance_execute(napi_env env, void *raw) {
   else advance_zero_blocks(req->state, req->length);
 }
 
+/* Settles `deferred` with `value`, or rejects it naming `what` when the work was cancelled (status not ok). */
+static void settle(napi_env env, napi_deferred deferred, napi_status status, const char *what, napi_value value) {
+  if (status == napi_ok) {
+    napi_resolve_deferred(env, deferred, value);
+    return;
+  }
+  napi_value message, error;
+  napi_create_string_utf8(env, what, NAPI_AUTO_LENGTH, &message);
+  napi_create_error(env, NULL, message, &error);
+  napi_reject_deferred(env, deferred, error);
+}
+
 static void advance_complete(napi_env env, napi_status status, void *raw) {
   advance_request *req = raw;
-  if (status != napi_ok) {
-    napi_value message, error;
-    napi_create_string_utf8(env, "SHA-512 chain advance was cancelled", NAPI_AUTO_LENGTH, &message);
-    napi_create_error(env, NULL, message, &error);
-    napi_reject_deferred(env, req->deferred, error);
-  } else {
-    napi_resolve_deferred(env, req->deferred, state_buffer(env, req->state));
-  }
+  settle(env, req->deferred, status, "SHA-512 chain advance was cancelled",
+         status == napi_ok ? state_buffer(env, req->state) : NULL);
   if (req->data_ref != NULL) napi_delete_reference(env, req->data_ref);
   napi_delete_async_work(env, req->work);
   free(req);
 }
 
-static napi_value queue_advance(napi_env env, advance_request *req, const char *name) {
+/* Queues `execute` on the thread pool (then `complete` on the JS thread) and returns the promise it settles. */
+static napi_value queue_work(napi_env env, const char *name, napi_async_execute_callback execute,
+                             napi_async_complete_callback complete, void *data, napi_deferred *deferred,
+                             napi_async_work *work) {
   napi_value promise, resource_name;
-  napi_create_promise(env, &req->deferred, &promise);
+  napi_create_promise(env, deferred, &promise);
   napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &resource_name);
-  napi_create_async_work(env, NULL, resource_name, advance_execute, advance_complete, req, &req->work);
-  napi_queue_async_work(env, req->work);
+  napi_create_async_work(env, NULL, resource_name, execute, complete, data, work);
+  napi_queue_async_work(env, *work);
   return promise;
+}
+
+static napi_value queue_advance(napi_env env, advance_request *req, const char *name) {
+  return queue_work(env, name, advance_execute, advance_complete, req, &req->deferred, &req->work);
 }
 
 static napi_value advance_async(napi_env env, napi_callback_info info) {
@@ -456,17 +469,12 @@ static void many_execute(napi_env env, void *raw) {
 
 static void many_complete(napi_env env, napi_status status, void *raw) {
   many_request *req = raw;
-  if (status != napi_ok) {
-    napi_value message, error;
-    napi_create_string_utf8(env, "SHA-512 chain advanceMany was cancelled", NAPI_AUTO_LENGTH, &message);
-    napi_create_error(env, NULL, message, &error);
-    napi_reject_deferred(env, req->deferred, error);
-  } else {
-    napi_value result;
+  napi_value result = NULL;
+  if (status == napi_ok) {
     void *copy;
     napi_create_buffer_copy(env, req->count * STATE_BYTES, req->states, &copy, &result);
-    napi_resolve_deferred(env, req->deferred, result);
   }
+  settle(env, req->deferred, status, "SHA-512 chain advanceMany was cancelled", result);
   napi_delete_async_work(env, req->work);
   many_free(env, req);
 }
@@ -474,12 +482,7 @@ static void many_complete(napi_env env, napi_status status, void *raw) {
 static napi_value advance_many_async(napi_env env, napi_callback_info info) {
   many_request *req = parse_many_args(env, info, "advanceManyAsync(states, data, length) needs three arguments", 1);
   if (req == NULL) return NULL;
-  napi_value promise, resource_name;
-  napi_create_promise(env, &req->deferred, &promise);
-  napi_create_string_utf8(env, "bis.sha512_chain.advanceMany", NAPI_AUTO_LENGTH, &resource_name);
-  napi_create_async_work(env, NULL, resource_name, many_execute, many_complete, req, &req->work);
-  napi_queue_async_work(env, req->work);
-  return promise;
+  return queue_work(env, "bis.sha512_chain.advanceMany", many_execute, many_complete, req, &req->deferred, &req->work);
 }
 
 static napi_value init(napi_env env, napi_value exports) {
