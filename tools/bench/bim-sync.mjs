@@ -156,6 +156,8 @@ try {
     sh('sync', []);
     const syncS = (performance.now() - t) / 1000;
     const stB = await fsp.stat(path.join(b.d, 'backing-images', 'bench-u1', 'backing'));
+    // peak memory of A and B up to the end of the Sync (before the fan-out adds sends)
+    const rssSync = [a, b].map((x) => x.maxRssMB());
     const rec = b.received[0] ?? { receiveMs: NaN, tailMs: NaN };
 
     const fan = [];
@@ -178,7 +180,7 @@ try {
       `run ${run} (${path.basename(repo)}): cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | transfer alone (no hash) ${transferS.toFixed(2)} s (${mbps(transferS)} MB/s${rxResult.writeStats ? `, ${(rxResult.writeStats.directBytes / GiB).toFixed(2)} GiB written direct` : ''}) | ` +
         `Sync A->B ready ${readyS.toFixed(2)} s, + sync ${syncS.toFixed(2)} s (${mbps(syncS)} MB/s of data, ${(cpS / syncS).toFixed(2)}x cp) ` +
         `[receiver open->close ${row.receiveS.toFixed(2)} s, checksum final ${row.tailS.toFixed(2)} s after close, ${rec.chain}, read back ${rec.readBack} B, post-pass ${rec.postPass} B] | ` +
-        `CPU s: cp ${cp.cpu.toFixed(2)}, sha512sum ${sum.cpu.toFixed(2)}, transfer alone sender ${transferCpu.tx.toFixed(2)} + receiver ${transferCpu.rx.toFixed(2)}, Sync sender ${syncCpu.a.toFixed(2)} + receiver ${syncCpu.b.toFixed(2)}, fan-out all daemons ${fanCpu.toFixed(2)} | B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy (${fanStats}) | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB | load ${os.loadavg()[0].toFixed(2)}`,
+        `CPU s: cp ${cp.cpu.toFixed(2)}, sha512sum ${sum.cpu.toFixed(2)}, transfer alone sender ${transferCpu.tx.toFixed(2)} + receiver ${transferCpu.rx.toFixed(2)}, Sync sender ${syncCpu.a.toFixed(2)} + receiver ${syncCpu.b.toFixed(2)}, fan-out all daemons ${fanCpu.toFixed(2)} | B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy (${fanStats}) | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB (A/B after the Sync ${rssSync.map((x) => x.toFixed(0)).join('/')} MB) | load ${os.loadavg()[0].toFixed(2)}`,
     );
     for (const x of [...fan, b]) await stop(x);
   }
