@@ -1,4 +1,4 @@
-export { alignedBuffer, DIRECT_IO_ALIGNMENT } from './aligned.js';
+export { alignedBuffer, isAlignedView, DIRECT_IO_ALIGNMENT, type AlignedBufferOptions } from './aligned.js';
 export {
   DirectFileWriter,
   DISABLE_DIRECT_IO_ENV,

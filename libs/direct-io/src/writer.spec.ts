@@ -3,7 +3,7 @@ import { constants as fsConstants, promises as fsp } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
-import { alignedBuffer, DIRECT_IO_ALIGNMENT, DirectFileWriter } from './index.js';
+import { alignedBuffer, DIRECT_IO_ALIGNMENT, DirectFileWriter, isAlignedView } from './index.js';
 
 let dir: string;
 /** Whether the temp directory's filesystem takes O_DIRECT (ext4 and xfs do, tmpfs does not). */
@@ -53,6 +53,17 @@ describe('alignedBuffer', () => {
     expect(back.subarray(DIRECT_IO_ALIGNMENT).every((x) => x === 7)).toBe(true);
   });
 
+  it('knows its aligned views, shared ones too', () => {
+    const b = alignedBuffer(3 * DIRECT_IO_ALIGNMENT);
+    expect(isAlignedView(b)).toBe(true);
+    expect(isAlignedView(b.subarray(DIRECT_IO_ALIGNMENT))).toBe(true);
+    expect(isAlignedView(b.subarray(16))).toBe(false);
+    expect(isAlignedView(Buffer.alloc(DIRECT_IO_ALIGNMENT))).toBe(false);
+    const s = alignedBuffer(DIRECT_IO_ALIGNMENT, { shared: true });
+    expect(s.buffer).toBeInstanceOf(SharedArrayBuffer);
+    expect(isAlignedView(s)).toBe(true);
+  });
+
   it('rejects a bad size', () => {
     expect(() => alignedBuffer(0)).toThrow(/positive integer/);
     expect(() => alignedBuffer(1.5)).toThrow(/positive integer/);
@@ -95,6 +106,22 @@ describe('DirectFileWriter', () => {
     }
   });
 
+  it('writes an aligned buffer without copying it, and copies anything else', async () => {
+    const { file, fh } = await target('zero-copy', 1 << 20);
+    const w = await DirectFileWriter.open(file, fh);
+    const aligned = alignedBuffer(256 * 1024);
+    aligned.fill(3);
+    await w.write(aligned, 0);
+    await w.write(Buffer.alloc(256 * 1024, 4), 256 * 1024);
+    await w.close();
+    await fh.close();
+    const back = await fsp.readFile(file);
+    expect(back[0]).toBe(3);
+    expect(back[300 * 1024]).toBe(4);
+    expect(w.stats.zeroCopyBytes).toBe(directSupported ? 256 * 1024 : 0);
+    expect(w.stats.directBytes).toBe(directSupported ? 512 * 1024 : 0);
+  });
+
   it('a direct write replaces what the page cache held for the range', async () => {
     const { file, fh } = await target('coherent', 1 << 20);
     await fh.write(Buffer.alloc(1 << 20, 1), 0, 1 << 20, 0);
@@ -116,7 +143,7 @@ describe('DirectFileWriter', () => {
     await w.write(data, 0);
     await w.close();
     await fh.close();
-    expect(w.stats).toEqual({ directBytes: 0, bufferedBytes: 1 << 20 });
+    expect(w.stats).toEqual({ directBytes: 0, bufferedBytes: 1 << 20, zeroCopyBytes: 0 });
     expect((await fsp.readFile(file)).equals(data)).toBe(true);
   });
 

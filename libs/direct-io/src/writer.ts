@@ -1,5 +1,5 @@
 import { constants as fsConstants, promises as fsp } from 'node:fs';
-import { alignedBuffer, DIRECT_IO_ALIGNMENT } from './aligned.js';
+import { alignedBuffer, DIRECT_IO_ALIGNMENT, isAlignedView } from './aligned.js';
 
 const O_DIRECT: number = typeof fsConstants.O_DIRECT === 'number' ? fsConstants.O_DIRECT : 0;
 
@@ -18,12 +18,15 @@ export interface DirectFileWriterStats {
   directBytes: number;
   /** Bytes written through the buffered handle (unaligned heads and tails, or everything without direct I/O). */
   bufferedBytes: number;
+  /** Of `directBytes`, those written straight from the caller's aligned buffer (`alignedBuffer`), without a copy. */
+  zeroCopyBytes: number;
 }
 
 /**
  * Positioned writes into one file that bypass the page cache where they can.
  *
- * The aligned middle of every write goes through a second descriptor opened with `O_DIRECT`, from an aligned staging
+ * The aligned middle of every write goes through a second descriptor opened with `O_DIRECT`, straight from the
+ * caller's buffer when it comes from `alignedBuffer` (at a 4096-multiple offset), else copied into an aligned staging
  * buffer: the bytes go to the device without a copy into the page cache, and a later `fsync` has no dirty pages to
  * wait for. On a virtual machine this also avoids the cost of first touching page-cache memory, which made a buffered
  * 1 GiB write take 2.2 s of system time instead of 0.25 s. Unaligned heads and tails (a short last block) go through
@@ -34,7 +37,7 @@ export interface DirectFileWriterStats {
  * Durability stays the caller's: `fsync` on the buffered handle covers the whole file, direct writes included.
  */
 export class DirectFileWriter {
-  readonly stats: DirectFileWriterStats = { directBytes: 0, bufferedBytes: 0 };
+  readonly stats: DirectFileWriterStats = { directBytes: 0, bufferedBytes: 0, zeroCopyBytes: 0 };
   #direct: fsp.FileHandle | undefined;
   #staging: Buffer | undefined;
   #queue: Promise<unknown> = Promise.resolve();
@@ -129,13 +132,19 @@ export class DirectFileWriter {
   /** One aligned piece with O_DIRECT; false (and direct writes off for good) when the kernel refuses it. */
   async #tryDirect(piece: Uint8Array, position: number): Promise<boolean> {
     const fh = this.#direct!;
-    this.#staging ??= alignedBuffer(this.#stagingSize);
-    const staging = this.#staging;
-    staging.set(piece);
+    // a piece of an aligned buffer goes as it is; anything else through the staging buffer
+    let source = piece;
+    if (!isAlignedView(piece)) {
+      this.#staging ??= alignedBuffer(this.#stagingSize);
+      this.#staging.set(piece);
+      source = this.#staging;
+    } else {
+      this.stats.zeroCopyBytes += piece.length;
+    }
     let off = 0;
     try {
       while (off < piece.length) {
-        const { bytesWritten } = await fh.write(staging, off, piece.length - off, position + off);
+        const { bytesWritten } = await fh.write(source, off, piece.length - off, position + off);
         if (bytesWritten === 0) throw new Error(`direct write at ${position + off} wrote nothing`);
         off += bytesWritten;
       }
