@@ -4,6 +4,7 @@
 // Usage: node tools/bench/bim-sync.mjs [sizeGiB=2] [runs=3]   (builds the daemon first with tsc -b)
 //   BIM_SYNC_REPO=<dir>: measure the daemon and receiver of another checkout (e.g. an older commit exported with
 //   `git archive` and given its own node_modules/@bis links), to interleave runs of two builds with the same script.
+//   BIM_SYNC_NODE_FLAGS="<flags>": node flags for every daemon (e.g. --initial-old-space-size=64).
 // Prints per run: cp --sparse=always, sha512sum of the image (the hash floor), Sync A->B until B is ready (with the
 // receiver's own stage timings from its log: open->close and close->checksum final), fan-out to 4 disks; then medians.
 import { spawn, spawnSync, execFileSync } from 'node:child_process';
@@ -20,6 +21,7 @@ execFileSync(process.execPath, [path.join(repo, 'node_modules/typescript/bin/tsc
 const { ManagerClient } = await import(path.join(repo, 'libs/bimrpc/dist/index.js'));
 const { startSsyncReceiver, encodeFileId } = await import(path.join(repo, 'libs/sync-service/dist/index.js'));
 const BIN = path.join(repo, 'apps/backing-image-manager/bin/backing-image-manager.js');
+const nodeFlags = (process.env.BIM_SYNC_NODE_FLAGS ?? '').split(' ').filter(Boolean);
 
 const GiB = 1 << 30, MiB = 1 << 20;
 const size = Number(process.argv[2] ?? 2) * GiB;
@@ -35,7 +37,7 @@ async function disk(name) {
   return d;
 }
 async function daemon(d) {
-  const child = spawn(process.execPath, [BIN, 'daemon', '--listen', '127.0.0.1:0', '--sync-listen', '127.0.0.1:0', '--disk-path', d, '--port-range', `${range}-${range + 9}`, '--advertise-address', '127.0.0.1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...nodeFlags, BIN, 'daemon', '--listen', '127.0.0.1:0', '--sync-listen', '127.0.0.1:0', '--disk-path', d, '--port-range', `${range}-${range + 9}`, '--advertise-address', '127.0.0.1'], { stdio: ['ignore', 'pipe', 'pipe'] });
   range += 10;
   const received = [];
   createInterface({ input: child.stderr }).on('line', (l) => {
@@ -177,7 +179,7 @@ try {
     const row = { txCpu: transferCpu.tx, rxCpu: transferCpu.rx, cpS, cpCpu: cp.cpu, shaCpu: sum.cpu, syncCpuA: syncCpu.a, syncCpuB: syncCpu.b, fanCpu, shaS, transferS, readyS, syncS, receiveS: rec.receiveMs / 1000, tailS: rec.tailMs / 1000, fanS, maxRss: Math.max(...rss), allocB: stB.blocks * 512 / GiB, readBack: rec.readBack, postPass: rec.postPass };
     rows.push(row);
     console.log(
-      `run ${run} (${path.basename(repo)}): cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | transfer alone (no hash) ${transferS.toFixed(2)} s (${mbps(transferS)} MB/s${rxResult.writeStats ? `, ${(rxResult.writeStats.directBytes / GiB).toFixed(2)} GiB written direct` : ''}) | ` +
+      `run ${run} (${path.basename(repo)}${nodeFlags.length ? ` ${nodeFlags.join(' ')}` : ''}): cp --sparse=always + sync ${cpS.toFixed(2)} s (${mbps(cpS)} MB/s of data) | sha512sum ${shaS.toFixed(2)} s | transfer alone (no hash) ${transferS.toFixed(2)} s (${mbps(transferS)} MB/s${rxResult.writeStats ? `, ${(rxResult.writeStats.directBytes / GiB).toFixed(2)} GiB written direct` : ''}) | ` +
         `Sync A->B ready ${readyS.toFixed(2)} s, + sync ${syncS.toFixed(2)} s (${mbps(syncS)} MB/s of data, ${(cpS / syncS).toFixed(2)}x cp) ` +
         `[receiver open->close ${row.receiveS.toFixed(2)} s, checksum final ${row.tailS.toFixed(2)} s after close, ${rec.chain}, read back ${rec.readBack} B, post-pass ${rec.postPass} B] | ` +
         `CPU s: cp ${cp.cpu.toFixed(2)}, sha512sum ${sum.cpu.toFixed(2)}, transfer alone sender ${transferCpu.tx.toFixed(2)} + receiver ${transferCpu.rx.toFixed(2)}, Sync sender ${syncCpu.a.toFixed(2)} + receiver ${syncCpu.b.toFixed(2)}, fan-out all daemons ${fanCpu.toFixed(2)} | B allocated ${row.allocB.toFixed(3)} GiB | fan-out 4 disks ${fanS.toFixed(2)} s = ${(fanS / syncS).toFixed(2)}x one copy (${fanStats}) | max RSS ${rss.map((x) => x.toFixed(0)).join('/')} MB (A/B after the Sync ${rssSync.map((x) => x.toFixed(0)).join('/')} MB) | load ${os.loadavg()[0].toFixed(2)}`,
