@@ -94,6 +94,25 @@ describe('direct writes', () => {
     expect((await fsp.readdir(dir)).sort()).toEqual(['dst-false', 'dst-true']);
   });
 
+  it('a receiver that cannot listen (port taken) fails and keeps no file open and no probe file', async () => {
+    const taken = http.createServer();
+    await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
+    try {
+      const port = (taken.address() as { port: number }).port;
+      const fds = async () => (await fsp.readdir('/proc/self/fd')).length;
+      const before = await fds();
+      for (const computeChecksum of [false, true]) {
+        await expect(
+          startSsyncReceiver({ port, host: '127.0.0.1', filePath: path.join(dir, 'dst'), size: MiB, computeChecksum }),
+        ).rejects.toThrow('EADDRINUSE');
+      }
+      expect(await fds()).toBe(before);
+      expect(await fsp.readdir(dir)).toEqual([]);
+    } finally {
+      await new Promise<void>((r) => taken.close(() => r()));
+    }
+  });
+
   it('on tmpfs (direct I/O since Linux 6.6, EINVAL before) the receiver uses direct writes exactly when the filesystem takes them', async () => {
     const shm = '/dev/shm';
     let tmpfs = false;

@@ -687,13 +687,22 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     void p.finally(() => inflight.delete(p));
   });
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(opts.port, opts.host ?? '0.0.0.0', () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(opts.port, opts.host ?? '0.0.0.0', () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (err) {
+    // not listening (e.g. the port is taken): release what was set up for the receive
+    finished = true;
+    opts.signal?.removeEventListener('abort', onAbort);
+    await hasher?.close();
+    await direct?.close();
+    throw err;
+  }
   armIdle();
   const port = (server.address() as AddressInfo).port;
   return { port, done, closed };
