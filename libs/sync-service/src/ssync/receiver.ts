@@ -1,7 +1,6 @@
 import http from 'node:http';
 import { promises as fsp } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import path from 'node:path';
 import { DirectWriter } from './direct-io.js';
 import { IntervalSet } from './interval-set.js';
 import type { HolePuncher } from './layout.js';
@@ -317,7 +316,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   done.catch(() => undefined);
   let idleTimer: NodeJS.Timeout | undefined;
   const inflight = new Set<Promise<unknown>>();
-  const direct = opts.directIO === false ? undefined : await DirectWriter.start(path.dirname(opts.filePath));
+  const direct = opts.directIO === false ? undefined : new DirectWriter();
   const allocate: SlabAllocator = direct
     ? (n, shared) => direct.alignedBuffer(n, shared)
     : (n, shared) => Buffer.from(shared ? new SharedArrayBuffer(n) : new ArrayBuffer(n));
