@@ -96,8 +96,8 @@ describe('Sha512BatchScheduler', () => {
     const want = await oneByOne(states, data, 2048);
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
     expect(scheduler.stats.messages).toBe(20);
-    // half a pass (4) starts the first call; the 16 that waited for it go in two full passes (one by one without AVX-512)
-    expect(scheduler.stats.calls).toBe(multiBufferLanes() === 8 ? 1 + 2 : 20);
+    // full passes of eight as soon as eight wait, then the last four after their patience (one by one without AVX-512)
+    expect(scheduler.stats.calls).toBe(multiBufferLanes() === 8 ? 3 : 20);
     expect(scheduler.waiting).toBe(0);
   });
 
@@ -107,18 +107,33 @@ describe('Sha512BatchScheduler', () => {
     const got = await Promise.all(jobs.map((j) => scheduler.advance(j.state, j.data, j.data.length)));
     const want = await Promise.all(jobs.map((j) => advance(j.state, j.data)));
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
-    // the first four waiting (two of each length) start a call with the two of 512 bytes; then the six of 256 bytes
-    // and the four of 512 cannot share a pass
+    // eight waiting (four of each length) start a pass of the four of 512 bytes; the six of 256 and the two of 512
+    // left cannot share a pass
     if (multiBufferLanes() === 8) expect(scheduler.stats.calls).toBe(3);
   });
 
-  it('rejects a bad concurrency or linger', () => {
+  it('rejects a bad concurrency or patience', async () => {
     expect(() => new Sha512BatchScheduler({ concurrency: 0 })).toThrow(/concurrency must be a positive integer/);
-    expect(() => new Sha512BatchScheduler({ lingerMs: -1 })).toThrow(/lingerMs must be a non-negative number/);
+    expect(() => new Sha512BatchScheduler({ patienceMs: -1 })).toThrow(/patienceMs must be a non-negative number/);
+    await expect(new Sha512BatchScheduler().advance(randomBytes(64), null, 128, Number.NaN)).rejects.toThrow(/patienceMs/);
   });
 
-  it('a lone job does not wait for company longer than the linger', async () => {
-    const scheduler = new Sha512BatchScheduler({ concurrency: 1, lingerMs: 20 });
+  it('a job given more patience waits for a fuller pass, and never longer than its patience', async () => {
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1 });
+    const t0 = performance.now();
+    const a = scheduler.advance(randomBytes(64), null, 1024, 40);
+    const b = scheduler.advance(randomBytes(64), null, 1024, 40);
+    await Promise.all([a, b]);
+    const waited = performance.now() - t0;
+    if (multiBufferLanes() === 8) {
+      expect(scheduler.stats).toEqual({ calls: 1, messages: 2 });
+      expect(waited).toBeGreaterThanOrEqual(35);
+    }
+    expect(waited).toBeLessThan(5000);
+  });
+
+  it('a lone job does not wait for company longer than its patience', async () => {
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1, patienceMs: 20 });
     const state = randomBytes(64);
     const data = randomBytes(1024);
     const t0 = performance.now();
@@ -126,9 +141,9 @@ describe('Sha512BatchScheduler', () => {
     const waited = performance.now() - t0;
     expect(got.equals(await advance(state, data))).toBe(true);
     expect(scheduler.stats).toEqual({ calls: 1, messages: 1 });
-    // with eight lanes it waits the linger (timers may fire a little early or late), else it starts at once
+    // with eight lanes it waits its patience (timers may fire a little early or late), else it starts at once
     if (multiBufferLanes() === 8) expect(waited).toBeGreaterThanOrEqual(15);
-    else expect(scheduler.lingerMs).toBe(0);
+    else expect(scheduler.patienceMs).toBe(0);
   });
 
   it('two verifiers on the shared scheduler verify their chains, and a bad segment fails only its own', async () => {

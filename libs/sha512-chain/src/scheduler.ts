@@ -5,16 +5,18 @@ export interface Sha512BatchSchedulerOptions {
   /** Calls into the addon running at the same time (thread-pool jobs); default: the number of cores. */
   concurrency?: number;
   /**
-   * With eight lanes: how long fewer than `minBatch` waiting jobs wait for company while nothing runs, in ms
-   * (default 1). 0 starts them at once.
+   * With eight lanes: how long a job may wait for a full pass before a call starts with fewer, in ms, unless the job
+   * says otherwise (default 1). 0 starts jobs as soon as a call slot is free.
    */
-  lingerMs?: number;
+  patienceMs?: number;
 }
 
 interface Job {
   state: Sha512State;
   data: Uint8Array | null;
   length: number;
+  /** `performance.now()` after which the job starts even in a short pass. */
+  due: number;
   resolve(state: Sha512State): void;
   reject(err: Error): void;
 }
@@ -23,23 +25,24 @@ interface Job {
  * Runs independent SHA-512 compressions (a state and a message of whole blocks, to a new state) on the libuv thread
  * pool, several per call when the addon can compress eight messages at once (AVX-512, `multiBufferLanes() === 8`).
  *
- * Batching is adaptive. Jobs that arrive while a call runs wait, and start together (up to 8 of one length, zero
- * messages grouped with zero messages first) when a call ends, or in a second concurrent call as soon as half a
- * pass is waiting. Fewer than that, arriving while nothing runs, wait `lingerMs` (1 ms) for company and then start
- * anyway. Without AVX-512 every job starts at once, alone, as soon as a call slot is free.
+ * A pass costs the same for one message as for eight, so jobs wait for company: a call starts as soon as a call slot
+ * is free and either eight jobs wait or one of them has waited its patience (1 ms by default; a caller that does not
+ * wait on the result, like a receiver that has already answered, can give more). A call takes up to eight jobs of
+ * one length, zero messages grouped with zero messages first. Without AVX-512 every job starts at once, alone, as
+ * soon as a call slot is free.
  */
 export class Sha512BatchScheduler {
   readonly concurrency: number;
   /** Messages per call. */
   readonly maxBatch: number;
-  /** Waiting jobs needed to start another call while one is running. */
-  readonly minBatch: number;
+  /** Default patience of a job, ms (0 without eight lanes). */
+  readonly patienceMs: number;
   /** Calls made into the addon, and the messages they carried (so `messages / calls` is the mean batch). */
   readonly stats = { calls: 0, messages: 0 };
-  readonly lingerMs: number;
   readonly #queue: Job[] = [];
   #running = 0;
-  #linger: NodeJS.Timeout | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #timerDue = Infinity;
 
   constructor(options: Sha512BatchSchedulerOptions = {}) {
     const concurrency = options.concurrency ?? availableParallelism();
@@ -48,16 +51,26 @@ export class Sha512BatchScheduler {
     }
     this.concurrency = concurrency;
     this.maxBatch = Math.max(1, multiBufferLanes());
-    this.minBatch = this.maxBatch > 1 ? Math.ceil(this.maxBatch / 2) : 1;
-    const linger = options.lingerMs ?? 1;
-    if (!Number.isFinite(linger) || linger < 0) throw new RangeError(`lingerMs must be a non-negative number, got ${String(linger)}`);
-    this.lingerMs = this.maxBatch > 1 ? linger : 0;
+    const patience = options.patienceMs ?? 1;
+    assertPatience(patience);
+    this.patienceMs = this.maxBatch > 1 ? patience : 0;
   }
 
-  /** The state after compressing `data` (or `length` zero bytes with `null`) into `state`. */
-  advance(state: Sha512State, data: Uint8Array | null, length: number): Promise<Sha512State> {
+  /**
+   * The state after compressing `data` (or `length` zero bytes with `null`) into `state`. `patienceMs` (default: the
+   * scheduler's) bounds how long the job waits for a fuller pass.
+   */
+  advance(state: Sha512State, data: Uint8Array | null, length: number, patienceMs?: number): Promise<Sha512State> {
+    if (patienceMs !== undefined) {
+      try {
+        assertPatience(patienceMs);
+      } catch (err) {
+        return Promise.reject(err as Error);
+      }
+    }
+    const patience = this.maxBatch > 1 ? (patienceMs ?? this.patienceMs) : 0;
     return new Promise<Sha512State>((resolve, reject) => {
-      this.#queue.push({ state, data, length, resolve, reject });
+      this.#queue.push({ state, data, length, due: performance.now() + patience, resolve, reject });
       this.#pump();
     });
   }
@@ -67,23 +80,16 @@ export class Sha512BatchScheduler {
     return this.#queue.length;
   }
 
-  #pump(force = false): void {
+  #pump(): void {
     while (this.#queue.length > 0 && this.#running < this.concurrency) {
-      if (this.#queue.length < this.minBatch && !force) {
-        // a short batch: while a call runs, wait for it; while none runs, wait a moment for company
-        if (this.#running > 0) return;
-        if (this.lingerMs > 0) {
-          this.#linger ??= setTimeout(() => {
-            this.#linger = undefined;
-            this.#pump(true);
-          }, this.lingerMs);
+      if (this.#queue.length < this.maxBatch) {
+        let due = Infinity;
+        for (const j of this.#queue) due = Math.min(due, j.due);
+        const wait = due - performance.now();
+        if (wait > 0) {
+          this.#wakeAt(due, wait);
           return;
         }
-      }
-      force = false;
-      if (this.#linger) {
-        clearTimeout(this.#linger);
-        this.#linger = undefined;
       }
       const batch = this.#take();
       this.#running++;
@@ -103,6 +109,18 @@ export class Sha512BatchScheduler {
     }
   }
 
+  /** One timer, for the earliest due job. */
+  #wakeAt(due: number, wait: number): void {
+    if (this.#timer && this.#timerDue <= due) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timerDue = due;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      this.#timerDue = Infinity;
+      this.#pump();
+    }, Math.ceil(wait));
+  }
+
   /** Up to maxBatch waiting jobs of the head's length: the head's kind (data or zeros) first, then the other. */
   #take(): Job[] {
     const head = this.#queue[0]!;
@@ -120,6 +138,10 @@ export class Sha512BatchScheduler {
     this.#queue.splice(0, this.#queue.length, ...rest);
     return batch;
   }
+}
+
+function assertPatience(ms: number): void {
+  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`patienceMs must be a non-negative number, got ${String(ms)}`);
 }
 
 let shared: Sha512BatchScheduler | undefined;

@@ -70,6 +70,12 @@ function checkBlockList(config: BackingImageBackupConfig): void {
   }
 }
 
+/**
+ * How long a segment of a chained restore may wait for a full eight-segment SHA-512 pass (ms): the restore keeps
+ * eight blocks and many holes waiting, so passes fill up instead of starting half empty.
+ */
+const RESTORE_HASH_PATIENCE_MS = 10;
+
 /** Extra slots beyond `concurrency`: blocks waiting for the in-order whole-image hash. */
 const HASH_WINDOW_SLOTS = 4;
 
@@ -344,7 +350,7 @@ async function restoreBlocksChained(
   const hashers = Math.min(concurrency, availableParallelism());
   // The process-wide scheduler compresses up to `lanes` segments per call (AVX-512): keep that many waiting for it.
   const lanes = Math.max(1, multiBufferLanes());
-  const verifier = new Sha512ChainVerifier(chain);
+  const verifier = new Sha512ChainVerifier(chain, { patienceMs: RESTORE_HASH_PATIENCE_MS });
   const listed = new Map<number, string>();
   for (const b of config.blocks) listed.set(b.offset / BACKUP_BLOCK_SIZE, b.blockChecksum);
   const pool = new SlotPool(concurrency + Math.max(HASH_WINDOW_SLOTS, lanes));
