@@ -301,6 +301,25 @@ describe('ssync sender requests', () => {
     }
   });
 
+  it('with a chain, answered segments are verified in fuller SHA-512 passes, and every one is checked', async () => {
+    const src = await sparseFile('src', 'd'.repeat(48)); // 24 data segments of 2 MiB
+    const { computeFileChain, multiBufferLanes, sharedSha512Scheduler } = await import('@bis/sha512-chain');
+    const chain = await computeFileChain(src);
+    const dst = path.join(dir, 'dst');
+    const before = { ...sharedSha512Scheduler().stats };
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 48 * MiB, computeChecksum: true });
+    await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chain });
+    const got = await rx.done;
+    await rx.closed;
+    expect(got.sha512).toBe(sha(src));
+    expect(got.chainStats).toEqual({ segments: 24, inFlight: 24, holes: 0, readBack: 0 });
+    const calls = sharedSha512Scheduler().stats.calls - before.calls;
+    expect(sharedSha512Scheduler().stats.messages - before.messages).toBe(24);
+    // with eight lanes the answered segments wait for company: far fewer passes than segments
+    if (multiBufferLanes() === 8) expect(calls).toBeLessThanOrEqual(12);
+    else expect(calls).toBe(24);
+  });
+
   it('a request the receiver never answers times out with the per-request timeout and is not closed as complete', async () => {
     const src = await sparseFile('src', 'dd');
     const rx = await recordingReceiver(404, true);
