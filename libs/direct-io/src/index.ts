@@ -1,7 +1,7 @@
 export { alignedBuffer, isAlignedView, DIRECT_IO_ALIGNMENT, type AlignedBufferOptions } from './aligned.js';
+export { DirectTarget, DISABLE_DIRECT_IO_ENV } from './target.js';
 export {
   DirectFileWriter,
-  DISABLE_DIRECT_IO_ENV,
   type DirectFileWriterOptions,
   type DirectFileWriterStats,
 } from './writer.js';

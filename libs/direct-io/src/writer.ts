@@ -1,15 +1,11 @@
-import { constants as fsConstants, promises as fsp } from 'node:fs';
+import type { promises as fsp } from 'node:fs';
 import { alignedBuffer, DIRECT_IO_ALIGNMENT, isAlignedView } from './aligned.js';
-
-const O_DIRECT: number = typeof fsConstants.O_DIRECT === 'number' ? fsConstants.O_DIRECT : 0;
-
-/** Set to `0` to turn direct writes off (every write then goes through the caller's buffered handle). */
-export const DISABLE_DIRECT_IO_ENV = 'BIS_DIRECT_IO';
+import { DirectTarget } from './target.js';
 
 export interface DirectFileWriterOptions {
   /** Bytes copied into the aligned staging buffer per direct write (default 2 MiB, a multiple of 4096). */
   stagingSize?: number;
-  /** Try direct writes at all (default: unless BIS_DIRECT_IO=0). */
+  /** Try direct writes at all (default true; `BIS_DIRECT_IO=0` turns them off everywhere). */
   direct?: boolean;
 }
 
@@ -38,14 +34,14 @@ export interface DirectFileWriterStats {
  */
 export class DirectFileWriter {
   readonly stats: DirectFileWriterStats = { directBytes: 0, bufferedBytes: 0, zeroCopyBytes: 0 };
-  #direct: fsp.FileHandle | undefined;
+  readonly #direct: DirectTarget;
   #staging: Buffer | undefined;
   #queue: Promise<unknown> = Promise.resolve();
   readonly #stagingSize: number;
 
   private constructor(
     private readonly buffered: fsp.FileHandle,
-    direct: fsp.FileHandle | undefined,
+    direct: DirectTarget,
     stagingSize: number,
   ) {
     this.#direct = direct;
@@ -61,22 +57,14 @@ export class DirectFileWriter {
     if (!Number.isSafeInteger(stagingSize) || stagingSize <= 0 || stagingSize % DIRECT_IO_ALIGNMENT !== 0) {
       throw new RangeError(`stagingSize must be a positive multiple of ${DIRECT_IO_ALIGNMENT}, got ${String(stagingSize)}`);
     }
-    const wanted = options.direct ?? process.env[DISABLE_DIRECT_IO_ENV] !== '0';
-    let direct: fsp.FileHandle | undefined;
-    if (wanted && O_DIRECT !== 0) {
-      try {
-        direct = await fsp.open(path, fsConstants.O_WRONLY | O_DIRECT);
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code !== 'EINVAL' && code !== 'EOPNOTSUPP' && code !== 'ENOTSUP') throw err;
-      }
-    }
+    const direct = new DirectTarget();
+    if (options.direct !== false) await direct.open(path);
     return new DirectFileWriter(buffered, direct, stagingSize);
   }
 
   /** Whether direct writes are in use. */
   get direct(): boolean {
-    return this.#direct !== undefined;
+    return this.#direct.usable;
   }
 
   /** Writes all of `data` at `position` (after every earlier write). Do not change `data` until it settles. */
@@ -103,61 +91,44 @@ export class DirectFileWriter {
   /** Closes the direct descriptor (after the writes so far); the buffered handle is the caller's. */
   async close(): Promise<void> {
     await this.idle();
-    const d = this.#direct;
-    this.#direct = undefined;
     this.#staging = undefined;
-    await d?.close();
+    await this.#direct.close();
   }
 
   async #write(data: Uint8Array, position: number): Promise<void> {
     const end = position + data.length;
     let at = position;
-    if (this.#direct) {
+    if (this.#direct.usable) {
       const first = Math.min(end, Math.ceil(position / DIRECT_IO_ALIGNMENT) * DIRECT_IO_ALIGNMENT);
       const last = Math.max(first, Math.floor(end / DIRECT_IO_ALIGNMENT) * DIRECT_IO_ALIGNMENT);
       if (last > first) {
         if (first > position) await this.#buffered(data.subarray(0, first - position), position);
         at = first;
-        while (this.#direct && at < last) {
+        while (this.#direct.usable && at < last) {
           const n = Math.min(this.#stagingSize, last - at);
-          const piece = data.subarray(at - position, at - position + n);
-          if (!(await this.#tryDirect(piece, at))) break;
-          at += n;
+          const written = await this.#tryDirect(data.subarray(at - position, at - position + n), at);
+          at += written;
+          if (written < n) break;
         }
       }
     }
     if (at < end) await this.#buffered(data.subarray(at - position), at);
   }
 
-  /** One aligned piece with O_DIRECT; false (and direct writes off for good) when the kernel refuses it. */
-  async #tryDirect(piece: Uint8Array, position: number): Promise<boolean> {
-    const fh = this.#direct!;
+  /** One aligned piece with O_DIRECT; returns the bytes written (fewer when the kernel refused: direct writes are off). */
+  async #tryDirect(piece: Uint8Array, position: number): Promise<number> {
     // a piece of an aligned buffer goes as it is; anything else through the staging buffer
     let source = piece;
     if (!isAlignedView(piece)) {
       this.#staging ??= alignedBuffer(this.#stagingSize);
       this.#staging.set(piece);
       source = this.#staging;
-    } else {
-      this.stats.zeroCopyBytes += piece.length;
     }
-    let off = 0;
-    try {
-      while (off < piece.length) {
-        const { bytesWritten } = await fh.write(source, off, piece.length - off, position + off);
-        if (bytesWritten === 0) throw new Error(`direct write at ${position + off} wrote nothing`);
-        off += bytesWritten;
-      }
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EINVAL' || off > 0) throw err;
-      // the device wants another alignment: from now on everything is buffered
-      this.#direct = undefined;
-      this.#staging = undefined;
-      await fh.close().catch(() => undefined);
-      return false;
-    }
-    this.stats.directBytes += piece.length;
-    return true;
+    const written = await this.#direct.write(source, piece.length, position);
+    this.stats.directBytes += written;
+    if (source === piece) this.stats.zeroCopyBytes += written;
+    if (!this.#direct.usable) this.#staging = undefined;
+    return written;
   }
 
   async #buffered(data: Uint8Array, position: number): Promise<void> {

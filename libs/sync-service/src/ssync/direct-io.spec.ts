@@ -4,8 +4,6 @@ import { constants as fsConstants, promises as fsp, readFileSync, statfsSync } f
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { DIRECT_IO_ALIGNMENT as DIRECT_IO_BLOCK } from '@bis/direct-io';
-import { DirectWriter } from './direct-io.js';
 import { startSsyncReceiver } from './receiver.js';
 
 const MiB = 1 << 20;
@@ -42,32 +40,6 @@ const call = (port: number, method: string, p: string, body?: Buffer) =>
   });
 
 describe('direct writes', () => {
-  it('writes whole blocks of page-aligned slabs directly, refuses unaligned pieces and plain buffers, and only once the target is open', async () => {
-    const supported = await directIoSupported(dir);
-    const w = new DirectWriter();
-    const target = path.join(dir, 'target');
-    await fsp.writeFile(target, Buffer.alloc(0));
-    await fsp.truncate(target, 4 * MiB);
-    const buf = w.alignedBuffer(MiB);
-    expect(w.canWrite(buf, MiB, 0)).toBe(false); // the target is not open yet
-    await w.openTarget(target);
-    expect(w.usable).toBe(supported);
-    randomBytes(MiB).copy(buf);
-    expect(w.canWrite(buf, MiB, MiB)).toBe(supported);
-    expect(w.canWrite(buf, MiB - 512, MiB)).toBe(false);
-    expect(w.canWrite(buf, MiB, MiB + 512)).toBe(false);
-    expect(w.canWrite(Buffer.alloc(MiB), MiB, MiB)).toBe(false);
-    expect(w.canWrite(buf.subarray(16), DIRECT_IO_BLOCK, 0)).toBe(false); // same memory, start off the block grid
-    expect(w.canWrite(buf.subarray(DIRECT_IO_BLOCK), DIRECT_IO_BLOCK, 0)).toBe(supported);
-    expect(await w.write(buf, MiB, MiB)).toBe(supported ? MiB : 0);
-    await w.close();
-    if (!supported) return; // nothing was written: the receiver writes buffered (tests below)
-    const out = readFileSync(target);
-    expect(out.subarray(MiB, 2 * MiB).equals(buf)).toBe(true);
-    expect(out.subarray(0, MiB).every((b) => b === 0)).toBe(true);
-    expect(await fsp.readdir(dir)).toEqual(['target']);
-  });
-
   it('a receiver writes aligned ranges directly and unaligned ones buffered; the file is exact either way', async () => {
     const size = 6 * MiB;
     const data = randomBytes(size);

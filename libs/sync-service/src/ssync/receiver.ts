@@ -1,7 +1,7 @@
 import http from 'node:http';
 import { promises as fsp } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { DirectWriter } from './direct-io.js';
+import { alignedBuffer, DirectTarget } from '@bis/direct-io';
 import { IntervalSet } from './interval-set.js';
 import type { HolePuncher } from './layout.js';
 import { RECEIVE_SLAB_SIZE, ReceivedFileHasher, Slab, type ReceivedHashStats, type SlabAllocator } from './received-hasher.js';
@@ -326,9 +326,9 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   done.catch(() => undefined);
   let idleTimer: NodeJS.Timeout | undefined;
   const inflight = new Set<Promise<unknown>>();
-  const direct = opts.directIO === false ? undefined : new DirectWriter();
+  const direct = opts.directIO === false ? undefined : new DirectTarget();
   const allocate: SlabAllocator = direct
-    ? (n, shared) => direct.alignedBuffer(n, shared)
+    ? (n, shared) => alignedBuffer(n, { shared })
     : (n, shared) => Buffer.from(shared ? new SharedArrayBuffer(n) : new ArrayBuffer(n));
   let hasher = opts.computeChecksum ? new ReceivedFileHasher({ fileHandle: () => fh, slabSize: opts.slabSize, allocate }) : undefined;
   let slabs: SlabPool | ReceivedFileHasher = hasher ?? new SlabPool(opts.slabSize ?? RECEIVE_SLAB_SIZE, allocate);
@@ -492,7 +492,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         }
         if (!fh) fh = await fsp.open(opts.filePath, fileAlreadyExists ? 'r+' : 'w+');
         await fh.truncate(end);
-        await direct?.openTarget(opts.filePath);
+        await direct?.open(opts.filePath);
         if (!openedAt) openedAt = performance.now();
         size = end;
         res.setHeader('Content-Type', 'application/json');
