@@ -99,7 +99,16 @@ export class ManagerService {
   #lastNotify = 0;
   #notifyTimer: NodeJS.Timeout | undefined;
   readonly #backups: BackupTracker;
-  readonly #onChange = () => this.#scheduleNotify();
+  /** Callers of `#nextChange`, per file path (one listener on the sync service serves them all). */
+  readonly #changeWaiters = new Map<string, Set<() => void>>();
+  readonly #onChange = (filePath: string) => {
+    this.#scheduleNotify();
+    const waiters = this.#changeWaiters.get(filePath);
+    if (waiters) {
+      this.#changeWaiters.delete(filePath);
+      for (const wake of waiters) wake();
+    }
+  };
   readonly #background = new Set<Promise<void>>();
   readonly #stop = new AbortController();
 
@@ -274,7 +283,7 @@ export class ManagerService {
         this.#o.sync.cancel(filePath, 'sync file is still pending after waiting for the peer transfer');
         return;
       }
-      await new Promise((r) => setTimeout(r, 100));
+      await this.#nextChange(filePath, 100);
     }
     const client = new ManagerClient(fromAddress);
     try {
@@ -286,6 +295,22 @@ export class ManagerService {
     } finally {
       client.close();
     }
+  }
+
+  /** Resolves at the next change of `filePath`'s record, or after `maxMs` at the latest. */
+  #nextChange(filePath: string, maxMs: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const waiters = this.#changeWaiters.get(filePath) ?? new Set<() => void>();
+      this.#changeWaiters.set(filePath, waiters);
+      const wake = () => {
+        clearTimeout(timer);
+        waiters.delete(wake);
+        if (waiters.size === 0 && this.#changeWaiters.get(filePath) === waiters) this.#changeWaiters.delete(filePath);
+        resolve();
+      };
+      const timer = setTimeout(wake, maxMs);
+      waiters.add(wake);
+    });
   }
 
   async send(req: SendRequest): Promise<Empty> {
