@@ -1,5 +1,5 @@
 export { alignedBuffer, isAlignedView, DIRECT_IO_ALIGNMENT, type AlignedBufferOptions } from './aligned.js';
-export { DirectTarget, DISABLE_DIRECT_IO_ENV } from './target.js';
+export { DirectTarget, directIoSupported, DISABLE_DIRECT_IO_ENV } from './target.js';
 export {
   DirectFileWriter,
   type DirectFileWriterOptions,

@@ -1,9 +1,9 @@
 import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
-import { constants as fsConstants, promises as fsp, readFileSync } from 'node:fs';
+import { promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { alignedBuffer, DIRECT_IO_ALIGNMENT, DirectTarget } from './index.js';
+import { alignedBuffer, DIRECT_IO_ALIGNMENT, DirectTarget, directIoSupported } from './index.js';
 
 const MiB = 1 << 20;
 let dir: string;
@@ -14,19 +14,6 @@ afterEach(async () => {
   await fsp.rm(dir, { recursive: true, force: true });
 });
 
-/** Whether the filesystem of `d` takes O_DIRECT opens (ext4, xfs: yes; tmpfs before Linux 6.6: EINVAL). */
-async function directIoSupported(d: string): Promise<boolean> {
-  const f = path.join(d, 'o-direct-check');
-  try {
-    await (await fsp.open(f, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_DIRECT)).close();
-    return true;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return false;
-    throw err;
-  } finally {
-    await fsp.rm(f, { force: true });
-  }
-}
 
 describe('DirectTarget', () => {
   it('writes whole blocks of page-aligned buffers directly, refuses unaligned pieces and plain buffers, and only once open', async () => {
@@ -54,6 +41,12 @@ describe('DirectTarget', () => {
     const out = readFileSync(target);
     expect(out.subarray(MiB, 2 * MiB).equals(buf)).toBe(true);
     expect(out.subarray(0, MiB).every((b) => b === 0)).toBe(true);
+  });
+
+  it('directIoSupported answers for a directory and leaves nothing in it', async () => {
+    expect(typeof (await directIoSupported(dir))).toBe('boolean');
+    expect(await fsp.readdir(dir)).toEqual([]);
+    await expect(directIoSupported(path.join(dir, 'missing'))).rejects.toMatchObject({ code: 'ENOENT' });
   });
 
   it('a refused direct write turns direct writes off for good and reports what was written', async () => {

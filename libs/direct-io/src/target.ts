@@ -1,4 +1,5 @@
 import { constants as fsConstants, promises as fsp } from 'node:fs';
+import path from 'node:path';
 import { DIRECT_IO_ALIGNMENT, isAlignedView } from './aligned.js';
 
 const O_DIRECT: number = typeof fsConstants.O_DIRECT === 'number' ? fsConstants.O_DIRECT : 0;
@@ -80,5 +81,24 @@ export class DirectTarget {
     const fh = this.#fh;
     this.#fh = undefined;
     await fh?.close().catch(() => undefined);
+  }
+}
+
+/**
+ * Whether files in directory `dir` can be opened with `O_DIRECT` (ext4 and xfs: yes; tmpfs before Linux 6.6: no):
+ * creates a scratch file there, opens it so, and removes it. Other errors (a missing directory) are thrown.
+ */
+export async function directIoSupported(dir: string): Promise<boolean> {
+  if (O_DIRECT === 0) return false;
+  const f = path.join(dir, `.o-direct-check-${process.pid}-${Math.random().toString(36).slice(2)}`);
+  try {
+    await (await fsp.open(f, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | O_DIRECT, 0o600)).close();
+    return true;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EINVAL' || code === 'EOPNOTSUPP' || code === 'ENOTSUP') return false;
+    throw err;
+  } finally {
+    await fsp.rm(f, { force: true });
   }
 }

@@ -3,7 +3,7 @@ import { constants as fsConstants, promises as fsp } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
-import { alignedBuffer, DIRECT_IO_ALIGNMENT, DirectFileWriter, isAlignedView } from './index.js';
+import { alignedBuffer, DIRECT_IO_ALIGNMENT, DirectFileWriter, directIoSupported, isAlignedView } from './index.js';
 
 let dir: string;
 /** Whether the temp directory's filesystem takes O_DIRECT (ext4 and xfs do, tmpfs does not). */
@@ -11,14 +11,7 @@ let directSupported = false;
 
 beforeAll(async () => {
   dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'direct-io-'));
-  const probe = path.join(dir, 'probe');
-  await fsp.writeFile(probe, '');
-  try {
-    await (await fsp.open(probe, fsConstants.O_WRONLY | (fsConstants.O_DIRECT ?? 0))).close();
-    directSupported = fsConstants.O_DIRECT !== undefined;
-  } catch {
-    directSupported = false;
-  }
+  directSupported = await directIoSupported(dir);
 });
 afterAll(async () => {
   await fsp.rm(dir, { recursive: true, force: true });

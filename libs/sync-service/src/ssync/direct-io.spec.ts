@@ -1,10 +1,12 @@
 import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
 import { createHash, randomBytes } from 'node:crypto';
-import { constants as fsConstants, promises as fsp, readFileSync, statfsSync } from 'node:fs';
+import { promises as fsp, readFileSync, statfsSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { directIoSupported } from '@bis/direct-io';
 import { startSsyncReceiver } from './receiver.js';
+import { httpStatus as call } from '../test-support/http-call.js';
 
 const MiB = 1 << 20;
 let dir: string;
@@ -15,29 +17,6 @@ afterEach(async () => {
   await fsp.rm(dir, { recursive: true, force: true });
 });
 
-/** Whether the filesystem of `d` takes O_DIRECT opens (ext4, xfs: yes; tmpfs: EINVAL). */
-async function directIoSupported(d: string): Promise<boolean> {
-  const f = path.join(d, 'o-direct-check');
-  try {
-    await (await fsp.open(f, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_DIRECT)).close();
-    return true;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EINVAL') return false;
-    throw err;
-  } finally {
-    await fsp.rm(f, { force: true });
-  }
-}
-
-const call = (port: number, method: string, p: string, body?: Buffer) =>
-  new Promise<number>((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, method, path: p }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode!));
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
 
 describe('direct writes', () => {
   it('a receiver writes aligned ranges directly and unaligned ones buffered; the file is exact either way', async () => {

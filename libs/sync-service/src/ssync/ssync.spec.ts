@@ -7,6 +7,7 @@ import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { getFileLayout } from '@bis/block-mapping';
 import { startSsyncReceiver } from './receiver.js';
+import { httpStatus as call } from '../test-support/http-call.js';
 import { sendFile } from './sender.js';
 import type { FileLayoutProvider } from './layout.js';
 
@@ -154,16 +155,6 @@ describe('ssync sender and receiver', () => {
 });
 
 describe('checksum computed while receiving', () => {
-  const call = (port: number, method: string, p: string, body?: Buffer) =>
-    new Promise<number>((resolve, reject) => {
-      const req = http.request({ host: '127.0.0.1', port, method, path: p }, (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode!));
-      });
-      req.on('error', reject);
-      req.end(body);
-    });
-
   it('equals the SHA-512 of the received file for a parallel sparse transfer, hashing holes without reading them', async () => {
     const src = await sparseFile('src', 'dhhdddhhhhdd');
     const dst = path.join(dir, 'dst');
