@@ -35,6 +35,27 @@ const SPARSE_WRITES: [number, number][] = [
   [9 * MiB - 4096, 4096 + 333],
 ];
 
+/**
+ * Runs `pass` with a signal that its own progress callback aborts once `stop(bytes)` is true; expects the pass to
+ * reject with an AbortError and returns the progress it reported.
+ */
+async function cancelledFromProgress(
+  pass: (o: { signal: AbortSignal; onProgress: (bytes: number) => void }) => Promise<unknown>,
+  stop: (bytes: number) => boolean,
+): Promise<number[]> {
+  const ac = new AbortController();
+  const seen: number[] = [];
+  const run = pass({
+    signal: ac.signal,
+    onProgress: (b) => {
+      seen.push(b);
+      if (stop(b)) ac.abort();
+    },
+  });
+  await expect(run).rejects.toMatchObject({ name: 'AbortError' });
+  return seen;
+}
+
 describe('computeFileChain / verifyFileChain on real sparse files', () => {
   it('the test file really has holes', async () => {
     const path = file();
@@ -125,31 +146,12 @@ describe('computeFileChain / verifyFileChain on real sparse files', () => {
     const path = file();
     await writeFile(path, randomData(8 * MiB));
     await expect(computeFileChain(path, { signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' });
-    const ac = new AbortController();
-    const seen: number[] = [];
-    const compute = computeFileChain(path, {
-      signal: ac.signal,
-      onProgress: (b) => {
-        seen.push(b);
-        if (b > 0) ac.abort();
-      },
-    });
-    await expect(compute).rejects.toMatchObject({ name: 'AbortError' });
+    const seen = await cancelledFromProgress((o) => computeFileChain(path, o), (b) => b > 0);
     expect(seen[seen.length - 1]).toBeLessThan(8 * MiB);
 
     const chain = await computeFileChain(path);
     await expect(verifyFileChain(path, chain, { signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' });
-    const ac2 = new AbortController();
-    const verified: number[] = [];
-    const verify = verifyFileChain(path, chain, {
-      concurrency: 1,
-      signal: ac2.signal,
-      onProgress: (b) => {
-        verified.push(b);
-        ac2.abort();
-      },
-    });
-    await expect(verify).rejects.toMatchObject({ name: 'AbortError' });
+    const verified = await cancelledFromProgress((o) => verifyFileChain(path, chain, { concurrency: 1, ...o }), () => true);
     expect(verified).toEqual([2 * MiB]);
   });
 
@@ -166,16 +168,7 @@ describe('computeFileChain / verifyFileChain on real sparse files', () => {
     const path = file();
     const size = 4 * FILE_CHAIN_ZERO_STEP;
     await writeSparseFile(path, size, [[0, 4096]]);
-    const ac = new AbortController();
-    const seen: number[] = [];
-    const compute = computeFileChain(path, {
-      signal: ac.signal,
-      onProgress: (b) => {
-        seen.push(b);
-        if (b > 4096) ac.abort();
-      },
-    });
-    await expect(compute).rejects.toMatchObject({ name: 'AbortError' });
+    const seen = await cancelledFromProgress((o) => computeFileChain(path, o), (b) => b > 4096);
     expect(seen[seen.length - 1]).toBeLessThanOrEqual(4096 + FILE_CHAIN_ZERO_STEP);
   });
 

@@ -137,9 +137,12 @@ static napi_value state_buffer(napi_env env, const unsigned char *state) {
   return result;
 }
 
-/* Arguments (state, data) of advance and advanceAsync; data.length must be a multiple of 128. */
-static int parse_data_args(napi_env env, napi_callback_info info, const char *usage, unsigned char *state,
-                           unsigned char **data, size_t *length, napi_value *data_value) {
+/*
+ * The two arguments (state, second) of the advance functions: throws a TypeError with `usage` when there are fewer,
+ * reads the state, and hands back the second argument. Returns 0 after throwing.
+ */
+static int parse_state_and(napi_env env, napi_callback_info info, const char *usage, unsigned char *state,
+                           napi_value *second) {
   size_t argc = 2;
   napi_value argv[2];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
@@ -148,27 +151,30 @@ static int parse_data_args(napi_env env, napi_callback_info info, const char *us
     return 0;
   }
   if (!get_state(env, argv[0], state)) return 0;
-  if (!get_bytes(env, argv[1], "data must be a Uint8Array", data, length)) return 0;
+  *second = argv[1];
+  return 1;
+}
+
+/* Arguments (state, data) of advance and advanceAsync; data.length must be a multiple of 128. */
+static int parse_data_args(napi_env env, napi_callback_info info, const char *usage, unsigned char *state,
+                           unsigned char **data, size_t *length, napi_value *data_value) {
+  napi_value value;
+  if (!parse_state_and(env, info, usage, state, &value)) return 0;
+  if (!get_bytes(env, value, "data must be a Uint8Array", data, length)) return 0;
   if (*length % BLOCK_BYTES != 0) {
     napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "data length must be a multiple of 128 bytes");
     return 0;
   }
-  if (data_value != NULL) *data_value = argv[1];
+  if (data_value != NULL) *data_value = value;
   return 1;
 }
 
 /* Arguments (state, length) of advanceZeros and advanceZerosAsync; length must be a multiple of 128. */
 static int parse_zeros_args(napi_env env, napi_callback_info info, const char *usage, unsigned char *state,
                             uint64_t *length) {
-  size_t argc = 2;
-  napi_value argv[2];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc < 2) {
-    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", usage);
-    return 0;
-  }
-  if (!get_state(env, argv[0], state)) return 0;
-  if (!get_length(env, argv[1], "length must be a non-negative safe integer", length)) return 0;
+  napi_value value;
+  if (!parse_state_and(env, info, usage, state, &value)) return 0;
+  if (!get_length(env, value, "length must be a non-negative safe integer", length)) return 0;
   if (*length % BLOCK_BYTES != 0) {
     napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "length must be a multiple of 128 bytes");
     return 0;
