@@ -282,7 +282,24 @@ static napi_value queue_work(napi_env env, const char *name, napi_async_execute_
   return promise;
 }
 
-static napi_value queue_advance(napi_env env, advance_request *req, const char *name) {
+/*
+ * Queues an advance of `length` bytes from `state`: of `data` (referenced by `data_value` until done), or of zeros
+ * when `data_value` is NULL. `what` names the function in the out-of-memory error.
+ */
+static napi_value queue_advance(napi_env env, const unsigned char *state, const unsigned char *data, napi_value data_value,
+                                uint64_t length, const char *name, const char *what) {
+  advance_request *req = calloc(1, sizeof *req);
+  if (req == NULL) {
+    napi_throw_error(env, "ENOMEM", what);
+    return NULL;
+  }
+  memcpy(req->state, state, STATE_BYTES);
+  req->length = length;
+  /* An empty view may have a NULL pointer; the zero path with length 0 is the same no-op. */
+  if (data_value != NULL && length > 0) {
+    req->data = data;
+    napi_create_reference(env, data_value, 1, &req->data_ref);
+  }
   return queue_work(env, name, advance_execute, advance_complete, req, &req->deferred, &req->work);
 }
 
@@ -292,31 +309,14 @@ static napi_value advance_async(napi_env env, napi_callback_info info) {
   size_t length;
   napi_value data_value;
   if (!parse_data_args(env, info, "advanceAsync(state, data) needs two arguments", state, &data, &length, &data_value)) return NULL;
-  advance_request *req = calloc(1, sizeof *req);
-  if (req == NULL) {
-    napi_throw_error(env, "ENOMEM", "advanceAsync: out of memory");
-    return NULL;
-  }
-  memcpy(req->state, state, STATE_BYTES);
-  req->length = length;
-  /* An empty view may have a NULL pointer; the zero path with length 0 is the same no-op. */
-  req->data = length > 0 ? data : NULL;
-  if (length > 0) napi_create_reference(env, data_value, 1, &req->data_ref);
-  return queue_advance(env, req, "bis.sha512_chain.advance");
+  return queue_advance(env, state, data, data_value, length, "bis.sha512_chain.advance", "advanceAsync: out of memory");
 }
 
 static napi_value advance_zeros_async(napi_env env, napi_callback_info info) {
   unsigned char state[STATE_BYTES];
   uint64_t length;
   if (!parse_zeros_args(env, info, "advanceZerosAsync(state, length) needs two arguments", state, &length)) return NULL;
-  advance_request *req = calloc(1, sizeof *req);
-  if (req == NULL) {
-    napi_throw_error(env, "ENOMEM", "advanceZerosAsync: out of memory");
-    return NULL;
-  }
-  memcpy(req->state, state, STATE_BYTES);
-  req->length = length;
-  return queue_advance(env, req, "bis.sha512_chain.advanceZeros");
+  return queue_advance(env, state, NULL, NULL, length, "bis.sha512_chain.advanceZeros", "advanceZerosAsync: out of memory");
 }
 
 /* ---- many independent messages of one length (sha512_x8 when available) ---- */
