@@ -10,6 +10,10 @@
 #define SHA512_X8_H
 #include <stdint.h>
 #include <stddef.h>
+
+#define SHA512_X8_LANES 8
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
 static const uint64_t SHA512_X8_K[80] = {
@@ -35,7 +39,6 @@ static const uint64_t SHA512_X8_K[80] = {
   0x4cc5d4becb3e42b6ULL, 0x597f299cfc657e2aULL, 0x5fcb6fab3ad6faecULL, 0x6c44198c4a475817ULL,
 };
 
-#define SHA512_X8_LANES 8
 #define SHA512_X8_TARGET __attribute__((target("avx512f,avx512bw")))
 
 #define X8_ROR(x, n) _mm512_ror_epi64((x), (n))
@@ -110,5 +113,18 @@ static int sha512_x8_supported(void) {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 }
+
+#else
+/* Not x86-64 (arm64 nodes, for instance): no eight-lane path; advanceMany runs OpenSSL message by message. */
+static int sha512_x8_supported(void) {
+  return 0;
+}
+
+static void sha512_x8(uint64_t st[SHA512_X8_LANES][8], const uint8_t *const data[SHA512_X8_LANES], size_t nblocks) {
+  (void)st;
+  (void)data;
+  (void)nblocks;
+}
+#endif
 
 #endif
