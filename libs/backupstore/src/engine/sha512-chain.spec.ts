@@ -58,6 +58,14 @@ it('the native chain addon is built (the restores below take the chain path only
   expect(nativeSha512ChainAvailable()).toBe(true);
 });
 
+/** Restores `b` into a new output: the sequential whole-image hash must be used and give the backup's checksum. */
+async function expectSequentialRestore(b: { url: string; sha512: string }): Promise<void> {
+  const out = output();
+  const r = await restoreBackup({ backupUrl: b.url, output: out, lockTiming: FAST_LOCKS });
+  expect(r).toMatchObject({ sha512: b.sha512, verification: 'sequential' });
+  expect(await sha512File(out)).toBe(b.sha512);
+}
+
 describe('the SHA-512 chain sidecar over vfs', () => {
   it('is written beside the config with the image checksum and 2 MiB segments, and a restore verifies with it', async () => {
     const b = await backedUpImage('vfs');
@@ -79,10 +87,7 @@ describe('the SHA-512 chain sidecar over vfs', () => {
   it('without the sidecar (older backups) falls back to the sequential whole-image hash', async () => {
     const b = await backedUpImage('absent');
     await fs.rm(path.join(b.root, backingImageChainPath(b.name)));
-    const out = output();
-    const r = await restoreBackup({ backupUrl: b.url, output: out, lockTiming: FAST_LOCKS });
-    expect(r).toMatchObject({ sha512: b.sha512, verification: 'sequential' });
-    expect(await sha512File(out)).toBe(b.sha512);
+    await expectSequentialRestore(b);
   });
 
   it('a backup without the chain (as without the native addon) writes no sidecar and removes a stale one', async () => {
@@ -128,10 +133,7 @@ describe('the SHA-512 chain sidecar over vfs', () => {
       const states = chain.states.map((s) => Buffer.from(s));
       (states[segment] as Buffer)[5] ^= 0x40;
       await fs.writeFile(sidecar, encodeChain({ ...chain, states }));
-      const out = output();
-      const r = await restoreBackup({ backupUrl: b.url, output: out, lockTiming: FAST_LOCKS });
-      expect(r).toMatchObject({ sha512: b.sha512, verification: 'sequential' });
-      expect(await sha512File(out)).toBe(b.sha512);
+      await expectSequentialRestore(b);
     }
   });
 
