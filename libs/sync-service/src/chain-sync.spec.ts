@@ -118,14 +118,7 @@ describeChain('Sync with a SHA-512 chain', () => {
     const src = await readyOnA();
     const chain = (await readChainFile(src, await bindingOf(src)))!;
     // a test sender that sends the right chain but one wrong byte in segment 3 (bytes 6 MiB..8 MiB)
-    const bad = path.join(dir, 'corrupted');
-    execFileSync('cp', ['--sparse=always', src, bad]);
-    const fh = await fsp.open(bad, 'r+');
-    const one = Buffer.alloc(1);
-    await fh.read(one, 0, 1, 7 * MiB + 5);
-    one[0] = one[0]! ^ 0xff;
-    await fh.write(one, 0, 1, 7 * MiB + 5);
-    await fh.close();
+    const bad = await corruptedCopy(src, 7 * MiB + 5, (old) => Buffer.from([old[0]! ^ 0xff]));
     const port = await receiveOnB(16 * MiB, chain.checksum);
     // the sender fails too (usually with the receiver's answer naming the segment; a worker whose connection the
     // receiver closed mid-body may report that instead); the copy on B is what must name the segment
@@ -142,11 +135,7 @@ describeChain('Sync with a SHA-512 chain', () => {
   it('a corrupted piece of a mixed segment (read back at close) fails the copy naming that segment', async () => {
     const src = await readyOnA();
     const chain = (await readChainFile(src, await bindingOf(src)))!;
-    const bad = path.join(dir, 'corrupted');
-    execFileSync('cp', ['--sparse=always', src, bad]);
-    const fh = await fsp.open(bad, 'r+');
-    await fh.write(Buffer.from([1, 2, 3]), 0, 3, 12 * MiB + 100); // segment 6 = 'dh'
-    await fh.close();
+    const bad = await corruptedCopy(src, 12 * MiB + 100, () => Buffer.from([1, 2, 3])); // segment 6 = 'dh'
     const port = await receiveOnB(16 * MiB);
     await sendFile({ path: bad, toAddress: `127.0.0.1:${port}`, layout, chain, attempts: 1 });
     await b.settled(fileB());
@@ -335,6 +324,22 @@ describeChain('the sha512Chain route', () => {
     await rx.closed;
   });
 });
+
+/** A sparse copy of `src` (as `corrupted` in the test dir) whose bytes at `at` are replaced by `change(old bytes)`. */
+async function corruptedCopy(src: string, at: number, change: (old: Buffer) => Buffer): Promise<string> {
+  const bad = path.join(dir, 'corrupted');
+  execFileSync('cp', ['--sparse=always', src, bad]);
+  const fh = await fsp.open(bad, 'r+');
+  try {
+    const probe = Buffer.alloc(3);
+    const { bytesRead } = await fh.read(probe, 0, probe.length, at);
+    const next = change(probe.subarray(0, bytesRead));
+    await fh.write(next, 0, next.length, at);
+  } finally {
+    await fh.close();
+  }
+  return bad;
+}
 
 describe('planBySegments', () => {
   it('keeps pieces inside segments, joins whole data segments up to the chunk size and hole runs freely', () => {
