@@ -107,9 +107,25 @@ describe('Sha512BatchScheduler', () => {
     const got = await Promise.all(jobs.map((j) => scheduler.advance(j.state, j.data, j.data.length)));
     const want = await Promise.all(jobs.map((j) => advance(j.state, j.data)));
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
-    // eight waiting (four of each length) start a pass of the four of 512 bytes; the six of 256 and the two of 512
-    // left cannot share a pass
-    if (multiBufferLanes() === 8) expect(scheduler.stats.calls).toBe(3);
+    // no length has eight waiting: after their patience the six of 512 bytes (the oldest's length) share one pass,
+    // the six of 256 bytes another
+    if (multiBufferLanes() === 8) expect(scheduler.stats.calls).toBe(2);
+  });
+
+  it('keeps zero messages apart from data while each kind fills passes, and mixes them only to fill a late pass', async () => {
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1, patienceMs: 30 });
+    // eight of each kind, interleaved: one pass of data, one of zeros
+    const jobs = Array.from({ length: 16 }, (_, i) => ({ state: randomBytes(64), data: i % 2 ? randomBytes(1024) : null }));
+    const got = await Promise.all(jobs.map((j) => scheduler.advance(j.state, j.data, 1024)));
+    const want = await Promise.all(jobs.map((j) => (j.data ? advance(j.state, j.data) : advanceZeros(j.state, 1024))));
+    expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
+    if (multiBufferLanes() === 8) expect(scheduler.stats).toEqual({ calls: 2, messages: 16, mixedCalls: 0 });
+    // three zeros and two data messages never fill a pass of one kind: when the oldest's patience runs out they share one
+    const few = Array.from({ length: 5 }, (_, i) => ({ state: randomBytes(64), data: i < 3 ? null : randomBytes(1024) }));
+    const got2 = await Promise.all(few.map((j) => scheduler.advance(j.state, j.data, 1024)));
+    const want2 = await Promise.all(few.map((j) => (j.data ? advance(j.state, j.data) : advanceZeros(j.state, 1024))));
+    expect(got2.map((s) => s.toString('hex'))).toEqual(want2.map((s) => s.toString('hex')));
+    if (multiBufferLanes() === 8) expect(scheduler.stats).toEqual({ calls: 3, messages: 21, mixedCalls: 1 });
   });
 
   it('rejects a bad concurrency or patience', async () => {
@@ -126,7 +142,7 @@ describe('Sha512BatchScheduler', () => {
     await Promise.all([a, b]);
     const waited = performance.now() - t0;
     if (multiBufferLanes() === 8) {
-      expect(scheduler.stats).toEqual({ calls: 1, messages: 2 });
+      expect(scheduler.stats).toEqual({ calls: 1, messages: 2, mixedCalls: 0 });
       expect(waited).toBeGreaterThanOrEqual(35);
     }
     expect(waited).toBeLessThan(5000);
@@ -140,7 +156,7 @@ describe('Sha512BatchScheduler', () => {
     const got = await scheduler.advance(state, data, 1024);
     const waited = performance.now() - t0;
     expect(got.equals(await advance(state, data))).toBe(true);
-    expect(scheduler.stats).toEqual({ calls: 1, messages: 1 });
+    expect(scheduler.stats).toEqual({ calls: 1, messages: 1, mixedCalls: 0 });
     // with eight lanes it waits its patience (timers may fire a little early or late), else it starts at once
     if (multiBufferLanes() === 8) expect(waited).toBeGreaterThanOrEqual(15);
     else expect(scheduler.patienceMs).toBe(0);
