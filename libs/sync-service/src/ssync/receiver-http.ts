@@ -274,6 +274,8 @@ class Connection {
   #read: PendingRead | undefined;
   #lingerTimer: NodeJS.Timeout | undefined;
   #closeAfterReply = false;
+  /** The socket handle, in zero-copy mode. */
+  #handle: object | undefined;
   readonly socket: net.Socket;
 
   constructor(
@@ -323,6 +325,7 @@ class Connection {
     }
     // the accepted socket is an empty shell now: destroying it releases the server's count of it, not the connection
     socket.destroy();
+    this.#handle = handle;
     return adopted;
   }
 
@@ -343,6 +346,20 @@ class Connection {
     // never an empty buffer (libuv fails a read into one); a full spill is only reached while no read is wanted
     this.#installed = this.#end < SPILL_SIZE ? this.#spill.subarray(this.#end) : this.#spill.subarray(SPILL_SIZE - 1);
     return this.#installed;
+  }
+
+  /**
+   * Makes the next socket read go into the spill (after a read was abandoned while its target was the read buffer).
+   * Returns false if that is not possible.
+   */
+  #installSpill(): boolean {
+    if (!this.#handle || this.#installed.buffer === this.#spill.buffer) return true;
+    const h = this.#handle as { useUserBuffer?: (buf: Uint8Array) => void };
+    if (typeof h.useUserBuffer !== 'function') return false;
+    this.#start = this.#end = 0;
+    this.#installed = this.#spill.subarray(0);
+    h.useUserBuffer(this.#installed);
+    return true;
   }
 
   /** zero-copy mode: `n` bytes were read into `#installed`; returns false to stop reading. */
@@ -563,7 +580,9 @@ class Connection {
     }
     r.onSent?.();
     this.#request = undefined;
-    if (abandoned) {
+    if (abandoned && !this.#installSpill()) {
+      // the next socket read would land in the abandoned buffer, and this runtime cannot point it elsewhere: stop
+      // reading (the client may then see a reset instead of the rest of the exchange)
       this.#phase = 'closed';
       s.end();
       s.pause();
