@@ -1,8 +1,7 @@
-import http from 'node:http';
 import { promises as fsp } from 'node:fs';
-import type { AddressInfo } from 'node:net';
 import { alignedBuffer, DirectTarget } from '@bis/direct-io';
 import { IntervalSet } from './interval-set.js';
+import { HttpProtocolError, ReceiverHttpServer, type ReceiverHttpReply, type ReceiverHttpRequest } from './receiver-http.js';
 import type { HolePuncher } from './layout.js';
 import { RECEIVE_SLAB_SIZE, ReceivedFileHasher, Slab, type ReceivedHashStats, type SlabAllocator } from './received-hasher.js';
 import {
@@ -15,10 +14,11 @@ import {
 /** Largest chain segment verified from request bodies in flight (larger ones are verified from the file at close). */
 const MAX_INFLIGHT_SEGMENT = 16 << 20;
 /**
- * Segments verified from request bodies after the request was answered, at most (each holds its receive buffer until
- * checked). With them waiting, the SHA-512 scheduler compresses eight segments per AVX-512 pass instead of one or two.
+ * Received pieces written and verified after their request was answered, at most (each holds its receive buffer until
+ * both are done). The sender does not wait for the disk or the hash, and with eight segments waiting the SHA-512
+ * scheduler compresses them in one AVX-512 pass.
  */
-const MAX_DEFERRED_VERIFICATIONS = 4;
+const MAX_DEFERRED_PIECES = 16;
 /** How long a segment may wait for a full eight-segment pass (ms): nobody waits on it any more. */
 const VERIFY_PATIENCE_MS = 20;
 /**
@@ -26,7 +26,7 @@ const VERIFY_PATIENCE_MS = 20;
  * verification. Fewer would make it allocate slabs over and over (fresh memory costs page faults, and every new
  * buffer counts as external memory that pushes V8 into full garbage collections).
  */
-const SLAB_POOL_FREE = 4 + MAX_DEFERRED_VERIFICATIONS;
+const SLAB_POOL_FREE = 4 + MAX_DEFERRED_PIECES;
 /** Direct writes in flight at once (1 GiB in 2 MiB writes: 2 were faster than 1 and than 4, same CPU). */
 const DIRECT_WRITES_IN_FLIGHT = 2;
 /** Largest accepted `sha512Chain` body (64 bytes of state per segment: 32 MiB is 1 TiB in 2 MiB segments). */
@@ -274,15 +274,11 @@ class HttpError extends Error {
   }
 }
 
-async function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let n = 0;
-  for await (const c of req as AsyncIterable<Buffer>) {
-    n += c.length;
-    if (n > limit) throw new HttpError(413, `request body larger than ${limit} bytes`);
-    chunks.push(c);
-  }
-  return Buffer.concat(chunks);
+/** Reads and drops the rest of a request body (a body longer than its range, or a body nobody expects). */
+async function discardBody(req: ReceiverHttpRequest): Promise<void> {
+  if (req.complete) return;
+  const scratch = Buffer.allocUnsafe(64 * 1024);
+  while ((await req.readInto(scratch)) > 0);
 }
 
 function intParam(url: URL, name: string): number {
@@ -389,11 +385,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     }
   };
 
-  const server = http.createServer();
-  server.keepAliveTimeout = 240_000;
-  let resolveClosed!: () => void;
-  const closed = new Promise<void>((res) => (resolveClosed = res));
-  server.on('close', () => resolveClosed());
+  const server = new ReceiverHttpServer((req) => serve(req), { keepAliveTimeoutMs: 240_000 });
 
   const finish = async (failure: Error | undefined): Promise<void> => {
     let err = failure;
@@ -405,6 +397,8 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     server.closeAllConnections();
     hasher?.stopAcquiring(new SsyncReceiveError('the receiver is finishing'));
     await Promise.allSettled([...inflight]);
+    // pieces still being written or verified after their answer (the file is not closed under them)
+    while (deferred.size > 0) await Promise.allSettled([...deferred]);
     let sha512: string | undefined;
     let chain: Sha512Chain | undefined;
     if (!err && chainCheck && fh) {
@@ -448,11 +442,13 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     }
   };
 
-  /** A segment verified after its request was answered did not match: the receive fails, every later request too. */
-  const failVerification = (err: Error) => {
+  /**
+   * A write or a verification that ended after its request was answered failed: the receive fails, every later
+   * request too.
+   */
+  const failDeferred = (what: string, err: Error) => {
     if (fatalError || finished) return;
-    const message = `the received data does not match the sender's SHA-512 chain: ${err.message}`;
-    const fatal = new SsyncReceiveError(message);
+    const fatal = new SsyncReceiveError(`${what}: ${err.message}`);
     fatalError = fatal;
     server.close();
     void Promise.allSettled([...inflight]).then(() => finish(fatal));
@@ -475,8 +471,10 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     if (end < begin || end > size) throw new HttpError(400, `invalid range [${begin}, ${end}) for a file of size ${size}`);
   };
 
-  const handle = async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
-    const url = new URL(req.url ?? '/', 'http://receiver');
+  const json = (value: unknown): ReceiverHttpReply => ({ body: JSON.stringify(value), contentType: 'application/json' });
+
+  const handle = async (req: ReceiverHttpRequest): Promise<ReceiverHttpReply> => {
+    const url = new URL(req.target, 'http://receiver');
     const route = url.pathname.replace(/^\/v1-ssync\/?/, '');
     if (url.pathname === route) throw new HttpError(404, `unknown path ${url.pathname}`);
     switch (route) {
@@ -495,9 +493,8 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         await direct?.open(opts.filePath);
         if (!openedAt) openedAt = performance.now();
         size = end;
-        res.setHeader('Content-Type', 'application/json');
-        res.end(JSON.stringify(fileAlreadyExists));
-        return;
+        await discardBody(req);
+        return json(fileAlreadyExists);
       }
       case 'writeData': {
         const begin = intParam(url, 'begin');
@@ -510,107 +507,102 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         // Bodies are gathered into slabs and written with large positioned writes; a written slab goes to the
         // hasher, which keeps it until its range is hashed in file order.
         const pieces: Array<{ begin: number; end: number; slab: Slab | null }> = [];
-        /** Verifications of this request's segments (they may end after the answer). */
-        const verifications: Promise<void>[] = [];
+        /** Writes and verifications of this request's pieces (they may end after the answer). */
+        const settling: Promise<void>[] = [];
         let slab: Slab | undefined;
         let fill = 0;
         let pos = begin;
         const writeSlab = async () => {
           const s = slab!;
-          const segment = check && segmentCut > 0 ? check.wholeSegment(pos, fill) : undefined;
-          let verifying: Promise<void> | undefined;
-          if (check && segment !== undefined) {
-            // The segment is verified from the body while it is written, and may still be after the request is
-            // answered: the slab is kept until then, and the request's segments stay "being written" for the check.
-            // A mismatch fails the whole receive (the later requests and the close get the error).
-            verifying = check.verifyInFlight(segment, s.buffer.subarray(0, fill));
-            verifications.push(verifying);
-            try {
-              await writePiece(handle, s.buffer, fill, pos);
-            } catch (err) {
-              await verifying.catch(() => undefined);
-              throw err;
-            }
-          } else {
-            await writePiece(handle, s.buffer, fill, pos);
-          }
-          // with the in-order hash, hold at most one slab per request (an earlier one is released: its range is read
-          // back if needed); without it nothing needs the bytes once written and verified
-          const prev = pieces[pieces.length - 1];
-          if (prev?.slab) {
-            slabs.release(prev.slab);
-            prev.slab = null;
-          }
-          const keep = hasher !== undefined;
-          if (verifying) {
-            const settled = verifying.then(
-              () => undefined,
-              () => undefined,
-            );
-            const held = settled.finally(() => {
-              slabs.release(s);
-              deferred.delete(held);
-            });
-            deferred.add(held);
-          } else if (!keep) {
-            slabs.release(s);
-          }
-          pieces.push({ begin: pos, end: pos + fill, slab: keep && !verifying ? s : null });
+          const at = pos;
+          const length = fill;
           pos += fill;
           fill = 0;
           slab = undefined;
+          const segment = check && segmentCut > 0 ? check.wholeSegment(at, length) : undefined;
+          // The segment is verified from the body while it is written. Without the in-order hash neither has to end
+          // before the answer: the slab is kept until both have, the request's segments stay "being written" for the
+          // chain check until then, and a failure fails the whole receive (the later requests and the close get it).
+          const verifying = check && segment !== undefined ? check.verifyInFlight(segment, s.buffer.subarray(0, length)) : undefined;
+          const writing = writePiece(handle, s.buffer, length, at);
+          if (verifying) {
+            settling.push(verifying);
+            verifying.catch((e: unknown) => failDeferred("the received data does not match the sender's SHA-512 chain", e as Error));
+          }
+          if (hasher) {
+            // the in-order hash takes the written slab (at most one per request is held: an earlier one is released
+            // and its range read back if needed)
+            try {
+              await writing;
+            } catch (err) {
+              slabs.release(s);
+              throw err;
+            }
+            const prev = pieces[pieces.length - 1];
+            if (prev?.slab) {
+              slabs.release(prev.slab);
+              prev.slab = null;
+            }
+            pieces.push({ begin: at, end: at + length, slab: s });
+            return;
+          }
+          settling.push(writing);
+          writing.catch((e: unknown) => failDeferred('writing the received data failed', e as Error));
+          const held = Promise.allSettled(verifying ? [writing, verifying] : [writing]).then(() => {
+            slabs.release(s);
+            deferred.delete(held);
+          });
+          deferred.add(held);
+          pieces.push({ begin: at, end: at + length, slab: null });
         };
         try {
-          for await (const chunk of req as AsyncIterable<Buffer>) {
+          // the body goes from the socket straight into the slab
+          while (pos + fill < end) {
             if (fatalError) throw new HttpError(400, fatalError.message);
-            const usable = Math.min(chunk.length, end - pos - fill);
-            let off = 0;
-            while (off < usable) {
-              slab ??= await slabs.acquire(pos);
-              let n = Math.min(usable - off, slab.buffer.length - fill);
-              // with a chain, pieces end at segment boundaries so that whole segments are verified in flight
-              if (segmentCut > 0) n = Math.min(n, segmentCut - ((pos + fill) % segmentCut));
-              chunk.copy(slab.buffer, fill, off, off + n);
-              fill += n;
-              off += n;
-              if (fill === slab.buffer.length || (segmentCut > 0 && (pos + fill) % segmentCut === 0)) await writeSlab();
-            }
+            // at most MAX_DEFERRED_PIECES written or verified after their answer: beyond, the sender waits
+            while (!slab && deferred.size >= MAX_DEFERRED_PIECES) await Promise.race(deferred);
+            slab ??= await slabs.acquire(pos);
+            let n = Math.min(end - pos - fill, slab.buffer.length - fill);
+            // with a chain, pieces end at segment boundaries so that whole segments are verified in flight
+            if (segmentCut > 0) n = Math.min(n, segmentCut - ((pos + fill) % segmentCut));
+            const got = await req.readInto(slab.buffer.subarray(fill, fill + n));
+            fill += got;
+            if (got < n) throw new HttpError(400, `short writeData body: got ${pos + fill - begin} of ${end - begin} bytes`);
+            if (fill === slab.buffer.length || (segmentCut > 0 && (pos + fill) % segmentCut === 0)) await writeSlab();
           }
           if (fill > 0) await writeSlab();
-          if (pos !== end) throw new HttpError(400, `short writeData body: got ${pos - begin} of ${end - begin} bytes`);
+          // like Longhorn, at most end - begin bytes of the body are used
+          await discardBody(req);
         } catch (err) {
           if (slab) slabs.release(slab);
           for (const p of pieces) if (p.slab) slabs.release(p.slab);
           throw err;
         } finally {
           hasher?.endWrite(begin);
-          if (check && verifications.length > 0) {
-            // the request's range counts as being written until its verifications end (a failure is kept by track)
+          if (check && settling.length > 0) {
+            // the request's range counts as being written until its writes and verifications end (a failure is kept
+            // by track)
             check.track(
-              Promise.all(verifications)
+              Promise.all(settling)
                 .then(() => undefined)
                 .finally(() => check.endWrite(begin, end)),
             );
-            for (const v of verifications) v.catch((e: unknown) => failVerification(e as Error));
           } else {
             check?.endWrite(begin, end);
           }
         }
-        // at most MAX_DEFERRED_VERIFICATIONS answered segments wait for their check: beyond, the sender waits
-        while (deferred.size > MAX_DEFERRED_VERIFICATIONS) await Promise.race(deferred);
         if (hasher) for (const p of pieces) hasher.dataWritten(p.begin, p.end, p.slab);
         else for (const p of pieces) if (p.slab) slabs.release(p.slab);
         coverage.add(begin, end);
         dataBytes += end - begin;
         opts.onProgress?.(dataBytes);
-        res.end();
-        return;
+        return {};
       }
       case 'sendHole': {
         const begin = intParam(url, 'begin');
         const end = intParam(url, 'end');
         checkRange(begin, end);
-        req.resume();
+        await discardBody(req);
         hasher?.beginWrite(begin, end);
         const check = chainCheck;
         check?.beginWrite(begin, end);
@@ -630,16 +622,12 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         hasher?.holeRecorded(begin, end);
         coverage.add(begin, end);
         holeBytes += end - begin;
-        res.end();
-        return;
+        return {};
       }
       case 'sha512Chain': {
         // our extension: the sender's SHA-512 chain, before any data
-        if (!acceptChain || req.method !== 'POST') {
-          req.resume();
-          throw new HttpError(404, `unknown ssync operation ${route}`);
-        }
-        const body = await readBody(req, MAX_CHAIN_BODY);
+        if (!acceptChain || req.method !== 'POST') throw new HttpError(404, `unknown ssync operation ${route}`);
+        const body = await req.readAll(MAX_CHAIN_BODY);
         if (dataBytes > 0 || holeBytes > 0 || coverage.covered > 0) {
           throw new HttpError(409, 'the SHA-512 chain must be sent before any data');
         }
@@ -662,92 +650,84 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
           await h.close();
         }
         slabs = new SlabPool(segmentCut > 0 ? segmentCut : (opts.slabSize ?? RECEIVE_SLAB_SIZE), allocate);
-        res.end();
-        return;
+        return {};
       }
       case 'getChecksum': {
-        req.resume();
-        res.setHeader('Content-Type', 'application/json');
-        res.end('null');
-        return;
+        await discardBody(req);
+        return json(null);
       }
       case 'getRecordedMetadata': {
-        req.resume();
+        await discardBody(req);
         throw new HttpError(404, 'no recorded metadata');
       }
       case 'close': {
-        req.resume();
+        await discardBody(req);
         if (!fh) throw new HttpError(400, 'file is not open: call open first');
         if (chainCheck && chainCheck.chain.size !== size) {
           throw new HttpError(400, `the SHA-512 chain is for ${chainCheck.chain.size} bytes, the file has ${size}`);
         }
-        await fh.sync();
-        // answered segments still being checked: the sender learns a mismatch from its close
+        // answered pieces still being written or checked: the sender learns a failure from its close
         while (deferred.size > 0) await Promise.all([...deferred]);
         if (fatalError) throw new HttpError(400, fatalError.message);
+        await fh.sync();
         closedAt = performance.now();
-        res.end();
         const complete = coverage.covers(0, size);
-        void finish(
-          complete
-            ? undefined
-            : new SsyncReceiveError(
-                `the sender closed an incomplete transfer: ${coverage.covered} of ${size} bytes received`,
-              ),
-        );
-        return;
+        return {
+          onSent: () => {
+            void finish(
+              complete
+                ? undefined
+                : new SsyncReceiveError(
+                    `the sender closed an incomplete transfer: ${coverage.covered} of ${size} bytes received`,
+                  ),
+            );
+          },
+        };
       }
       default:
         throw new HttpError(404, `unknown ssync operation ${route}`);
     }
   };
 
-  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+  /** Answers one request (the server calls it for each, in order per connection). */
+  async function serve(req: ReceiverHttpRequest): Promise<ReceiverHttpReply> {
     armIdle();
-    if (fatalError && !finished) {
-      req.resume();
-      res.statusCode = 400;
-      res.setHeader('Connection', 'close');
-      res.end(`${fatalError.message}\n`);
-      return;
-    }
-    if (finished) {
-      res.statusCode = 503;
-      res.end('receiver is closed\n');
-      return;
-    }
-    const p = handle(req, res).catch((err: unknown) => {
-      const status = err instanceof HttpError ? err.status : 500;
-      const fatal = err instanceof HttpError ? err.fatal : undefined;
+    const text = (status: number, message: string, close: boolean): ReceiverHttpReply => ({
+      status,
+      body: `${message}\n`,
+      contentType: 'text/plain; charset=utf-8',
+      close,
+    });
+    if (fatalError && !finished) return text(400, fatalError.message, true);
+    if (finished) return text(503, 'receiver is closed', false);
+    const p = handle(req);
+    inflight.add(p);
+    void p.then(
+      () => inflight.delete(p),
+      () => inflight.delete(p),
+    );
+    try {
+      return await p;
+    } catch (err) {
+      const e = err as Error;
+      const status = e instanceof HttpError || e instanceof HttpProtocolError ? e.status : 500;
+      const fatal = e instanceof HttpError ? e.fatal : undefined;
+      // the body is not read any further: the server tells the client this connection ends
+      const reply = text(status, e.message, fatal !== undefined || !req.complete);
       if (fatal && !fatalError) {
         fatalError = fatal;
         server.close();
         // the other requests fail with the same message; then the receive ends
-        res.once('close', () => {
+        reply.onSent = () => {
           void Promise.allSettled([...inflight]).then(() => finish(fatal));
-        });
+        };
       }
-      if (!res.headersSent) {
-        res.statusCode = status;
-        // the body is not read any further: tell the client this connection ends
-        if (fatal || !req.complete) res.setHeader('Connection', 'close');
-        res.end(`${(err as Error).message}\n`);
-      } else {
-        res.destroy();
-      }
-    });
-    inflight.add(p);
-    void p.finally(() => inflight.delete(p));
-  });
+      return reply;
+    }
+  }
 
   try {
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(opts.port, opts.host ?? '0.0.0.0', () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
+    await server.listen(opts.port, opts.host ?? '0.0.0.0');
   } catch (err) {
     // not listening (e.g. the port is taken): release what was set up for the receive
     finished = true;
@@ -757,6 +737,6 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     throw err;
   }
   armIdle();
-  const port = (server.address() as AddressInfo).port;
-  return { port, done, closed };
+  const port = server.address().port;
+  return { port, done, closed: server.closed };
 }
