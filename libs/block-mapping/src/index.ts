@@ -17,3 +17,4 @@ export { punchHole, punchHoleWithFallocateTool, PunchHoleError } from './punch-h
 export { BLOCK_SIZE, type BlockMapping, type IterateBlocksOptions, mapBlocks, iterateBlocks } from './block-map.js';
 export { isAllZero } from './zero.js';
 export { nativeAddonStatus, DISABLE_NATIVE_ENV, ADDON_PATH_ENV } from './native.js';
+export { type SendFileTransfer, sendFileAvailable, sendFileToSocket } from './send-file.js';

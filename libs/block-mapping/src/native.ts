@@ -8,6 +8,13 @@ export interface BlockMappingAddon {
   seekHole(fd: number, offset: number): number;
   /** fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length), on the libuv thread pool. */
   punchHole(fd: number, offset: number, length: number): Promise<void>;
+  /**
+   * sendfile(2) of [offset, offset + length) from `fileFd` to the socket `socketFd`, on a thread of its own, on
+   * duplicates of both descriptors. Absent from addons built before it existed.
+   */
+  startSendFile?(socketFd: number, fileFd: number, offset: number, length: number): { id: number; done: Promise<number> };
+  /** Shuts the socket of a running startSendFile down; false when it has ended. */
+  cancelSendFile?(id: number): boolean;
 }
 
 /** Set to `0` to skip loading the addon (the library then behaves as if it were not built). */
