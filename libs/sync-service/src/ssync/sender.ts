@@ -1,10 +1,14 @@
 import http from 'node:http';
+import type net from 'node:net';
 import { promises as fsp } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { encodeChain, type Sha512Chain } from '@bis/sha512-chain';
+import { sendFileAvailable, sendFileToSocket, type SendFileTransfer } from '@bis/block-mapping';
 import type { Extent, FileLayoutProvider } from './layout.js';
 
 export const SSYNC_CHUNK_SIZE = 2 << 20;
+/** `writeData` size for a receiver that accepted the SHA-512 chain, when bodies go out with sendfile. */
+export const SSYNC_CHAIN_CHUNK_SIZE = 8 << 20;
 export const SSYNC_WORKERS = 4;
 
 export interface SendFileOptions {
@@ -41,6 +45,11 @@ export interface SendFileOptions {
    * file exactly as without a chain.
    */
   chain?: Sha512Chain;
+  /**
+   * Send `writeData` bodies with sendfile(2), from the page cache straight to the socket (default: when the
+   * block-mapping addon has it). Not used when the receiver's file existed before (each chunk is then hashed first).
+   */
+  sendfile?: boolean;
 }
 
 export interface SendFileResult {
@@ -50,6 +59,23 @@ export interface SendFileResult {
   retries: number;
   /** Whether the receiver accepted the chain. */
   chainAccepted: boolean;
+  /** Data bytes sent with sendfile(2) (the rest was read into memory and written). */
+  sendfileBytes: number;
+}
+
+/** A `writeData` body sent from the file with sendfile(2). */
+interface FileRange {
+  fd: number;
+  offset: number;
+  length: number;
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/** The descriptor of a connected socket, where this runtime exposes it. */
+function socketFd(sock: net.Socket): number | undefined {
+  const fd = (sock as unknown as { _handle?: { fd?: unknown } | null })._handle?.fd;
+  return typeof fd === 'number' && fd >= 0 ? fd : undefined;
 }
 
 export class SsyncSendError extends Error {
@@ -167,20 +193,25 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
   const signal = outer.signal;
   const agent = new http.Agent({ keepAlive: true, maxSockets: workers });
   let retries = 0;
+  let useSendfile = opts.sendfile ?? sendFileAvailable();
+  let sendfileBytes = 0;
 
   const request = (
     method: 'GET' | 'POST',
     op: string,
     query: Record<string, string | number>,
-    body?: Buffer,
+    body?: Buffer | FileRange,
   ): Promise<string> => {
     const qs = new URLSearchParams(Object.entries(query).map(([k, v]): [string, string] => [k, String(v)])).toString();
+    const range = body !== undefined && !Buffer.isBuffer(body) ? body : undefined;
     const bytes = body?.length ?? 0;
     const timeoutMs = timeoutFor(bytes);
     return new Promise<string>((resolve, reject) => {
       signal.throwIfAborted();
       // one timer and one abort listener per request (cheaper than AbortSignal.any + AbortSignal.timeout per request)
       let timedOut = false;
+      /** The body being sent with sendfile: cancelled whenever the request ends early. */
+      let transfer: SendFileTransfer | undefined;
       const cleanup = () => {
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);
@@ -200,6 +231,8 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
           res.on('end', () => {
             cleanup();
             const text = Buffer.concat(chunks).toString('utf8');
+            // an answer before the whole body was sent (a refusal): stop sending it
+            transfer?.cancel();
             if (res.statusCode !== 200) {
               reject(new SsyncSendError(`${op} [${query.begin ?? ''}, ${query.end ?? ''}) failed: HTTP ${res.statusCode}: ${text.trim()}`, res.statusCode));
             } else resolve(text);
@@ -212,15 +245,59 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
       );
       const timer = setTimeout(() => {
         timedOut = true;
+        transfer?.cancel();
         req.destroy(new SsyncSendError(`${op} timed out after ${timeoutMs} ms`));
       }, timeoutMs);
-      const onAbort = () => req.destroy(signal.reason as Error);
+      const onAbort = () => {
+        transfer?.cancel();
+        req.destroy(signal.reason as Error);
+      };
       signal.addEventListener('abort', onAbort, { once: true });
       req.on('error', (err) => {
         cleanup();
+        transfer?.cancel();
         reject(timedOut ? new SsyncSendError(`${op} timed out after ${timeoutMs} ms`) : err);
       });
-      req.end(body);
+      if (!range) {
+        req.end(body);
+        return;
+      }
+      // The head goes out through the socket; then the kernel sends the body from the page cache (sendfile), and the
+      // request ends with no bytes of its own. Node writes the head right after the 'socket' event: an empty write
+      // queued after it calls back once the head is in the kernel.
+      req.flushHeaders();
+      req.once('socket', (sock: net.Socket) => {
+        process.nextTick(() => {
+          sock.write(EMPTY, (err) => {
+            if (err || req.destroyed) return; // the request reports the failure
+            const fd = socketFd(sock);
+            if (fd === undefined) {
+              // this runtime does not expose socket descriptors: this attempt fails, the retry reads the data
+              useSendfile = false;
+              req.destroy(new SsyncSendError(`${op}: cannot use sendfile here (no socket descriptor)`));
+              return;
+            }
+            try {
+              transfer = sendFileToSocket(fd, range.fd, range.offset, range.length);
+            } catch (e) {
+              useSendfile = false;
+              req.destroy(e as Error);
+              return;
+            }
+            transfer.done.then(
+              () => {
+                transfer = undefined;
+                sendfileBytes += range.length;
+                req.end();
+              },
+              (e: unknown) => {
+                transfer = undefined;
+                req.destroy(new SsyncSendError(`${op} [${range.offset}, ${range.offset + range.length}) failed: ${(e as Error).message}`));
+              },
+            );
+          });
+        });
+      });
     });
   };
 
@@ -275,7 +352,9 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
       }
       chainAccepted = await offerChain(opts.chain);
     }
-    const chunkSize = opts.chunkSize ?? SSYNC_CHUNK_SIZE;
+    // a receiver that took the chain is ours: with sendfile a larger body costs no memory on either side (the receiver
+    // reads it segment by segment), and a quarter of the requests cost a quarter of the per-request work
+    const chunkSize = opts.chunkSize ?? (chainAccepted && useSendfile && !remoteExists ? SSYNC_CHAIN_CHUNK_SIZE : SSYNC_CHUNK_SIZE);
     const layout = await opts.layout(opts.path);
     const tasks =
       chainAccepted && opts.chain
@@ -289,7 +368,18 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
     let next = 0;
     try {
       const worker = async () => {
-        const buf = Buffer.allocUnsafe(Math.max(1, largest));
+        let buf: Buffer | undefined;
+        /** Reads [begin, begin + len) into this worker's buffer. */
+        const read = async (begin: number, len: number): Promise<Buffer> => {
+          buf ??= Buffer.allocUnsafe(Math.max(1, largest));
+          let got = 0;
+          while (got < len) {
+            const { bytesRead } = await fh.read(buf, got, len - got, begin + got);
+            if (bytesRead === 0) throw new SsyncSendError(`${opts.path} shrank while sending (at ${begin + got})`);
+            got += bytesRead;
+          }
+          return buf.subarray(0, len);
+        };
         while (next < tasks.length) {
           signal.throwIfAborted();
           const t = tasks[next++]!;
@@ -299,13 +389,16 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
             continue;
           }
           const len = t.end - t.begin;
-          let got = 0;
-          while (got < len) {
-            const { bytesRead } = await fh.read(buf, got, len - got, t.begin + got);
-            if (bytesRead === 0) throw new SsyncSendError(`${opts.path} shrank while sending (at ${t.begin + got})`);
-            got += bytesRead;
+          if (useSendfile && !remoteExists) {
+            // from the page cache to the socket; an attempt after sendfile turned out unusable reads the data
+            await withRetries(async () =>
+              request('POST', 'writeData', { begin: t.begin, end: t.end }, useSendfile ? { fd: fh.fd, offset: t.begin, length: len } : await read(t.begin, len)),
+            );
+            dataBytes += len;
+            opts.onProgress?.(dataBytes);
+            continue;
           }
-          const body = buf.subarray(0, len);
+          const body = await read(t.begin, len);
           if (remoteExists) {
             const remote = await withRetries(() => request('GET', 'getChecksum', { begin: t.begin, end: t.end }));
             const parsed: unknown = JSON.parse(remote || 'null');
@@ -338,7 +431,7 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
       await fh.close();
     }
     await withRetries(() => request('POST', 'close', {}));
-    return { size, dataBytes, holeBytes, retries, chainAccepted };
+    return { size, dataBytes, holeBytes, retries, chainAccepted, sendfileBytes };
   } finally {
     opts.signal?.removeEventListener('abort', onOuterAbort);
     agent.destroy();

@@ -272,17 +272,26 @@ describe('ssync sender requests', () => {
     return { port: (server.address() as AddressInfo).port, seen, close };
   }
 
-  it('sends 2 MiB writeData requests with Content-Length bodies to a receiver without chains (Longhorn) and to ours', async () => {
+  it('sends 2 MiB writeData requests with Content-Length bodies to a receiver without chains (Longhorn), 8 MiB ones from the page cache to ours', async () => {
     const src = await sparseFile('src', 'dddddddddddd'); // 12 MiB of data
     const { computeFileChain } = await import('@bis/sha512-chain');
+    const { sendFileAvailable } = await import('@bis/block-mapping');
     const chain = await computeFileChain(src);
-    for (const [status, accepted] of [[404, false], [200, true]] as const) {
+    const twoMiB = Array(6).fill(2 * MiB);
+    const cases: Array<[status: number, accepted: boolean, sendfile: boolean | undefined, sizes: number[]]> = [
+      [404, false, undefined, twoMiB],
+      [200, true, false, twoMiB],
+      // with sendfile a larger body costs no memory on either side
+      [200, true, undefined, sendFileAvailable() ? [8 * MiB, 4 * MiB] : twoMiB],
+    ];
+    for (const [status, accepted, sendfile, sizes] of cases) {
       const rx = await recordingReceiver(status);
       try {
-        const r = await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chain });
+        const r = await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chain, sendfile });
         expect(r.chainAccepted).toBe(accepted);
+        expect(r.sendfileBytes).toBe(sendfile === false || !sendFileAvailable() ? 0 : 12 * MiB);
         const writes = rx.seen.filter((s) => s.op === 'writeData');
-        expect(writes.map((w) => w.end - w.begin)).toEqual(Array(6).fill(2 * MiB));
+        expect(writes.map((w) => w.end - w.begin).sort((a, b) => b - a)).toEqual(sizes); // workers finish in any order
         expect(writes.every((w) => w.bytes === w.end - w.begin)).toBe(true);
         expect(writes.reduce((n, w) => n + w.bytes, 0)).toBe(12 * MiB);
         expect(rx.seen[rx.seen.length - 1]!.op).toBe('close');
