@@ -231,9 +231,10 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
           res.on('end', () => {
             cleanup();
             const text = Buffer.concat(chunks).toString('utf8');
-            // an answer before the whole body was sent (a refusal): stop sending it
-            transfer?.cancel();
             if (res.statusCode !== 200) {
+              // a refusal may come before the whole body was sent: stop sending it (a 200 comes only after the whole
+              // body, and the connection is kept for the next request)
+              transfer?.cancel();
               reject(new SsyncSendError(`${op} [${query.begin ?? ''}, ${query.end ?? ''}) failed: HTTP ${res.statusCode}: ${text.trim()}`, res.statusCode));
             } else resolve(text);
           });
