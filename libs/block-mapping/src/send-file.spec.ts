@@ -1,6 +1,6 @@
 import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, openSync, readSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
@@ -126,8 +126,11 @@ describeSendFile('sendFileToSocket', () => {
     const got = await conn.received;
     expect(got.length).toBe(length);
     expect(got.equals(content.subarray(offset, offset + length))).toBe(true);
+    expect(t.cancel()).toBe(false); // settled: nothing left to cancel
     // sendfile with an explicit offset leaves the descriptor's file position alone
-    expect(t.cancel()).toBe(false);
+    const head = Buffer.alloc(8);
+    expect(readSync(file.fd, head, 0, 8, null)).toBe(8);
+    expect(head.equals(content.subarray(0, 8))).toBe(true);
   });
 
   it('a 0-length range resolves 0 and sends nothing', async () => {
@@ -193,6 +196,26 @@ describeSendFile('sendFileToSocket', () => {
     expect(typeof err!.errno).toBe('number');
     expect(t.cancel()).toBe(false);
     expect(t.cancel()).toBe(false);
+  });
+
+  // skipped: bug in cancelSendFile: a transfer whose thread has finished but whose promise has not settled yet (the
+  // settle waits for the JS thread) is still in active_sends, so cancel() returns true and shuts down a connection whose
+  // transfer succeeded. The ssync sender calls cancel() on every answer to writeData, 200 included, so an answer
+  // handled before the settle kills the keep-alive connection (the next request on it fails with EPIPE).
+  it.skip('cancel() after the transfer finished, before done settles, returns false and leaves the connection alone', async () => {
+    const file = openForTest(await dataFile('src', noise(100)));
+    const conn = await connect();
+    const t = cancelAfterTest(sendFileToSocket(fdOf(conn.client), file.fd, 0, 100));
+    // block the JS thread: the transfer thread sends its 100 bytes and queues the settle behind this call
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+    expect(t.cancel()).toBe(false);
+    await expect(t.done).resolves.toBe(100);
+    // the connection still carries what is written after the transfer
+    await new Promise<void>((resolve, reject) => conn.client.write('after', (err) => (err ? reject(err) : resolve())));
+    conn.client.end();
+    const got = await conn.received;
+    expect(got.length).toBe(105);
+    expect(got.subarray(100).toString()).toBe('after');
   });
 
   it('a range past the end of the file rejects with ENODATA naming the bytes sent', async () => {

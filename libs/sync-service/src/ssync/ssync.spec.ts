@@ -1,14 +1,14 @@
 import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
 import { createHash, randomBytes } from 'node:crypto';
-import { promises as fsp, readFileSync } from 'node:fs';
+import { promises as fsp, readdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
-import { getFileLayout } from '@bis/block-mapping';
+import { getFileLayout, sendFileAvailable } from '@bis/block-mapping';
 import { startSsyncReceiver } from './receiver.js';
 import { httpStatus as call } from '../test-support/http-call.js';
-import { sendFile } from './sender.js';
+import { sendFile, SsyncSendError } from './sender.js';
 import type { FileLayoutProvider } from './layout.js';
 
 const MiB = 1 << 20;
@@ -334,4 +334,177 @@ describe('ssync sender requests', () => {
       await rx.close();
     }
   });
+});
+
+// The sendfile path needs the block-mapping addon built with startSendFile (node libs/block-mapping/native/build.mjs);
+// without it `sendfile: true` only falls back to reading after a failed attempt, and there is no sendfile transfer to
+// test: the suite is skipped.
+const sendfileUsable = sendFileAvailable();
+if (!sendfileUsable) console.warn('ssync sender with sendfile: skipped, the block_mapping addon lacks startSendFile');
+const describeWithSendfile = sendfileUsable ? describe : describe.skip;
+
+describeWithSendfile('ssync sender with sendfile', () => {
+  /** Threads of this process (a sendfile transfer runs on a thread of its own). */
+  const threadCount = () => readdirSync('/proc/self/task').length;
+  /** Waits until no more threads run than `baseline` (every sendfile thread ended), failing after `ms`. */
+  async function threadsBackTo(baseline: number, ms = 2000): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (threadCount() > baseline) {
+      if (Date.now() > deadline) throw new Error(`${threadCount() - baseline} thread(s) still running after ${ms} ms`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  /**
+   * A receiver that answers open (`false`), refuses chains (404), acknowledges holes and close, and handles writeData
+   * with `onWriteData`. Records the operations it saw (writeData when its handler is called, the others when answered).
+   */
+  async function scriptedReceiver(onWriteData: (req: http.IncomingMessage, res: http.ServerResponse) => void) {
+    const ops: string[] = [];
+    const server = http.createServer((req, res) => {
+      const op = new URL(req.url!, 'http://x').pathname.replace('/v1-ssync/', '');
+      if (op === 'writeData') {
+        ops.push(op);
+        return onWriteData(req, res);
+      }
+      req.resume();
+      req.on('end', () => {
+        ops.push(op);
+        res.statusCode = op === 'sha512Chain' ? 404 : 200;
+        res.end(op === 'open' ? 'false' : '');
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const close = () => {
+      server.closeAllConnections();
+      return new Promise<void>((r) => server.close(() => r()));
+    };
+    return { port: (server.address() as AddressInfo).port, ops, close };
+  }
+
+  it('a sparse file arrives identical with and without sendfile; sendfileBytes counts the data sent with it', async () => {
+    const src = await sparseFile('src', 'dhhdddhhdd');
+    // an odd-sized tail after the last whole MiB
+    await fsp.appendFile(src, randomBytes(12345));
+    const size = 10 * MiB + 12345;
+    const dataBytes = 6 * MiB + 12345;
+    const { computeFileChain } = await import('@bis/sha512-chain');
+    const chain = await computeFileChain(src);
+    const cases: Array<{ sendfile: boolean; withChain: boolean }> = [
+      { sendfile: true, withChain: false },
+      { sendfile: false, withChain: false },
+      { sendfile: true, withChain: true }, // 8 MiB bodies where segments allow
+    ];
+    const digests: string[] = [];
+    for (const [i, c] of cases.entries()) {
+      const dst = path.join(dir, `dst${i}`);
+      const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size, computeChecksum: !c.withChain });
+      const r = await sendFile({
+        path: src,
+        toAddress: `127.0.0.1:${rx.port}`,
+        layout: (p) => getFileLayout(p),
+        sendfile: c.sendfile,
+        chain: c.withChain ? chain : undefined,
+      });
+      const got = await rx.done;
+      await rx.closed;
+      expect(r).toMatchObject({ size, dataBytes, retries: 0, chainAccepted: c.withChain, sendfileBytes: c.sendfile ? dataBytes : 0 });
+      expect(got).toMatchObject({ size, dataBytes });
+      if (!c.withChain) expect(got.sha512).toBe(sha(src));
+      digests.push(sha(dst));
+    }
+    expect(digests).toEqual([sha(src), sha(src), sha(src)]);
+  });
+
+  it('a receiver that refuses writeData before reading the body: SsyncSendError with the status, no hang, no thread left', async () => {
+    const src = await sparseFile('src', 'd'.repeat(16));
+    const rx = await scriptedReceiver((_req, res) => {
+      // answer at once, body unread, and drop the connection
+      res.writeHead(400, { Connection: 'close', 'Content-Type': 'text/plain' });
+      res.end('writeData refused\n');
+    });
+    const baseline = threadCount();
+    try {
+      const t = Date.now();
+      const err = await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), sendfile: true, chunkSize: 16 * MiB }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(SsyncSendError);
+      expect(err).toMatchObject({ status: 400, message: expect.stringContaining('HTTP 400: writeData refused') });
+      expect(Date.now() - t).toBeLessThan(3000);
+      expect(rx.ops).not.toContain('close');
+      await threadsBackTo(baseline);
+    } finally {
+      await rx.close();
+    }
+  }, 10_000);
+
+  it('a receiver that never reads the writeData body: the request times out promptly (the transfer is cancelled) and close is never sent', async () => {
+    // one 32 MiB body: more than the loopback socket buffers hold, so the transfer is still waiting when the timer fires
+    const src = await sparseFile('src', 'd'.repeat(32));
+    const rx = await scriptedReceiver((req) => req.socket.pause());
+    const baseline = threadCount();
+    try {
+      const t = Date.now();
+      await expect(
+        sendFile({
+          path: src,
+          toAddress: `127.0.0.1:${rx.port}`,
+          layout: (p) => getFileLayout(p),
+          sendfile: true,
+          chunkSize: 32 * MiB,
+          attempts: 1,
+          requestTimeoutMs: () => 300,
+        }),
+      ).rejects.toThrow('writeData timed out after 300 ms');
+      expect(Date.now() - t).toBeLessThan(2000);
+      expect(rx.ops).toEqual(['open', 'writeData']);
+      await threadsBackTo(baseline);
+    } finally {
+      await rx.close();
+    }
+  }, 10_000);
+
+  it('aborting during a large writeData to a slow receiver rejects promptly with the reason', async () => {
+    const src = await sparseFile('src', 'd'.repeat(32));
+    let bodyBytes = 0;
+    const rx = await scriptedReceiver((req) => {
+      // reads a little, then waits: far slower than the sender
+      req.on('data', (c: Buffer) => {
+        bodyBytes += c.length;
+        req.pause();
+        setTimeout(() => req.resume(), 50);
+      });
+    });
+    const ac = new AbortController();
+    const baseline = threadCount();
+    try {
+      const sending = sendFile({
+        path: src,
+        toAddress: `127.0.0.1:${rx.port}`,
+        layout: (p) => getFileLayout(p),
+        sendfile: true,
+        chunkSize: 32 * MiB,
+        signal: ac.signal,
+      });
+      const outcome = sending.then(
+        () => 'resolved',
+        (e: unknown) => e,
+      );
+      await new Promise((r) => setTimeout(r, 300));
+      expect(bodyBytes).toBeGreaterThan(0); // the body is flowing
+      const t = Date.now();
+      ac.abort(new Error('stop sending'));
+      const err = await outcome;
+      expect(Date.now() - t).toBeLessThan(1000);
+      expect(err).toBeInstanceOf(Error);
+      expect((err as Error).message).toBe('stop sending');
+      expect(bodyBytes).toBeLessThan(32 * MiB);
+      expect(rx.ops).not.toContain('close');
+      await threadsBackTo(baseline);
+    } finally {
+      await rx.close();
+    }
+  }, 10_000);
 });
