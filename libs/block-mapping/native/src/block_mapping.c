@@ -12,7 +12,8 @@
  *                              duplicates of both descriptors, so closing the caller's descriptors cannot make it write
  *                              to a reused descriptor number. Returns { id, done: Promise<number of bytes sent> }.
  *   cancelSendFile(id)         shuts the socket down under a running startSendFile (its promise then rejects);
- *                              false when that transfer has already ended
+ *                              false when that transfer has already ended (its thread is done, even if the result has
+ *                              not reached JavaScript yet)
  *
  * Errors are thrown (or the promise rejected) as Error objects whose `code` is the errno name (e.g. "EOPNOTSUPP")
  * and whose `errno` is the number.
@@ -194,6 +195,8 @@ typedef struct send_request {
   int sock, file;
   int64_t offset, length, sent;
   int err;            /* errno of the failure; ENODATA: the file ended first */
+  pthread_mutex_t lock;
+  int finished;       /* the thread is done with the socket (under lock): a cancel no longer shuts it down */
   napi_deferred deferred;
   napi_threadsafe_function tsfn;
   struct send_request *next;
@@ -231,6 +234,9 @@ static void *send_thread(void *arg) {
     req->err = errno;
     break;
   }
+  pthread_mutex_lock(&req->lock);
+  req->finished = 1;
+  pthread_mutex_unlock(&req->lock);
   napi_call_threadsafe_function(req->tsfn, req, napi_tsfn_blocking);
   return NULL;
 }
@@ -265,6 +271,7 @@ static void send_settle(napi_env env, napi_value js_cb, void *context, void *dat
     }
   }
   napi_release_threadsafe_function(req->tsfn, napi_tsfn_release);
+  pthread_mutex_destroy(&req->lock);
   free(req);
 }
 
@@ -299,12 +306,14 @@ static napi_value start_send_file(napi_env env, napi_callback_info info) {
   }
   req->offset = offset;
   req->length = length;
+  pthread_mutex_init(&req->lock, NULL);
   napi_value promise, name;
   napi_create_promise(env, &req->deferred, &promise);
   napi_create_string_utf8(env, "bis.block_mapping.sendFile", NAPI_AUTO_LENGTH, &name);
   if (napi_create_threadsafe_function(env, NULL, NULL, name, 0, 1, NULL, NULL, NULL, send_settle, &req->tsfn) != napi_ok) {
     close(req->sock);
     close(req->file);
+    pthread_mutex_destroy(&req->lock);
     free(req);
     napi_throw_error(env, NULL, "startSendFile: cannot create a thread-safe function");
     return NULL;
@@ -318,6 +327,7 @@ static napi_value start_send_file(napi_env env, napi_callback_info info) {
   pthread_attr_destroy(&attr);
   if (perr != 0) {
     req->err = perr;
+    req->finished = 1;
     /* settles through the same path (rejects with the pthread_create error) */
     napi_call_threadsafe_function(req->tsfn, req, napi_tsfn_blocking);
   }
@@ -345,8 +355,13 @@ static napi_value cancel_send_file(napi_env env, napi_callback_info info) {
   bool found = false;
   for (send_request *r = active_sends; r != NULL; r = r->next) {
     if (r->id == id) {
-      shutdown(r->sock, SHUT_RDWR);
-      found = true;
+      /* a transfer whose thread is done (its result not delivered yet) is over: its connection is left alone */
+      pthread_mutex_lock(&r->lock);
+      if (!r->finished) {
+        shutdown(r->sock, SHUT_RDWR);
+        found = true;
+      }
+      pthread_mutex_unlock(&r->lock);
       break;
     }
   }
