@@ -85,6 +85,39 @@ describe('advanceMany (eight messages per pass with AVX-512)', () => {
     expect(r.stderr).toBe('');
     expect(JSON.parse(r.stdout)).toEqual({ lanes: 1, same: true });
   });
+
+  it('advanceManyAsync runs on threads of its own at nice 5 (BIS_SHA512_CHAIN_NICE), leaving the thread pool free', () => {
+    // two calls of 8 x 16 MiB while the thread pool has one thread: a file-system call still completes at once, and the
+    // threads doing the work run at the configured nice value
+    const script = `
+      const a = require(${JSON.stringify(ADDON)});
+      const fs = require('node:fs');
+      const nices = () => fs.readdirSync('/proc/self/task').map((t) => {
+        try { return Number(fs.readFileSync('/proc/self/task/' + t + '/stat', 'utf8').split(') ')[1].split(' ')[16]); } catch { return 0; }
+      });
+      const L = 16 << 20;
+      const data = Array.from({ length: 8 }, (_, i) => Buffer.alloc(L, i + 1));
+      const states = require('node:crypto').randomBytes(64 * 8);
+      (async () => {
+        let settled = false;
+        const jobs = Promise.all([a.advanceManyAsync(states, data, L), a.advanceManyAsync(states, data, L)]).then((r) => { settled = true; return r; });
+        await fs.promises.stat('/');
+        const statFirst = !settled;
+        const seen = new Set();
+        while (!settled) { for (const n of nices()) seen.add(n); await new Promise((r) => setTimeout(r, 2)); }
+        const [x, y] = await jobs;
+        const want = a.advanceMany(states, data, L);
+        console.log(JSON.stringify({ statFirst, lowered: seen.has(5), same: x.equals(want) && y.equals(want) }));
+      })();`;
+    for (const [nice, lowered] of [[undefined, true], ['0', false]] as const) {
+      const env: NodeJS.ProcessEnv = { ...process.env, UV_THREADPOOL_SIZE: '1' };
+      if (nice === undefined) delete env.BIS_SHA512_CHAIN_NICE;
+      else env.BIS_SHA512_CHAIN_NICE = nice;
+      const r = spawnSync(process.execPath, ['-e', script], { env, encoding: 'utf8' });
+      expect(r.stderr).toBe('');
+      expect(JSON.parse(r.stdout)).toEqual({ statFirst: true, lowered, same: true });
+    }
+  });
 });
 
 describe('Sha512BatchScheduler', () => {
