@@ -56,12 +56,13 @@ async function daemon(d) {
   daemons.push(x);
   return x;
 }
+// polls every 10 ms: the time to `ready` is overstated by 5 ms on average (it was 25 ms with the 50 ms polls used before)
 async function waitReady(x, name, uuid) {
   for (;;) {
     const r = await x.client.get(name, uuid);
     if (r.status.state === 'ready') return r;
     if (r.status.state === 'failed') throw new Error(`failed on ${x.d}: ${r.status.errorMsg}`);
-    await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 10));
   }
 }
 const sh = (cmd, args) => execFileSync(cmd, args, { stdio: 'inherit' });
