@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Benchmark: Sync A->B of a sparse image between two backing-image-manager daemons, against `cp --sparse=always`
 // of the same file in the same run; then fan-out of the image from one disk to 4 disks at once.
-// Usage: node tools/bench/bim-sync.mjs [sizeGiB=2] [runs=3]   (builds the daemon first with tsc -b)
+// Usage: node tools/bench/bim-sync.mjs [sizeGiB=2] [runs=3] [--sync-only]   (builds the daemon first with tsc -b)
+//   --sync-only: per run only the Sync A->B, with the CPU seconds of each daemon's main thread and of its other threads
+//   (thread pool, hashing and sendfile threads); for comparing builds or settings quickly.
 //   BIM_SYNC_REPO=<dir>: measure the daemon and receiver of another checkout (e.g. an older commit exported with
 //   `git archive` and given its own node_modules/@bis links), to interleave runs of two builds with the same script.
 //   BIM_SYNC_NODE_FLAGS="<flags>": node flags for every daemon (e.g. --initial-old-space-size=64).
@@ -24,7 +26,9 @@ const BIN = path.join(repo, 'apps/backing-image-manager/bin/backing-image-manage
 const nodeFlags = (process.env.BIM_SYNC_NODE_FLAGS ?? '').split(' ').filter(Boolean);
 
 const GiB = 1 << 30, MiB = 1 << 20;
-const size = Number(process.argv[2] ?? 2) * GiB;
+const args = process.argv.slice(2).filter((x) => !x.startsWith('--'));
+const syncOnly = process.argv.includes('--sync-only');
+const size = Number(args[0] ?? 2) * GiB;
 const SEG = 8 * MiB; // alternating 8 MiB data / 8 MiB hole => 50 % holes
 const root = await fsp.mkdtemp(path.join(os.tmpdir(), 'bim-bench-'));
 const daemons = [];
@@ -76,7 +80,12 @@ function timed(cmd, args) {
   const [u, sy] = r.stderr.trim().split('\n').pop().split(' ').map(Number);
   return { s: (performance.now() - t) / 1000, cpu: u + sy, stdout: r.stdout };
 }
-const runs = Number(process.argv[3] ?? 3);
+const runs = Number(args[1] ?? 3);
+/** CPU seconds of a process's main thread and of the process as a whole (threads that ended included). */
+const threadCpu = (pid) => {
+  const f = readFileSync(`/proc/${pid}/task/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return { main: (Number(f[11]) + Number(f[12])) / 100, total: cpuOf(pid) };
+};
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
 const stop = async (x) => {
   x.client.close();
@@ -114,6 +123,23 @@ try {
 
   const rows = [];
   for (let run = 1; run <= runs; run++) {
+    if (syncOnly) {
+      const b = await daemon(await disk(`B${run}`));
+      sh('sync', []);
+      const c0 = [a, b].map((x) => threadCpu(x.child.pid));
+      t = performance.now();
+      await b.client.sync({ spec, fromAddress: a.addr });
+      await waitReady(b, 'bench', 'u1');
+      const readyS = (performance.now() - t) / 1000;
+      const [ca, cb] = [a, b].map((x, i) => {
+        const c1 = threadCpu(x.child.pid);
+        return `main ${(c1.main - c0[i].main).toFixed(2)} + other threads ${(c1.total - c1.main - (c0[i].total - c0[i].main)).toFixed(2)}`;
+      });
+      rows.push({ readyS });
+      console.log(`run ${run} (sync only): Sync A->B ready ${readyS.toFixed(2)} s | CPU s: A ${ca}, B ${cb} | max RSS B ${b.maxRssMB().toFixed(0)} MB | load ${os.loadavg()[0].toFixed(2)}`);
+      await stop(b);
+      continue;
+    }
     sh('sync', []);
     const cpDst = path.join(root, 'cp-copy');
     t = performance.now();
@@ -188,8 +214,12 @@ try {
     for (const x of [...fan, b]) await stop(x);
   }
   const m = (k) => median(rows.map((r) => r[k]));
-  console.log(`median of ${runs}: cp ${m('cpS').toFixed(2)} s (${mbps(m('cpS'))} MB/s) | sha512sum ${m('shaS').toFixed(2)} s | transfer alone ${m('transferS').toFixed(2)} s (${mbps(m('transferS'))} MB/s) | Sync ready ${m('readyS').toFixed(2)} s, +sync ${m('syncS').toFixed(2)} s (${mbps(m('syncS'))} MB/s, ${(m('cpS') / m('syncS')).toFixed(2)}x cp) | receive ${m('receiveS').toFixed(2)} s, checksum tail ${m('tailS').toFixed(2)} s | fan-out ${m('fanS').toFixed(2)} s (${(m('fanS') / m('syncS')).toFixed(2)}x one copy) | max RSS ${m('maxRss').toFixed(0)} MB`);
-  console.log(`median CPU seconds: cp ${m('cpCpu').toFixed(2)} | sha512sum ${m('shaCpu').toFixed(2)} | transfer alone sender ${m('txCpu').toFixed(2)} + receiver ${m('rxCpu').toFixed(2)} | Sync sender ${m('syncCpuA').toFixed(2)} + receiver ${m('syncCpuB').toFixed(2)} | fan-out (all daemons) ${m('fanCpu').toFixed(2)}`);
+  if (syncOnly) {
+    console.log(`median of ${runs}: Sync ready ${m('readyS').toFixed(2)} s`);
+  } else {
+    console.log(`median of ${runs}: cp ${m('cpS').toFixed(2)} s (${mbps(m('cpS'))} MB/s) | sha512sum ${m('shaS').toFixed(2)} s | transfer alone ${m('transferS').toFixed(2)} s (${mbps(m('transferS'))} MB/s) | Sync ready ${m('readyS').toFixed(2)} s, +sync ${m('syncS').toFixed(2)} s (${mbps(m('syncS'))} MB/s, ${(m('cpS') / m('syncS')).toFixed(2)}x cp) | receive ${m('receiveS').toFixed(2)} s, checksum tail ${m('tailS').toFixed(2)} s | fan-out ${m('fanS').toFixed(2)} s (${(m('fanS') / m('syncS')).toFixed(2)}x one copy) | max RSS ${m('maxRss').toFixed(0)} MB`);
+    console.log(`median CPU seconds: cp ${m('cpCpu').toFixed(2)} | sha512sum ${m('shaCpu').toFixed(2)} | transfer alone sender ${m('txCpu').toFixed(2)} + receiver ${m('rxCpu').toFixed(2)} | Sync sender ${m('syncCpuA').toFixed(2)} + receiver ${m('syncCpuB').toFixed(2)} | fan-out (all daemons) ${m('fanCpu').toFixed(2)}`);
+  }
 } finally {
   for (const x of daemons) { x.client.close(); x.child.kill('SIGTERM'); }
   await Promise.all(daemons.map((x) => new Promise((r) => (x.child.exitCode !== null ? r() : x.child.once('exit', r)))));

@@ -507,8 +507,8 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         hasher?.beginWrite(begin, end);
         const check = chainCheck;
         check?.beginWrite(begin, end);
-        // Bodies are gathered into slabs and written with large positioned writes; a written slab goes to the
-        // hasher, which keeps it until its range is hashed in file order.
+        // Bodies are read straight into slabs, and a slab goes to the file in one positioned write; with the in-order
+        // hash a written slab goes to the hasher, which keeps it until its range is hashed in file order.
         const pieces: Array<{ begin: number; end: number; slab: Slab | null }> = [];
         /** Writes and verifications of this request's pieces (they may end after the answer). */
         const settling: Promise<void>[] = [];
