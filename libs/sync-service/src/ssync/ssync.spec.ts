@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { getFileLayout, sendFileAvailable } from '@bis/block-mapping';
 import { startSsyncReceiver } from './receiver.js';
 import { httpStatus as call } from '../test-support/http-call.js';
+import { listenOnLoopback } from '../test-support/loopback-server.js';
 import { sendFile, SsyncSendError } from './sender.js';
 import type { FileLayoutProvider } from './layout.js';
 
@@ -264,12 +265,7 @@ describe('ssync sender requests', () => {
         res.end(op === 'open' ? 'false' : '');
       });
     });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const close = () => {
-      server.closeAllConnections();
-      return new Promise<void>((r) => server.close(() => r()));
-    };
-    return { port: (server.address() as AddressInfo).port, seen, close };
+    return { ...(await listenOnLoopback(server)), seen };
   }
 
   it('sends 2 MiB writeData requests with Content-Length bodies to a receiver without chains (Longhorn), 8 MiB ones from the page cache to ours', async () => {
@@ -374,12 +370,7 @@ describeWithSendfile('ssync sender with sendfile', () => {
         res.end(op === 'open' ? 'false' : '');
       });
     });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const close = () => {
-      server.closeAllConnections();
-      return new Promise<void>((r) => server.close(() => r()));
-    };
-    return { port: (server.address() as AddressInfo).port, ops, close };
+    return { ...(await listenOnLoopback(server)), ops };
   }
 
   it('a sparse file arrives identical with and without sendfile; sendfileBytes counts the data sent with it', async () => {
