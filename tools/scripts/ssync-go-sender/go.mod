@@ -1,0 +1,3 @@
+module ssync-go-sender
+
+go 1.19
