@@ -342,6 +342,14 @@ function expectGoodReport(r: BodyReport, body: Buffer): void {
 describe.each([true, false])('ReceiverHttpServer, zeroCopy %s', (zeroCopy) => {
   const start = (handler: ReceiverHttpHandler, options: ReceiverHttpServerOptions = {}) => serve(handler, { ...options, zeroCopy });
 
+  it(zeroCopy ? 'moves every accepted socket into onread mode on this runtime' : 'reads every connection with data events', async () => {
+    const { server, port } = await start(echo);
+    const agent = new http.Agent({ keepAlive: false });
+    agents.push(agent);
+    for (let i = 0; i < 3; i++) expect((await httpCall(port, { path: '/mode', body: Buffer.from('x'), agent })).status).toBe(200);
+    expect(server.stats).toEqual(zeroCopy ? { zeroCopyConnections: 3, copyingConnections: 0 } : { zeroCopyConnections: 0, copyingConnections: 3 });
+  });
+
   describe('bodies arrive byte-exact', () => {
     const sizes = [0, 1, 65535, 65536, 65537, 2 * MiB, 2 * MiB + 1, 5 * MiB];
     it.each(sizes)('a %d-byte body, read with targets of 1 byte (small bodies), 4 KiB, 1 MiB, mixed and larger than the body', async (size) => {

@@ -288,9 +288,11 @@ class Connection {
     if (zeroCopy) adopted = this.#adopt(socket);
     if (adopted) {
       this.socket = adopted;
+      server.stats.zeroCopyConnections++;
     } else {
       this.socket = socket;
       socket.on('data', (chunk: Buffer) => this.#onData(chunk));
+      server.stats.copyingConnections++;
     }
     const s = this.socket;
     s.setNoDelay(true);
@@ -678,6 +680,11 @@ export class ReceiverHttpServer {
   readonly #zeroCopy: boolean;
   readonly #server: net.Server;
   readonly #connections = new Set<Connection>();
+  /**
+   * Connections accepted in each read mode: with `zeroCopy` (the default) every connection should be a zero-copy one;
+   * copying ones mean this runtime's sockets cannot be moved into `onread` mode.
+   */
+  readonly stats = { zeroCopyConnections: 0, copyingConnections: 0 };
   #closing = false;
   #listenerClosed = false;
   #resolveClosed!: () => void;
