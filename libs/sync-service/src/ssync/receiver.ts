@@ -19,14 +19,22 @@ const MAX_INFLIGHT_SEGMENT = 16 << 20;
  * scheduler compresses them in one AVX-512 pass.
  */
 const MAX_DEFERRED_PIECES = 16;
+/**
+ * Pieces pending after their answer in all the receivers of this process together (beyond it each receiver keeps at
+ * least MIN_DEFERRED_PIECES): three receives at once would otherwise hold three times the memory of one.
+ */
+const PROCESS_MAX_DEFERRED_PIECES = 16;
+const MIN_DEFERRED_PIECES = 2;
+let processDeferredPieces = 0;
 /** How long a segment may wait for a full eight-segment pass (ms): nobody waits on it any more. */
 const VERIFY_PATIENCE_MS = 20;
 /**
- * Free slabs a receiver without the in-order hash keeps for reuse: one per sender worker and one per deferred
- * verification. Fewer would make it allocate slabs over and over (fresh memory costs page faults, and every new
- * buffer counts as external memory that pushes V8 into full garbage collections).
+ * Free slabs kept for reuse by the receivers without the in-order hash, all receivers of the process together: one
+ * per sender worker and one per pending piece. Fewer would make a receiver allocate slabs over and over (fresh
+ * memory costs page faults, and every new buffer counts as external memory that pushes V8 into full garbage
+ * collections).
  */
-const SLAB_POOL_FREE = 4 + MAX_DEFERRED_PIECES;
+const SLAB_POOL_FREE = 4 + PROCESS_MAX_DEFERRED_PIECES;
 /**
  * Direct writes in flight at once. With the writes after the answer, more of them keep the device busy: a Sync of 1 GiB
  * of data took 1.45-1.58 s with 1, about 1.25 s with 2 and 1.03-1.17 s with 6 or 8 (the daemon's thread pool has 8).
@@ -239,17 +247,35 @@ class ChainCheck {
 }
 
 /** Plain receive buffers for a receiver that does not hash. */
+/** Free slabs by size and kind (page-aligned or plain memory), shared by the receivers of this process. */
+const freeSlabs = new Map<string, Slab[]>();
+let freeSlabCount = 0;
+
 class SlabPool {
-  readonly #free: Slab[] = [];
+  readonly #free: Slab[];
   constructor(
     readonly slabSize: number,
+    aligned: boolean,
     readonly allocate: SlabAllocator,
-  ) {}
+  ) {
+    const key = `${slabSize}:${aligned ? 'aligned' : 'plain'}`;
+    let free = freeSlabs.get(key);
+    if (!free) freeSlabs.set(key, (free = []));
+    this.#free = free;
+  }
   async acquire(_begin: number): Promise<Slab> {
-    return this.#free.pop() ?? new Slab(this.allocate(this.slabSize, false));
+    const s = this.#free.pop();
+    if (s) {
+      freeSlabCount--;
+      return s;
+    }
+    return new Slab(this.allocate(this.slabSize, false));
   }
   release(s: Slab): void {
-    if (this.#free.length < SLAB_POOL_FREE) this.#free.push(s);
+    if (freeSlabCount < SLAB_POOL_FREE) {
+      this.#free.push(s);
+      freeSlabCount++;
+    }
   }
 }
 
@@ -330,7 +356,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     ? (n, shared) => alignedBuffer(n, { shared })
     : (n, shared) => Buffer.from(shared ? new SharedArrayBuffer(n) : new ArrayBuffer(n));
   let hasher = opts.computeChecksum ? new ReceivedFileHasher({ fileHandle: () => fh, slabSize: opts.slabSize, allocate }) : undefined;
-  let slabs: SlabPool | ReceivedFileHasher = hasher ?? new SlabPool(opts.slabSize ?? RECEIVE_SLAB_SIZE, allocate);
+  let slabs: SlabPool | ReceivedFileHasher = hasher ?? new SlabPool(opts.slabSize ?? RECEIVE_SLAB_SIZE, direct !== undefined, allocate);
   const acceptChain = opts.acceptChain ?? nativeSha512ChainAvailable();
   let chainCheck: ChainCheck | undefined;
   /** Bytes per in-flight verified piece (the chain's segment size), 0 = no in-flight verification. */
@@ -554,16 +580,25 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
           const held = Promise.allSettled(verifying ? [writing, verifying] : [writing]).then(() => {
             slabs.release(s);
             deferred.delete(held);
+            processDeferredPieces--;
           });
           deferred.add(held);
+          processDeferredPieces++;
           pieces.push({ begin: at, end: at + length, slab: null });
         };
         try {
           // the body goes from the socket straight into the slab
           while (pos + fill < end) {
             if (fatalError) throw new HttpError(400, fatalError.message);
-            // at most MAX_DEFERRED_PIECES written or verified after their answer: beyond, the sender waits
-            while (!slab && deferred.size >= MAX_DEFERRED_PIECES) await Promise.race(deferred);
+            // at most MAX_DEFERRED_PIECES written or verified after their answer (and fewer while other receivers of
+            // this process hold PROCESS_MAX_DEFERRED_PIECES): beyond, the sender waits
+            while (
+              !slab &&
+              (deferred.size >= MAX_DEFERRED_PIECES ||
+                (processDeferredPieces >= PROCESS_MAX_DEFERRED_PIECES && deferred.size >= MIN_DEFERRED_PIECES))
+            ) {
+              await Promise.race(deferred);
+            }
             slab ??= await slabs.acquire(pos);
             let n = Math.min(end - pos - fill, slab.buffer.length - fill);
             // with a chain, pieces end at segment boundaries so that whole segments are verified in flight
@@ -652,7 +687,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
           hasher = undefined;
           await h.close();
         }
-        slabs = new SlabPool(segmentCut > 0 ? segmentCut : (opts.slabSize ?? RECEIVE_SLAB_SIZE), allocate);
+        slabs = new SlabPool(segmentCut > 0 ? segmentCut : (opts.slabSize ?? RECEIVE_SLAB_SIZE), direct !== undefined, allocate);
         return {};
       }
       case 'getChecksum': {

@@ -297,6 +297,21 @@ describe('ssync sender requests', () => {
     }
   });
 
+  it('three receives at once in one process (sharing its slabs and its budget of pending pieces) all arrive intact', async () => {
+    const { computeFileChain } = await import('@bis/sha512-chain');
+    const sources = await Promise.all(['a', 'b', 'c'].map((n, i) => sparseFile(`src-${n}`, ['ddhhdddd', 'hhdddddd', 'dddddddd'][i]!.repeat(3))));
+    const chains = await Promise.all(sources.map((f) => computeFileChain(f)));
+    const rxs = await Promise.all(sources.map((_, i) => startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, `dst-${i}`), size: 24 * MiB })));
+    await Promise.all(sources.map((src, i) => sendFile({ path: src, toAddress: `127.0.0.1:${rxs[i]!.port}`, layout: (p) => getFileLayout(p), chain: chains[i] })));
+    const got = await Promise.all(rxs.map((r) => r.done));
+    await Promise.all(rxs.map((r) => r.closed));
+    for (let i = 0; i < 3; i++) {
+      expect(sha(path.join(dir, `dst-${i}`))).toBe(sha(sources[i]!));
+      expect(got[i]!.sha512).toBe(sha(sources[i]!));
+      expect(got[i]!.chainStats!.readBack).toBe(0);
+    }
+  });
+
   it('with a chain, answered segments are verified in fuller SHA-512 passes, and every one is checked', async () => {
     const src = await sparseFile('src', 'd'.repeat(48)); // 24 data segments of 2 MiB
     const { computeFileChain, multiBufferLanes, sharedSha512Scheduler } = await import('@bis/sha512-chain');
