@@ -292,16 +292,6 @@ export class SsyncReceiveError extends Error {
   override readonly name = 'SsyncReceiveError';
 }
 
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    /** The receive fails with this once the error response is sent. */
-    readonly fatal?: Error,
-  ) {
-    super(message);
-  }
-}
 
 /** Reads and drops the rest of a request body (a body longer than its range, or a body nobody expects). */
 async function discardBody(req: ReceiverHttpRequest): Promise<void> {
@@ -313,7 +303,7 @@ async function discardBody(req: ReceiverHttpRequest): Promise<void> {
 function intParam(url: URL, name: string): number {
   const raw = url.searchParams.get(name);
   const v = raw === null ? NaN : Number(raw);
-  if (!Number.isSafeInteger(v) || v < 0) throw new HttpError(400, `invalid or missing query parameter ${name}: ${raw}`);
+  if (!Number.isSafeInteger(v) || v < 0) throw new HttpProtocolError(400, `invalid or missing query parameter ${name}: ${raw}`);
   return v;
 }
 
@@ -496,8 +486,8 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   opts.signal?.addEventListener('abort', onAbort, { once: true });
 
   const checkRange = (begin: number, end: number) => {
-    if (!fh) throw new HttpError(400, 'file is not open: call open first');
-    if (end < begin || end > size) throw new HttpError(400, `invalid range [${begin}, ${end}) for a file of size ${size}`);
+    if (!fh) throw new HttpProtocolError(400, 'file is not open: call open first');
+    if (end < begin || end > size) throw new HttpProtocolError(400, `invalid range [${begin}, ${end}) for a file of size ${size}`);
   };
 
   const json = (value: unknown): ReceiverHttpReply => ({ body: JSON.stringify(value), contentType: 'application/json' });
@@ -505,17 +495,17 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   const handle = async (req: ReceiverHttpRequest): Promise<ReceiverHttpReply> => {
     const url = new URL(req.target, 'http://receiver');
     const route = url.pathname.replace(/^\/v1-ssync\/?/, '');
-    if (url.pathname === route) throw new HttpError(404, `unknown path ${url.pathname}`);
+    if (url.pathname === route) throw new HttpProtocolError(404, `unknown path ${url.pathname}`);
     switch (route) {
       case 'open': {
         const begin = intParam(url, 'begin');
         const end = intParam(url, 'end');
-        if (begin !== 0) throw new HttpError(400, `invalid open range begin ${begin}: must be 0`);
+        if (begin !== 0) throw new HttpProtocolError(400, `invalid open range begin ${begin}: must be 0`);
         if (opts.size > 0 && end !== opts.size) {
-          throw new HttpError(400, `invalid file size ${end}: the receiver expects ${opts.size} bytes`);
+          throw new HttpProtocolError(400, `invalid file size ${end}: the receiver expects ${opts.size} bytes`);
         }
         if (url.searchParams.get('directIO') === 'true' && end % 4096 !== 0) {
-          throw new HttpError(400, `invalid file size ${end} for directIO`);
+          throw new HttpProtocolError(400, `invalid file size ${end} for directIO`);
         }
         if (!fh) fh = await fsp.open(opts.filePath, fileAlreadyExists ? 'r+' : 'w+');
         await fh.truncate(end);
@@ -589,7 +579,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         try {
           // the body goes from the socket straight into the slab
           while (pos + fill < end) {
-            if (fatalError) throw new HttpError(400, fatalError.message);
+            if (fatalError) throw new HttpProtocolError(400, fatalError.message);
             // at most MAX_DEFERRED_PIECES written or verified after their answer (and fewer while other receivers of
             // this process hold PROCESS_MAX_DEFERRED_PIECES): beyond, the sender waits
             while (
@@ -605,7 +595,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
             if (segmentCut > 0) n = Math.min(n, segmentCut - ((pos + fill) % segmentCut));
             const got = await req.readInto(slab.buffer.subarray(fill, fill + n));
             fill += got;
-            if (got < n) throw new HttpError(400, `short writeData body: got ${pos + fill - begin} of ${end - begin} bytes`);
+            if (got < n) throw new HttpProtocolError(400, `short writeData body: got ${pos + fill - begin} of ${end - begin} bytes`);
             if (fill === slab.buffer.length || (segmentCut > 0 && (pos + fill) % segmentCut === 0)) await writeSlab();
           }
           if (fill > 0) await writeSlab();
@@ -646,7 +636,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         check?.beginWrite(begin, end);
         try {
           if (fileAlreadyExists && end > begin) {
-            if (!opts.punchHole) throw new HttpError(500, 'cannot punch holes into an existing file: no hole puncher');
+            if (!opts.punchHole) throw new HttpProtocolError(500, 'cannot punch holes into an existing file: no hole puncher');
             await opts.punchHole(opts.filePath, begin, end - begin);
           }
           // whole hole segments are verified as zeros in the background (the request does not wait for it)
@@ -664,20 +654,20 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
       }
       case 'sha512Chain': {
         // our extension: the sender's SHA-512 chain, before any data
-        if (!acceptChain || req.method !== 'POST') throw new HttpError(404, `unknown ssync operation ${route}`);
+        if (!acceptChain || req.method !== 'POST') throw new HttpProtocolError(404, `unknown ssync operation ${route}`);
         const body = await req.readAll(MAX_CHAIN_BODY);
         if (dataBytes > 0 || holeBytes > 0 || coverage.covered > 0) {
-          throw new HttpError(409, 'the SHA-512 chain must be sent before any data');
+          throw new HttpProtocolError(409, 'the SHA-512 chain must be sent before any data');
         }
         let chain: Sha512Chain;
         try {
           chain = decodeChain(body);
         } catch (err) {
-          throw new HttpError(400, (err as Error).message);
+          throw new HttpProtocolError(400, (err as Error).message);
         }
         const expectedSize = size >= 0 ? size : opts.size;
         if (expectedSize > 0 && chain.size !== expectedSize) {
-          throw new HttpError(400, `the SHA-512 chain is for ${chain.size} bytes, the file has ${expectedSize}`);
+          throw new HttpProtocolError(400, `the SHA-512 chain is for ${chain.size} bytes, the file has ${expectedSize}`);
         }
         chainCheck = new ChainCheck(chain);
         segmentCut = chain.segmentSize <= MAX_INFLIGHT_SEGMENT ? chain.segmentSize : 0;
@@ -696,17 +686,17 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
       }
       case 'getRecordedMetadata': {
         await discardBody(req);
-        throw new HttpError(404, 'no recorded metadata');
+        throw new HttpProtocolError(404, 'no recorded metadata');
       }
       case 'close': {
         await discardBody(req);
-        if (!fh) throw new HttpError(400, 'file is not open: call open first');
+        if (!fh) throw new HttpProtocolError(400, 'file is not open: call open first');
         if (chainCheck && chainCheck.chain.size !== size) {
-          throw new HttpError(400, `the SHA-512 chain is for ${chainCheck.chain.size} bytes, the file has ${size}`);
+          throw new HttpProtocolError(400, `the SHA-512 chain is for ${chainCheck.chain.size} bytes, the file has ${size}`);
         }
         // answered pieces still being written or checked: the sender learns a failure from its close
         while (deferred.size > 0) await Promise.all([...deferred]);
-        if (fatalError) throw new HttpError(400, fatalError.message);
+        if (fatalError) throw new HttpProtocolError(400, fatalError.message);
         await fh.sync();
         closedAt = performance.now();
         const complete = coverage.covers(0, size);
@@ -723,7 +713,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
         };
       }
       default:
-        throw new HttpError(404, `unknown ssync operation ${route}`);
+        throw new HttpProtocolError(404, `unknown ssync operation ${route}`);
     }
   };
 
@@ -748,19 +738,8 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
       return await p;
     } catch (err) {
       const e = err as Error;
-      const status = e instanceof HttpError || e instanceof HttpProtocolError ? e.status : 500;
-      const fatal = e instanceof HttpError ? e.fatal : undefined;
-      // the body is not read any further: the server tells the client this connection ends
-      const reply = text(status, e.message, fatal !== undefined || !req.complete);
-      if (fatal && !fatalError) {
-        fatalError = fatal;
-        server.close();
-        // the other requests fail with the same message; then the receive ends
-        reply.onSent = () => {
-          void Promise.allSettled([...inflight]).then(() => finish(fatal));
-        };
-      }
-      return reply;
+      // a body not read to its end: the server tells the client this connection ends
+      return text(e instanceof HttpProtocolError ? e.status : 500, e.message, !req.complete);
     }
   }
 
