@@ -333,18 +333,13 @@ class Connection {
 
   /** Where the next socket read goes: the pending read's target when nothing is left in the spill, else the spill. */
   #nextBuffer(): Uint8Array {
-    const r = this.#read;
-    if (r && this.#start === this.#end && this.#request && !this.#request.chunked) {
+    const r = this.#directRead();
+    if (r) {
       this.#start = this.#end = 0;
       this.#installed = r.target.subarray(r.filled);
       return this.#installed;
     }
-    if (this.#start === this.#end) this.#start = this.#end = 0;
-    else if (this.#start > 0 && SPILL_SIZE - this.#end < MAX_CHUNK_LINE) {
-      this.#spill.copy(this.#spill, 0, this.#start, this.#end);
-      this.#end -= this.#start;
-      this.#start = 0;
-    }
+    this.#compactSpill(MAX_CHUNK_LINE);
     // never an empty buffer (libuv fails a read into one); a full spill is only reached while no read is wanted
     this.#installed = this.#end < SPILL_SIZE ? this.#spill.subarray(this.#end) : this.#spill.subarray(SPILL_SIZE - 1);
     return this.#installed;
@@ -362,6 +357,22 @@ class Connection {
     this.#installed = this.#spill.subarray(0);
     h.useUserBuffer(this.#installed);
     return true;
+  }
+
+  /** The pending read, when socket bytes can go straight into its target (nothing left in the spill, no chunk framing). */
+  #directRead(): PendingRead | undefined {
+    const r = this.#read;
+    return r && this.#start === this.#end && this.#request && !this.#request.chunked ? r : undefined;
+  }
+
+  /** Empties a consumed spill, or moves its unconsumed bytes to its start when less than `minFree` bytes are free. */
+  #compactSpill(minFree: number): void {
+    if (this.#start === this.#end) this.#start = this.#end = 0;
+    else if (this.#start > 0 && SPILL_SIZE - this.#end < minFree) {
+      this.#spill.copy(this.#spill, 0, this.#start, this.#end);
+      this.#end -= this.#start;
+      this.#start = 0;
+    }
   }
 
   /** zero-copy mode: `n` bytes were read into `#installed`; returns false to stop reading. */
@@ -386,22 +397,17 @@ class Connection {
     let off = 0;
     while (off < chunk.length && this.#phase !== 'closed') {
       if (this.#phase === 'lingering') return;
-      const r = this.#read;
-      if (r && this.#start === this.#end && this.#request && !this.#request.chunked) {
+      const r = this.#directRead();
+      if (r) {
         const n = Math.min(chunk.length - off, r.target.length - r.filled);
         r.target.set(chunk.subarray(off, off + n), r.filled);
         off += n;
         r.filled += n;
-        this.#request.consumed(n);
+        this.#request!.consumed(n);
         if (r.filled === r.target.length) this.#completeRead();
         continue;
       }
-      if (this.#start === this.#end) this.#start = this.#end = 0;
-      else if (this.#start > 0) {
-        this.#spill.copy(this.#spill, 0, this.#start, this.#end);
-        this.#end -= this.#start;
-        this.#start = 0;
-      }
+      this.#compactSpill(SPILL_SIZE);
       const n = Math.min(chunk.length - off, SPILL_SIZE - this.#end);
       if (n === 0) {
         // the spill is full of bytes nobody asked for yet: wait (the socket is paused below)
@@ -567,19 +573,8 @@ class Connection {
     const status = r.status ?? 200;
     const body = r.body === undefined ? undefined : typeof r.body === 'string' ? Buffer.from(r.body, 'utf8') : r.body;
     const keepAlive = req.keepAlive && req.complete && !r.close && !this.#closeAfterReply && !this.server.closing;
-    let head = `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Unknown'}\r\nDate: ${httpDate()}\r\n`;
-    if (r.contentType) head += `Content-Type: ${r.contentType}\r\n`;
-    head += `Content-Length: ${body?.length ?? 0}\r\n`;
-    if (!keepAlive) head += 'Connection: close\r\n';
-    else if (req.httpVersion === '1.0') head += 'Connection: keep-alive\r\n';
-    head += '\r\n';
+    this.#writeResponse(status, body, r.contentType, !keepAlive ? 'close' : req.httpVersion === '1.0' ? 'keep-alive' : undefined);
     const s = this.socket;
-    if (!s.destroyed && s.writable) {
-      s.cork();
-      s.write(head, 'latin1');
-      if (body && body.length > 0) s.write(body);
-      s.uncork();
-    }
     r.onSent?.();
     this.#request = undefined;
     if (abandoned && !this.#installSpill()) {
@@ -601,6 +596,20 @@ class Connection {
     if (this.#phase === 'head') this.#resume();
   }
 
+  /** Writes one response: status line, Date, Content-Type, Content-Length, Connection (when given) and body. */
+  #writeResponse(status: number, body: Uint8Array | undefined, contentType: string | undefined, connection: string | undefined): void {
+    const s = this.socket;
+    if (s.destroyed || !s.writable) return;
+    let head = `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Unknown'}\r\nDate: ${httpDate()}\r\n`;
+    if (contentType) head += `Content-Type: ${contentType}\r\n`;
+    head += `Content-Length: ${body?.length ?? 0}\r\n`;
+    if (connection) head += `Connection: ${connection}\r\n`;
+    s.cork();
+    s.write(`${head}\r\n`, 'latin1');
+    if (body && body.length > 0) s.write(body);
+    s.uncork();
+  }
+
   /** Answers a request that could not be parsed (or read), then closes. */
   #reject(err: Error): void {
     const status = err instanceof HttpProtocolError ? err.status : 400;
@@ -610,11 +619,7 @@ class Connection {
       this.#failRead(err);
       return;
     }
-    const s = this.socket;
-    if (!s.destroyed && s.writable) {
-      const body = `${err.message}\n`;
-      s.write(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\nDate: ${httpDate()}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`, 'latin1');
-    }
+    this.#writeResponse(status, Buffer.from(`${err.message}\n`, 'utf8'), 'text/plain; charset=utf-8', 'close');
     this.#linger();
   }
 
