@@ -481,14 +481,19 @@ static void many_execute(napi_env env, void *raw) {
   advance_many_run(req->states, req->data, req->count, req->length);
 }
 
-static void many_complete(napi_env env, napi_status status, void *raw) {
-  many_request *req = raw;
+/* Settles an advanceManyAsync promise: the advanced states, or the cancellation. */
+static void many_deliver(napi_env env, many_request *req, napi_status status) {
   napi_value result = NULL;
   if (status == napi_ok) {
     void *copy;
     napi_create_buffer_copy(env, req->count * STATE_BYTES, req->states, &copy, &result);
   }
   settle(env, req->deferred, status, "SHA-512 chain advanceMany was cancelled", result);
+}
+
+static void many_complete(napi_env env, napi_status status, void *raw) {
+  many_request *req = raw;
+  many_deliver(env, req, status);
   napi_delete_async_work(env, req->work);
   many_free(env, req);
 }
@@ -500,12 +505,7 @@ static void many_settle(napi_env env, napi_value js_cb, void *context, void *raw
   (void)js_cb;
   (void)context;
   many_request *req = raw;
-  if (env != NULL) {
-    napi_value result;
-    void *copy;
-    napi_create_buffer_copy(env, req->count * STATE_BYTES, req->states, &copy, &result);
-    settle(env, req->deferred, napi_ok, "SHA-512 chain advanceMany was cancelled", result);
-  }
+  if (env != NULL) many_deliver(env, req, napi_ok);
   napi_release_threadsafe_function(req->tsfn, napi_tsfn_release);
   many_free(env, req);
 }
