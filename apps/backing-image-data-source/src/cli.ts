@@ -12,7 +12,8 @@ import {
 const USAGE = `usage: backing-image-data-source --name N --uuid U --source-type T [--parameters k=v]... [--checksum C]
        [--credential k=v]... [--listen host:port] [--sync-listen host:port] [--disk-path dir]
        [--allow-source-hosts hosts-or-CIDRs] [--ca-bundle file.pem] [--stall-timeout seconds]
-       [--begin-timeout seconds] [--download-connections n] [--export-receiver-port port]`;
+       [--begin-timeout seconds] [--download-connections n] [--export-receiver-port port]
+       [--max-size bytes] [--storage-reserved bytes]`;
 
 /** The file sources each source type launches (an export as qcow2 streams the converted file as an upload). */
 const SOURCE_KINDS: Record<DataSourceType, readonly FileSourceKind[]> = {
@@ -26,7 +27,7 @@ const SOURCE_KINDS: Record<DataSourceType, readonly FileSourceKind[]> = {
 const REPEATED = new Set(['parameters', 'credential']);
 const SINGLE = new Set([
   'listen', 'sync-listen', 'disk-path', 'name', 'uuid', 'source-type', 'checksum', 'allow-source-hosts', 'ca-bundle',
-  'stall-timeout', 'begin-timeout', 'download-connections', 'export-receiver-port',
+  'stall-timeout', 'begin-timeout', 'download-connections', 'export-receiver-port', 'max-size', 'storage-reserved',
 ]);
 
 export interface ParsedArgs {
@@ -66,6 +67,15 @@ function hostPort(flag: string, v: string): { host: string; port: number } {
   if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new DataSourceConfigError(`invalid --${flag} "${v}": expected host:port`);
   const host = v.slice(0, i).replace(/^\[|\]$/g, '');
   return { host: host === '' ? '0.0.0.0' : host, port };
+}
+
+function bytes(flag: string, v: string | undefined, dflt: number, min: number): number {
+  if (v === undefined) return dflt;
+  const n = Number(v);
+  if (!/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < min) {
+    throw new DataSourceConfigError(`invalid --${flag} "${v}": a whole number of bytes >= ${min} is required`);
+  }
+  return n;
 }
 
 function seconds(flag: string, v: string | undefined, dflt: number): number {
@@ -108,6 +118,8 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
   const diskPath = s['disk-path'] ?? '/data/';
   const stallTimeoutMs = seconds('stall-timeout', s['stall-timeout'], 30);
   const beginTimeoutMs = seconds('begin-timeout', s['begin-timeout'], 60);
+  // The backing-image-max-size setting and the disk's reserve, from the controller (default: 2 TiB, no reserve).
+  const sizeLimit = { maxImageSize: bytes('max-size', s['max-size'], 2 * 1024 ** 4, 1), reservedBytes: bytes('storage-reserved', s['storage-reserved'], 0, 0) };
   const connections = Number(s['download-connections'] ?? '1');
   if (!Number.isInteger(connections) || connections < 1 || connections > 16) {
     throw new DataSourceConfigError(`invalid --download-connections "${s['download-connections']}": 1 to 16`);
@@ -139,6 +151,7 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
     },
     stallTimeoutMs,
     parallel: { connections },
+    sizeLimit,
     // Credentials go to the backup engine per call, never through process environment.
     // The backup engine is loaded only by a restore data source: the other source types (one process per image) do
     // not pay for loading it at start.
@@ -164,6 +177,7 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
     sync,
     beginTimeoutMs,
     exportReceiverPort: Number(s['export-receiver-port'] ?? DEFAULT_EXPORT_RECEIVER_PORT),
+    sizeLimit,
     log,
   });
   await ds.start();

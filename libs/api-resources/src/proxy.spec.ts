@@ -3,6 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { request as httpRequest } from 'node:http';
 import { Readable } from 'node:stream';
 import { gunzipSync } from 'node:zlib';
 import Fastify from 'fastify';
@@ -111,6 +112,54 @@ describe('upload proxy (real data source)', () => {
     expect(((await wrong.json()) as { message: string }).message).toContain('upload offset mismatch');
     const rest = await part(64 << 10, img.subarray(64 << 10));
     expect(await rest.json()).toMatchObject({ offset: img.length });
+    expect(src.ds.info() as unknown as { currentChecksum: string }).toMatchObject({ currentChecksum: sha512(img) });
+  });
+});
+
+describe('upload proxy size bounds (backing-image-max-size)', () => {
+  /** A raw request whose body is `sent` bytes although it may declare more (the server may answer before it ends). */
+  function post(h: Harness, p: string, headers: Record<string, string | number>, sent: Buffer, end = true): Promise<{ status: number; body: string }> {
+    return new Promise((resolve, reject) => {
+      const u = new URL(h.url);
+      const req = httpRequest({ host: u.hostname, port: Number(u.port), method: 'POST', path: p, headers }, (res) => {
+        let body = '';
+        res.setEncoding('utf8').on('data', (c: string) => (body += c)).on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on('error', reject);
+      req.write(sent);
+      if (end) req.end();
+    });
+  }
+
+  it('refuses a declared size above the setting, and a body larger than its declared size, with 413', async () => {
+    const h = await harness();
+    const src = await dataSource();
+    await createUploadImage(h);
+    await putDataSource(h, 'img', 'pending', src.address);
+    expect((await call(h, 'PUT', '/v1/settings/backing-image-max-size', { value: String(1 << 20) })).status).toBe(200);
+    // Declared 64 MiB, only 64 KiB sent: refused up front without waiting for the rest.
+    const big = await post(h, `/v1/backingimages/img?action=upload&size=${64 << 20}`, { 'content-type': 'application/octet-stream', 'content-length': 64 << 20 }, Buffer.alloc(64 << 10), false);
+    expect(big.status).toBe(413);
+    expect((JSON.parse(big.body) as { message: string }).message).toBe(
+      `the upload's declared size of ${64 << 20} bytes is larger than the limit of ${1 << 20} bytes (the backing-image-max-size setting)`,
+    );
+    // A Content-Length larger than the declared size.
+    const cl = await post(h, '/v1/backingimages/img?action=upload&size=4096', { 'content-type': 'application/octet-stream', 'content-length': 8192 }, Buffer.alloc(8192));
+    expect(cl.status).toBe(413);
+    expect((JSON.parse(cl.body) as { message: string }).message).toBe('the upload body is larger than its declared size of 4096 bytes');
+    // A chunked body (no Content-Length) that goes past the declared size.
+    const chunked = await post(h, '/v1/backingimages/img?action=upload&size=4096', { 'content-type': 'application/octet-stream', 'transfer-encoding': 'chunked' }, randomBytes(64 << 10));
+    expect(chunked.status).toBe(413);
+    expect((JSON.parse(chunked.body) as { message: string }).message).toBe('the upload body is larger than its declared size of 4096 bytes');
+    expect(h.events.some((e) => e.startsWith('end upload img failed'))).toBe(true);
+    // A part may not carry more than what is left after its offset.
+    const part = await post(h, `/v1/backingimages/img?action=uploadPart&size=8192&offset=4096`, { 'content-type': 'application/octet-stream', 'content-length': 8192 }, Buffer.alloc(8192));
+    expect(part.status).toBe(413);
+    expect((JSON.parse(part.body) as { message: string }).message).toBe('the upload body is larger than its declared size: more than the 4096 bytes left of 8192 after offset 4096');
+    // Within the limit the upload goes through, and the stored image is exactly the body.
+    const img = randomBytes(256 << 10);
+    const ok = await fetch(`${h.url}/v1/backingimages/img?action=upload&size=${img.length}`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: img });
+    expect(ok.status).toBe(200);
     expect(src.ds.info() as unknown as { currentChecksum: string }).toMatchObject({ currentChecksum: sha512(img) });
   });
 });

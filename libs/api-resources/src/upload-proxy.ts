@@ -1,20 +1,30 @@
 import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import type { StoredBIDS } from '@bis/controllers';
+import { SettingName, type StoredBIDS } from '@bis/controllers';
 import { ApiError, type ApiContext } from '@bis/rest-api';
 import type { BackingImageService } from './backing-images.js';
 import type { BackingImageApiDeps } from './deps.js';
 import { refused } from './errors.js';
 
-/** Counts the bytes flowing through. */
+/** Counts the bytes flowing through; with `max`, fails (with `tooMany()`) once more than `max` bytes came. */
 export class ByteCounter extends Transform {
   bytes = 0;
+  constructor(
+    private readonly max = Infinity,
+    private readonly tooMany: () => Error = () => new Error('too many bytes'),
+  ) {
+    super();
+  }
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null, data?: Buffer) => void): void {
     this.bytes += chunk.length;
-    cb(null, chunk);
+    if (this.bytes > this.max) cb(this.tooMany());
+    else cb(null, chunk);
   }
 }
+
+/** Room for a multipart body's framing (boundaries, part headers, earlier skipped fields) beyond its declared size. */
+export const MULTIPART_SLACK_BYTES = 1 << 20;
 
 export interface UpstreamResponse {
   status: number;
@@ -105,9 +115,33 @@ export class UploadProxy {
     return i < 0 ? '' : u.slice(i);
   }
 
+  /**
+   * The most body bytes this request may carry: its declared `size` (less `offset` for a part), refused with 413
+   * when above the `backing-image-max-size` setting; a multipart body gets room for its framing. The data source
+   * checks the size against its disk's free space itself (and answers 413 too).
+   */
+  private async bodyLimit(ctx: ApiContext): Promise<number> {
+    const q = ctx.request.query as Record<string, string | undefined>;
+    const size = /^\d+$/.test(q['size'] ?? '') ? Number(q['size']) : undefined;
+    if (size === undefined) return Infinity; // the data source names the missing or bad parameter
+    const max = await this.deps.settings.int(SettingName.BackingImageMaxSize);
+    if (size > max) {
+      throw new ApiError(413, `the upload's declared size of ${size} bytes is larger than the limit of ${max} bytes (the backing-image-max-size setting)`);
+    }
+    const offset = /^\d+$/.test(q['offset'] ?? '') ? Number(q['offset']) : 0;
+    const multipart = (ctx.request.headers['content-type'] ?? '').startsWith('multipart/');
+    const allowed = Math.max(0, size - offset) + (multipart ? MULTIPART_SLACK_BYTES : 0);
+    const declared = Number(ctx.request.headers['content-length'] ?? NaN);
+    if (declared > allowed) throw new ApiError(413, bodyTooLarge(size, offset));
+    return allowed;
+  }
+
   private async send(ctx: ApiContext, name: string, states: ReadonlySet<string>): Promise<UpstreamResponse> {
+    const limit = await this.bodyLimit(ctx);
     const { address } = await this.target(name, states);
-    const counter = new ByteCounter();
+    const q = ctx.request.query as Record<string, string | undefined>;
+    let overflow: ApiError | undefined;
+    const counter = new ByteCounter(limit, () => (overflow = new ApiError(413, bodyTooLarge(Number(q['size']), Number(q['offset'] ?? 0)))));
     const raw = ctx.request.raw;
     const observer = this.deps.observer;
     observer?.transferStarted('upload', name);
@@ -121,6 +155,7 @@ export class UploadProxy {
       res = await exchange(address, 'POST', `/v1/file${this.query(ctx)}`, abort.signal, { stream: raw.pipe(counter), headers: bodyHeaders(raw.headers) });
     } catch (err) {
       observer?.transferFinished('upload', name, abort.signal.aborted ? 'cancelled' : 'failed', counter.bytes);
+      if (overflow) throw overflow;
       throw new ApiError(500, `upload to the data source of backing image ${name} failed: ${(err as Error).message}`, { cause: err });
     } finally {
       raw.off('close', onClose);
@@ -148,6 +183,12 @@ export class UploadProxy {
     if (res.status !== 200) throw upstreamError(name, res);
     return progressOf(res);
   }
+}
+
+function bodyTooLarge(size: number, offset: number): string {
+  return offset > 0
+    ? `the upload body is larger than its declared size: more than the ${size - offset} bytes left of ${size} after offset ${offset}`
+    : `the upload body is larger than its declared size of ${size} bytes`;
 }
 
 function progressOf(res: UpstreamResponse): { size: number; offset: number } {

@@ -61,6 +61,10 @@ export interface DataSourceLaunch {
   parameters: Record<string, string>;
   checksum: string;
   credentials: Record<string, string>;
+  /** The `backing-image-max-size` setting: largest image the data source stores or accepts (bytes). */
+  maxImageSize: number;
+  /** Bytes of the destination disk kept free (its `storageReserved`): the image may not eat into them. */
+  storageReserved: number;
 }
 
 /** Remote backup-target operations (Longhorn runs these through its engine binary). */

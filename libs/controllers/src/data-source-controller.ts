@@ -7,6 +7,7 @@ import type { DataSourceLaunch } from './data-plane.js';
 import { EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImageDataSource } from './kinds.js';
 import { Annotation, FINALIZER } from './names.js';
+import { SettingName } from './settings.js';
 
 /** After this many consecutive failed polls the monitor stops (the reconcile restarts it while the workload is ready). */
 export const MAX_MONITOR_RETRY_COUNT = 10;
@@ -214,6 +215,8 @@ export class BackingImageDataSourceController extends Controller {
           parameters: await this.runningParameters(bids),
           checksum: spec.checksum ?? '',
           credentials: {},
+          maxImageSize: await this.ctx.settings.int(SettingName.BackingImageMaxSize),
+          storageReserved: f.disk.storageReserved,
         };
         status.runningParameters = launch.parameters;
         let started: 'started' | 'deferred' = 'started';

@@ -13,6 +13,7 @@ export const SettingName = {
   BackupCompressionMethod: 'backup-compression-method',
   AllowEmptyNodeSelectorVolume: 'allow-empty-node-selector-volume',
   AllowEmptyDiskSelectorVolume: 'allow-empty-disk-selector-volume',
+  BackingImageMaxSize: 'backing-image-max-size',
 } as const;
 export type SettingName = (typeof SettingName)[keyof typeof SettingName];
 
@@ -26,6 +27,7 @@ export const SETTING_DEFAULTS: Readonly<Record<SettingName, string>> = {
   'backup-compression-method': 'lz4',
   'allow-empty-node-selector-volume': 'true',
   'allow-empty-disk-selector-volume': 'true',
+  'backing-image-max-size': String(2 * 1024 ** 4),
 };
 
 /** Reads settings from the datastore (`Setting` objects named after the setting), falling back to the defaults. */

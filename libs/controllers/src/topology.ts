@@ -11,6 +11,8 @@ export interface DiskInfo {
   tags: string[];
   allowScheduling: boolean;
   evictionRequested: boolean;
+  /** Bytes kept free of replicas and backing images (`spec.disks[].storageReserved`). */
+  storageReserved: number;
   ready: boolean;
   schedulable: boolean;
 }
@@ -54,6 +56,7 @@ export function nodeInfo(node: Node): NodeInfo {
       tags: spec.tags ?? [],
       allowScheduling: spec.allowScheduling ?? false,
       evictionRequested: spec.evictionRequested ?? false,
+      storageReserved: spec.storageReserved ?? 0,
       ready: condTrue(st.conditions, 'Ready'),
       schedulable: condTrue(st.conditions, 'Schedulable'),
     });

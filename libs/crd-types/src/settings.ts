@@ -190,6 +190,18 @@ export const SETTINGS = {
     required: true,
     default: true,
   }),
+  'backing-image-max-size': def({
+    type: 'int',
+    displayName: 'Backing Image Max Size',
+    description:
+      'Largest backing image, in bytes, a data source stores (after decompression) or accepts as an upload\'s declared size; the free space of the destination disk less its reserve bounds it too.',
+    category: 'general',
+    readOnly: false,
+    required: true,
+    default: 2 * 1024 ** 4,
+    min: 1,
+    unit: 'bytes',
+  }),
   'replica-file-sync-http-client-timeout': def({
     type: 'int',
     displayName: 'Timeout of HTTP Client to Replica File Sync Server',

@@ -6,7 +6,7 @@ import { randomBytes, createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { createFileSources } from '@bis/file-sources';
+import { createFileSources, type SizeLimitPolicy } from '@bis/file-sources';
 import { SyncService } from '@bis/sync-service';
 import { DataSource, BEGIN_TIMEOUT_MESSAGE } from './data-source.js';
 import { dataSourceRoutes } from './routes.js';
@@ -24,13 +24,13 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function harness(sourceType: string, parameters: Record<string, string>, extra: { checksum?: string; beginTimeoutMs?: number } = {}): Promise<Harness> {
+async function harness(sourceType: string, parameters: Record<string, string>, extra: { checksum?: string; beginTimeoutMs?: number; sizeLimit?: SizeLimitPolicy } = {}): Promise<Harness> {
   const dir = await mkdtemp(join(tmpdir(), 'ds-'));
   cleanups.push(() => rm(dir, { recursive: true, force: true }));
-  const sync = new SyncService({ diskPath: dir, sources: createFileSources({ allowSourceHosts: ['127.0.0.1'] }), monitorIntervalMs: 0 });
+  const sync = new SyncService({ diskPath: dir, sources: createFileSources({ allowSourceHosts: ['127.0.0.1'], sizeLimit: extra.sizeLimit }), monitorIntervalMs: 0 });
   cleanups.push(() => sync.close());
   const config = validateDataSourceConfig({ name: 'img1', uuid: 'u1234', sourceType, parameters, checksum: extra.checksum });
-  const ds = new DataSource({ config, diskPath: dir, diskUUID: 'disk-1', sync, beginTimeoutMs: extra.beginTimeoutMs ?? 60_000 });
+  const ds = new DataSource({ config, diskPath: dir, diskUUID: 'disk-1', sync, beginTimeoutMs: extra.beginTimeoutMs ?? 60_000, sizeLimit: extra.sizeLimit });
   await ds.start();
   cleanups.push(() => ds.close());
   const app = Fastify({ forceCloseConnections: true });
@@ -118,6 +118,32 @@ describe('data source', () => {
     expect(r.status).toBe(500);
     expect(await r.text()).toContain('processed data size 1024 does not match the expected file size 4096');
     await expect(access(`${h.ds.filePath}.tmp`)).rejects.toThrow();
+  });
+
+  it('refuses an upload whose declared size is above the limit with 413, before reading the body', async () => {
+    const h = await harness('upload', {}, { sizeLimit: { maxImageSize: 1 << 20 } });
+    const limitMsg = `is larger than the limit of ${1 << 20} bytes (the backing-image-max-size setting)`;
+    // The client announces 64 MiB but sends only its first 64 KiB: the reply comes without the rest.
+    const whole = await new Promise<{ status: number; body: string; connection: string | undefined }>((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port: Number(new URL(h.url).port), method: 'POST', path: `/v1/file?action=upload&size=${64 << 20}`, headers: { 'content-type': 'application/octet-stream', 'content-length': 64 << 20 } }, (res) => {
+        let body = '';
+        res.setEncoding('utf8').on('data', (c: string) => (body += c)).on('end', () => resolve({ status: res.statusCode ?? 0, body, connection: res.headers.connection }));
+      });
+      req.on('error', reject);
+      req.write(Buffer.alloc(64 << 10));
+    });
+    expect(whole.status).toBe(413);
+    expect(whole.body).toBe(`the upload's declared size of ${64 << 20} bytes ${limitMsg}\n`);
+    expect(whole.connection).toBe('close');
+    const part = await fetch(`${h.url}/v1/file?action=uploadPart&size=${(1 << 20) + 512}&offset=0`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: Buffer.alloc(512) });
+    expect(part.status).toBe(413);
+    expect(await part.text()).toContain(limitMsg);
+    await expect(access(h.ds.filePath)).rejects.toThrow();
+    // Nothing was started: an upload within the limit still works.
+    const img = randomBytes(1 << 20);
+    const ok = await fetch(`${h.url}/v1/file?action=upload&size=${img.length}`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: img });
+    expect(ok.status).toBe(200);
+    expect((await readFile(h.ds.filePath)).equals(img)).toBe(true);
   });
 
   it('completes a resumable upload after a dropped connection', async () => {

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import { FileState } from '@bis/state-machine';
 import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service/service';
+import { imageSizeLimit, type SizeLimitPolicy } from '@bis/file-sources/core';
 import { DEFAULT_EXPORT_RECEIVER_PORT, exportType, type DataSourceConfig } from './config.js';
 
 /** Longhorn's `api.DataSourceInfo` (JSON key order as Go emits it). */
@@ -43,6 +44,11 @@ export interface DataSourceOptions {
   /** Starts the replica's export towards our receiver (gRPC VolumeExport in Longhorn); optional. */
   requestVolumeExport?: (p: { senderAddress: string; snapshotName: string; port: number }) => Promise<void>;
   log?: (message: string) => void;
+  /**
+   * Bounds an upload's declared size (refused with 413 before the body is read): the disk's free space less its
+   * reserve, at most the `backing-image-max-size` setting. Must match what the file sources enforce on the bytes.
+   */
+  sizeLimit?: SizeLimitPolicy;
 }
 
 export class DataSourceError extends Error {
@@ -307,10 +313,22 @@ export class DataSource {
     };
   }
 
+  /**
+   * Refuses (413) a declared upload size above the limit, before any byte of the body is read. A caller that has not
+   * read the body yet (the route) checks this first; `upload`/`uploadPart` check it again.
+   */
+  async checkDeclaredSize(size: number): Promise<void> {
+    const limit = await imageSizeLimit(this.filePath, this.#o.sizeLimit);
+    if (size > limit.bytes) {
+      throw new DataSourceError(`the upload's declared size of ${size} bytes is larger than the limit of ${limit.bytes} bytes (${limit.why})`, 413);
+    }
+  }
+
   /** `POST /v1/file?action=upload&size=N`: a whole upload (Longhorn's). Resolves when the file is finished. */
   async upload(size: number, body: Readable): Promise<void> {
     this.#requireUpload();
     if (this.#resumable || this.#wholeUpload) throw new DataSourceError('an upload is already in progress', 409);
+    await this.checkDeclaredSize(size);
     this.#wholeUpload = true;
     try {
       await this.#o.sync.upload(this.#uploadParams(size, body));
@@ -337,6 +355,8 @@ export class DataSource {
     let r = this.#resumable;
     if (!r) {
       if (offset !== 0) throw new DataSourceError(`no upload in progress: the first part must start at offset 0, not ${offset}`, 409);
+      await this.checkDeclaredSize(size);
+      if (this.#resumable) throw new DataSourceError('another request is uploading to this file', 409);
       const pt = new PassThrough({ highWaterMark: 1 << 20 });
       const done = this.#o.sync.upload(this.#uploadParams(size, pt));
       done.catch(() => undefined);

@@ -14,7 +14,10 @@ function statusOf(err: unknown): number {
 
 function sendError(reply: FastifyReply, err: unknown): FastifyReply {
   const msg = err instanceof Error ? err.message : String(err);
-  return reply.code(statusOf(err)).type('text/plain; charset=utf-8').send(`${msg}\n`);
+  const status = statusOf(err);
+  // A refused upload's body may still be on its way: close the connection instead of reading it.
+  if (status === 413) reply.header('connection', 'close');
+  return reply.code(status).type('text/plain; charset=utf-8').send(`${msg}\n`);
 }
 
 function intParam(q: Record<string, string | undefined>, key: string): number {
@@ -61,6 +64,7 @@ export const dataSourceRoutes: FastifyPluginAsync<DataSourceRoutesOptions> = asy
       switch (q['action']) {
         case 'upload': {
           const size = intParam(q, 'size');
+          await ds.checkDeclaredSize(size);
           await ds.upload(size, await uploadBody(req));
           return reply.code(200).send();
         }

@@ -6,3 +6,4 @@ export * from './checksum.js';
 export * from './errors.js';
 export * from './qcow2.js';
 export { HashWorker, HashWorkerError } from './hash-worker.js';
+export { imageSizeLimit, SizeLimitError, DEFAULT_MAX_IMAGE_SIZE, type SizeLimit, type SizeLimitPolicy } from './size-limit.js';

@@ -46,20 +46,30 @@ export async function peek(
   }
   const head = Buffer.concat(parts);
   async function* all(): AsyncGenerator<Buffer> {
-    if (head.length > 0) yield head;
-    if (done) return;
-    for (;;) {
-      const r = await it.next();
-      if (r.done) return;
-      yield r.value;
+    try {
+      if (head.length > 0) yield head;
+      if (done) return;
+      for (;;) {
+        const r = await it.next();
+        if (r.done) {
+          done = true;
+          return;
+        }
+        yield r.value;
+      }
+    } finally {
+      // A consumer that stops early closes the input too (e.g. destroys the HTTP response).
+      if (!done) await it.return?.();
     }
   }
   return { head, all: all() };
 }
 
-async function pumpInto(input: AsyncIterable<Buffer>, w: Writable): Promise<void> {
+/** Writes `input` into `w`; `stop` ends the feeding (and so releases the input) even while it waits for 'drain'. */
+async function pumpInto(input: AsyncIterable<Buffer>, w: Writable, stop: AbortSignal): Promise<void> {
   for await (const chunk of input) {
-    if (!w.write(chunk)) await once(w, 'drain');
+    if (stop.aborted) return;
+    if (!w.write(chunk)) await once(w, 'drain', { signal: stop });
   }
   w.end();
 }
@@ -73,7 +83,10 @@ export async function* decompress(kind: Compression, input: AsyncIterable<Buffer
     const gunzip = createGunzip({ chunkSize: 1 << 20 });
     const onAbort = (): void => void gunzip.destroy(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
     signal.addEventListener('abort', onAbort, { once: true });
-    const feeding = pumpInto(input, gunzip).catch((e: unknown) => gunzip.destroy(e as Error));
+    const stopFeeding = new AbortController();
+    const feeding = pumpInto(input, gunzip, stopFeeding.signal).catch((e: unknown) => {
+      if (!stopFeeding.signal.aborted) gunzip.destroy(e as Error);
+    });
     try {
       for await (const chunk of gunzip as AsyncIterable<Buffer>) yield chunk;
       await feeding;
@@ -84,6 +97,8 @@ export async function* decompress(kind: Compression, input: AsyncIterable<Buffer
       }
       throw e; // the input failed (e.g. a dropped connection): let the caller decide about retrying
     } finally {
+      // The consumer may stop early (e.g. the size limit): stop feeding too, which closes the input.
+      stopFeeding.abort();
       signal.removeEventListener('abort', onAbort);
       gunzip.destroy();
     }
@@ -99,9 +114,10 @@ export async function* decompress(kind: Compression, input: AsyncIterable<Buffer
   });
   exited.catch(() => undefined);
   child.stdin.on('error', () => undefined); // EPIPE when the decoder fails; reported through its exit code
-  const feeding = pumpInto(input, child.stdin).catch((e: unknown) => {
+  const stopFeeding = new AbortController();
+  const feeding = pumpInto(input, child.stdin, stopFeeding.signal).catch((e: unknown) => {
     child.kill('SIGKILL');
-    throw e;
+    if (!stopFeeding.signal.aborted) throw e;
   });
   feeding.catch(() => undefined);
   let finished = false;
@@ -114,6 +130,9 @@ export async function* decompress(kind: Compression, input: AsyncIterable<Buffer
     if (code !== 0) throw new SourceError(`${kind} decompression failed (${cmd} exited with ${code}): ${stderr.trim()}`);
     finished = true;
   } finally {
-    if (!finished) child.kill('SIGKILL');
+    if (!finished) {
+      stopFeeding.abort();
+      child.kill('SIGKILL');
+    }
   }
 }

@@ -7,6 +7,7 @@ import { SourceCancelledError, SourceError, StallError, throwIfAborted } from '.
 import { ImageSink } from './image-sink.js';
 import { SourceHostRefusedError } from './ip-policy.js';
 import { UnsafeImageError } from './qcow2.js';
+import { imageSizeLimit, SizeLimitError, type SizeLimit, type SizeLimitPolicy } from './size-limit.js';
 
 export interface RetryPolicy {
   /** Consecutive failed attempts (without any new byte) allowed before the download fails. */
@@ -30,6 +31,8 @@ export interface DownloadSettings {
   stallTimeoutMs: number;
   retry: RetryPolicy;
   parallel: ParallelPolicy;
+  /** Bounds the stored (decompressed) image; default: the destination disk's free space, at most 2 TiB. */
+  sizeLimit?: SizeLimitPolicy;
 }
 
 export const DEFAULT_RETRY: RetryPolicy = { limit: 5, baseDelayMs: 1000, maxDelayMs: 30_000 };
@@ -166,7 +169,8 @@ export async function downloadToFile(req: DownloadRequest, s: DownloadSettings):
     throw new SourceError(`invalid download URL "${req.url}": only http and https are supported`);
   }
   throwIfAborted(req.signal);
-  const sink = await ImageSink.create(req.dest, { expected: checksumCoversStoredFile(expected) ? expected : undefined });
+  const limit = await imageSizeLimit(req.dest, s.sizeLimit);
+  const sink = await ImageSink.create(req.dest, { expected: checksumCoversStoredFile(expected) ? expected : undefined, limit });
   const sourceChecksum = new SourceChecksum(expected);
   const progress = new ThrottledProgress(req.sink);
   try {
@@ -182,13 +186,14 @@ export async function downloadToFile(req: DownloadRequest, s: DownloadSettings):
         });
         const { head, all } = await peek(body, COMPRESSION_MAGIC_BYTES);
         const compression = detectCompression(head);
+        if (!compression) refuseDeclaredSize(limit, parallel.size);
         const bytes = compression ? decompress(compression, all, ctl.signal) : all;
         await pumpOnce(bytes, sink, s, req.signal, () => progress.update(sourceBytes), ctl);
       } finally {
         unlink();
       }
     } else {
-      await singleStream(req, s, sink, progress, sourceChecksum);
+      await singleStream(req, s, sink, progress, sourceChecksum, limit);
     }
     progress.flush();
     throwIfAborted(req.signal);
@@ -200,6 +205,11 @@ export async function downloadToFile(req: DownloadRequest, s: DownloadSettings):
     if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);
     throw normalise(e);
   }
+}
+
+/** An uncompressed download stores what it transfers: a Content-Length past the limit is refused before any write. */
+function refuseDeclaredSize(limit: SizeLimit, contentLength: number): void {
+  if (contentLength > limit.bytes) throw SizeLimitError.declared(limit, 'the download (Content-Length)', contentLength);
 }
 
 async function probeRanges(s: DownloadSettings, url: string, signal: AbortSignal): Promise<{ size: number } | undefined> {
@@ -252,6 +262,7 @@ async function singleStream(
   sink: ImageSink,
   progress: ThrottledProgress,
   sourceChecksum: SourceChecksum,
+  limit: SizeLimit,
 ): Promise<void> {
   let failures = 0;
   let attempts = 0;
@@ -304,6 +315,7 @@ async function singleStream(
       if (offset === 0) {
         const { head, all } = await peek(body, COMPRESSION_MAGIC_BYTES);
         compression = detectCompression(head);
+        if (!compression) refuseDeclaredSize(limit, total);
         body = compression ? decompress(compression, all, ctl.signal) : all;
       }
       await pumpOnce(body, sink, s, req.signal, () => progress.update(sourceDone), ctl);

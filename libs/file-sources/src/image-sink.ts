@@ -3,6 +3,7 @@ import { assertChecksumMatches, type ExpectedChecksum } from './checksum.js';
 import { HashWorker } from './hash-worker.js';
 import { hasQcow2Magic, assertSafeQcow2, QCOW2_HEADER_PROBE_BYTES } from './qcow2.js';
 import type { ImageFormat, SourceResult } from './contract.js';
+import { SizeLimitError, type SizeLimit } from './size-limit.js';
 
 /** Granularity at which all-zero data is skipped (left as a hole) instead of written. */
 export const SPARSE_BLOCK_SIZE = 4096;
@@ -20,6 +21,11 @@ export interface ImageSinkOptions {
   expected?: ExpectedChecksum;
   /** Write all-zero blocks too (no holes), e.g. when writing into a block device. */
   writeZeros?: boolean;
+  /**
+   * Most bytes the image may have (before the zero-padding to a multiple of 512): a write that would go past it
+   * fails with {@link SizeLimitError} and writes nothing of its chunk.
+   */
+  limit?: SizeLimit;
 }
 
 interface Slab {
@@ -106,6 +112,7 @@ export class ImageSink {
   #headChecked = false;
   #format: ImageFormat = 'raw';
   #virtualSize: number | undefined;
+  #padding = false;
 
   private constructor(
     readonly dest: string,
@@ -192,6 +199,8 @@ export class ImageSink {
     if (chunk.length === 0) return;
     this.#requireOpen();
     this.#throwIfFailed();
+    const limit = this.options.limit;
+    if (limit && !this.#padding && this.#position + chunk.length > limit.bytes) throw SizeLimitError.exceeded(limit);
     if (!this.#headChecked) this.#collectHead(chunk);
     let off = 0;
     while (off < chunk.length) {
@@ -296,6 +305,7 @@ export class ImageSink {
     if (pad > 0) {
       await this.#drain();
       asReceived = await this.#hasher.peek();
+      this.#padding = true; // the padding is not part of the image the limit bounds
       await this.write(Buffer.alloc(pad)); // zeros: hashed, left as a hole, covered by the truncate
     }
     await this.#drain();

@@ -5,6 +5,7 @@ export * from './ip-policy.js';
 export * from './qcow2.js';
 export * from './decompress.js';
 export * from './image-sink.js';
+export { imageSizeLimit, SizeLimitError, DEFAULT_MAX_IMAGE_SIZE, type SizeLimit, type SizeLimitPolicy } from './size-limit.js';
 export { downloadToFile, DEFAULT_RETRY, DEFAULT_PARALLEL, type RetryPolicy, type ParallelPolicy, type DownloadSettings } from './download.js';
 export { createDownloadClient, guardedLookup, type DownloadClientOptions } from './http-client.js';
 export { uploadToFile, cloneToFile, restoreToFile, type RestoreBackupFn } from './sources.js';

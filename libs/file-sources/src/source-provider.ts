@@ -2,6 +2,7 @@ import type { Got } from 'got';
 import type { CloneRequest, DownloadRequest, FileSourceProvider, ProgressSink, RestoreRequest, SourceResult, UploadRequest } from './contract.js';
 import { DEFAULT_PARALLEL, DEFAULT_RETRY, downloadToFile, type ParallelPolicy, type RetryPolicy } from './download.js';
 import { SourceError } from './errors.js';
+import type { SizeLimitPolicy } from './size-limit.js';
 import { cloneToFile, restoreToFile, uploadToFile, type RestoreBackupFn } from './sources.js';
 
 /** Longhorn's copy stall timeout (`types.HTTPTimeout`, 30 s since longhorn#11309). */
@@ -21,6 +22,11 @@ export interface FileSourcesOptions {
   retry?: Partial<RetryPolicy>;
   parallel?: Partial<ParallelPolicy>;
   connectTimeoutMs?: number;
+  /**
+   * Bounds every image a source writes (downloads after decompression, uploads by their declared size, clones):
+   * the destination disk's free space less `reservedBytes`, at most `maxImageSize` (default 2 TiB).
+   */
+  sizeLimit?: SizeLimitPolicy;
   /** The backup engine's restore; without it `restore` fails with a clear error. */
   restoreBackup?: RestoreBackupFn;
   /** encrypt/decrypt clones; default `luksCloneToFile` (cryptsetup + loop devices), loaded when first used. */
@@ -41,6 +47,7 @@ export function assembleFileSources(options: FileSourcesOptions, client: Got | u
     stallTimeoutMs,
     retry: { ...DEFAULT_RETRY, ...options.retry },
     parallel: { ...DEFAULT_PARALLEL, ...options.parallel },
+    sizeLimit: options.sizeLimit,
   };
   const encryption = options.encryptedClone ?? (async (req: CloneRequest) => (await import('./luks.js')).luksCloneToFile(req));
   // The final size can differ from the announced one (decompression, zero-padding): report it at the end.
@@ -55,8 +62,8 @@ export function assembleFileSources(options: FileSourcesOptions, client: Got | u
       download
         ? settle(req.sink, downloadToFile(req, download))
         : Promise.reject(new SourceError('download sources are not available: this file source provider was loaded without the download client')),
-    upload: (req: UploadRequest) => settle(req.sink, uploadToFile(req, { stallTimeoutMs })),
-    clone: (req: CloneRequest) => settle(req.sink, cloneToFile(req, { stallTimeoutMs, encryption })),
+    upload: (req: UploadRequest) => settle(req.sink, uploadToFile(req, { stallTimeoutMs, sizeLimit: options.sizeLimit })),
+    clone: (req: CloneRequest) => settle(req.sink, cloneToFile(req, { stallTimeoutMs, encryption, sizeLimit: options.sizeLimit })),
     restore: (req: RestoreRequest) => settle(req.sink, restoreToFile(req, options.restoreBackup)),
   };
 }

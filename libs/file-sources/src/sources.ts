@@ -7,9 +7,12 @@ import { ImageSink, SECTOR_SIZE } from './image-sink.js';
 import { linkedController, pumpOnce, ThrottledProgress } from './download.js';
 import { assertSafeQcow2, hasQcow2Magic, QCOW2_HEADER_PROBE_BYTES } from './qcow2.js';
 import type { Readable } from 'node:stream';
+import { imageSizeLimit, SizeLimitError, type SizeLimitPolicy } from './size-limit.js';
 
 export interface StreamSettings {
   stallTimeoutMs: number;
+  /** Bounds the image written; default: the destination disk's free space, at most 2 TiB. */
+  sizeLimit?: SizeLimitPolicy;
 }
 
 /**
@@ -26,7 +29,10 @@ export async function uploadToFile(req: UploadRequest, s: StreamSettings): Promi
     throw new SourceError(`invalid upload offset ${offset} for size ${req.size}`);
   }
   throwIfAborted(req.signal);
-  const sink = offset > 0 ? await ImageSink.resume(req.dest, offset, { expected }) : await ImageSink.create(req.dest, { expected });
+  // The declared size is refused before anything is written; the sink enforces the same limit on the bytes.
+  const limit = await imageSizeLimit(req.dest, s.sizeLimit, offset);
+  if (req.size > limit.bytes) throw SizeLimitError.declared(limit, 'the upload\'s declared size', req.size);
+  const sink = offset > 0 ? await ImageSink.resume(req.dest, offset, { expected, limit }) : await ImageSink.create(req.dest, { expected, limit });
   req.sink.setSize(req.size);
   const progress = new ThrottledProgress(req.sink);
   try {
@@ -80,7 +86,9 @@ export async function cloneToFile(req: CloneRequest, s: CloneSettings): Promise<
   });
   if (!st.isFile()) throw new SourceError(`cannot clone from ${req.sourcePath}: not a regular file`);
   throwIfAborted(req.signal);
-  const sink = await ImageSink.create(req.dest, { expected });
+  const limit = await imageSizeLimit(req.dest, s.sizeLimit);
+  if (st.size > limit.bytes) throw SizeLimitError.declared(limit, 'the clone source', st.size);
+  const sink = await ImageSink.create(req.dest, { expected, limit });
   req.sink.setSize(st.size);
   const progress = new ThrottledProgress(req.sink);
   try {

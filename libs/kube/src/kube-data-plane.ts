@@ -84,6 +84,8 @@ export class KubeDataPlane implements DataPlane {
       parameters: launch.parameters,
       checksum: launch.checksum,
       credentials: launch.credentials,
+      maxImageSize: launch.maxImageSize,
+      storageReserved: launch.storageReserved,
     });
     return 'started';
   }

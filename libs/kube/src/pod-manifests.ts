@@ -60,6 +60,10 @@ export interface DataSourcePodInput {
   checksum: string;
   credentials: Record<string, string>;
   dataEngine?: 'v1' | 'v2';
+  /** `--max-size`: the backing-image-max-size setting (bytes). */
+  maxImageSize?: number;
+  /** `--storage-reserved`: the disk's storageReserved (bytes). */
+  storageReserved?: number;
 }
 
 const pullPolicy = (p: PodSettings['imagePullPolicy']): V1Container['imagePullPolicy'] =>
@@ -141,6 +145,8 @@ export function dataSourcePodManifest(ds: DataSourcePodInput, s: PodSettings): V
   if (ds.dataEngine === 'v2') cmd.push('--parameters', 'data-engine=v2');
   if (ds.checksum) cmd.push('--checksum', ds.checksum);
   for (const [k, v] of Object.entries(ds.credentials)) cmd.push('--credential', `${k}=${v}`);
+  if (ds.maxImageSize !== undefined) cmd.push('--max-size', String(ds.maxImageSize));
+  if (ds.storageReserved !== undefined) cmd.push('--storage-reserved', String(ds.storageReserved));
   const c = container(BIDS_CONTAINER, ds.image, cmd, s, [
     { name: 'disk-path', mountPath: '/data/' },
     { name: 'host-dev', mountPath: '/dev' },

@@ -24,7 +24,7 @@ if (a.includes('fail=1')) {
 
 const bids = (name: string): BackingImageDataSource =>
   ({ apiVersion: 'longhorn.io/v1beta2', kind: 'BackingImageDataSource', metadata: { name, namespace: 'longhorn-system' }, spec: { diskUUID: 'disk-a' } }) as unknown as BackingImageDataSource;
-const launch = { name: 'img', uuid: 'u', sourceType: 'download', diskPath: '/nonexistent', parameters: {}, checksum: '', credentials: {} };
+const launch = { name: 'img', uuid: 'u', sourceType: 'download', diskPath: '/nonexistent', parameters: {}, checksum: '', credentials: {}, maxImageSize: 2 ** 41, storageReserved: 0 };
 
 describe('ProcessDataPlane data sources', () => {
   let dir: string;

@@ -246,6 +246,8 @@ export class ProcessDataPlane implements DataPlane {
       ...(launch.checksum ? ['--checksum', launch.checksum] : []),
       ...Object.entries(launch.credentials).flatMap(([k, v]) => ['--credential', `${k}=${v}`]),
       ...(this.o.allowSourceHosts?.length ? ['--allow-source-hosts', this.o.allowSourceHosts.join(',')] : []),
+      '--max-size', String(launch.maxImageSize),
+      '--storage-reserved', String(launch.storageReserved),
     ];
     await this.start(name, args, [http], {
       [COMPONENT]: 'backing-image-data-source',

@@ -728,7 +728,9 @@ describe.each([true, false])('ReceiverHttpServer, zeroCopy %s', (zeroCopy) => {
       ['Transfer-Encoding in HTTP/1.0', 'POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n', 400, /Transfer-Encoding in an HTTP\/1.0 request/],
       ['a non-numeric Content-Length', 'POST / HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n', 400, /invalid Content-Length "abc"/],
       ['a negative Content-Length', 'POST / HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n', 400, /invalid Content-Length "-1"/],
-      ['conflicting Content-Lengths', 'POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!', 400, /invalid Content-Length "5, 6"/],
+      ['conflicting Content-Lengths', 'POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!', 400, /repeated Content-Length header/],
+      ['repeated equal Content-Lengths', 'POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello', 400, /repeated Content-Length header/],
+      ['a Content-Length list', 'POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5, 5\r\n\r\nhello', 400, /invalid Content-Length "5, 5"/],
       ['a folded header', 'GET / HTTP/1.1\r\nHost: t\r\nX-Long: a\r\n  b\r\n\r\n', 400, /folded header/],
       ['a header without a colon', 'GET / HTTP/1.1\r\nHost: t\r\nNoColon\r\n\r\n', 400, /malformed header line/],
       ['a space before the colon', 'GET / HTTP/1.1\r\nHost : t\r\n\r\n', 400, /malformed header line/],
@@ -757,10 +759,10 @@ describe.each([true, false])('ReceiverHttpServer, zeroCopy %s', (zeroCopy) => {
       expect(called).toBe(false);
     });
 
-    it('accepts repeated equal Content-Lengths and empty lines before the request line', async () => {
+    it('accepts empty lines before the request line', async () => {
       const { port } = await start(echo);
       const c = await RawClient.connect(port);
-      await c.write('\r\nPOST /eq HTTP/1.1\r\nHost: t\r\nContent-Length: 5, 5\r\n\r\nhello');
+      await c.write('\r\nPOST /eq HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello');
       const [res] = await c.responses(1);
       expect(res!.status).toBe(200);
       expectGoodReport(reportOf(res!), Buffer.from('hello'));

@@ -10,8 +10,10 @@ import { STATUS_CODES } from 'node:http';
  * Scope: what HTTP/1.1 clients of the ssync protocol send (Go's net/http client in Longhorn's sparse-tools, Node's
  * http client, curl). Requests on one connection are handled one after the other (pipelined requests wait their
  * turn); bodies have a Content-Length or are chunked; `Expect: 100-continue` is answered when the handler first reads
- * the body; responses always carry a Content-Length. Malformed requests get 400 (431 for an oversized head, 501 for
- * an unknown transfer coding, 505 for another HTTP version) and the connection is closed.
+ * the body; responses always carry a Content-Length. Malformed requests get 400 (431 for an oversized head, 408 for a
+ * head not complete within the header timeout, 501 for an unknown transfer coding, 505 for another HTTP version) and
+ * the connection is closed. Request smuggling is refused: Content-Length with Transfer-Encoding, a repeated
+ * Content-Length (even with equal values) or Host, and a Content-Length that is not a plain decimal of at most 15 digits.
  *
  * Reads use the socket's `onread` mode (a user buffer per read). An accepted socket gets that mode by moving its
  * handle into a new `net.Socket`; where this Node has no such handle (`zeroCopy: false`, or another runtime), the
@@ -24,6 +26,8 @@ const SPILL_SIZE = 64 * 1024;
 const DEFAULT_MAX_HEAD_BYTES = 32 * 1024;
 /** Longest accepted chunk-size line or trailer line of a chunked body. */
 const MAX_CHUNK_LINE = 4096;
+/** Time a client has to send a whole request head, from its connection or from the first byte of the head (60 s). */
+const DEFAULT_HEADER_TIMEOUT_MS = 60_000;
 /** How long a connection closed after an unread body keeps reading (and dropping) what the client still sends. */
 const LINGER_MS = 5000;
 
@@ -56,6 +60,11 @@ export interface ReceiverHttpServerOptions {
   keepAliveTimeoutMs?: number;
   /** Largest request head (32 KiB). */
   maxHeadBytes?: number;
+  /**
+   * A request head must be complete this long after the connection opened (first request) or after its first byte
+   * (later requests); otherwise the client gets 408 and the connection closes (60 s).
+   */
+  headerTimeoutMs?: number;
   /** Read bodies straight into the handler's buffers (default true); false reads with 'data' events and copies. */
   zeroCopy?: boolean;
 }
@@ -223,6 +232,9 @@ const BAD_TARGET = /[\x00-\x20\x7f]/;
 // eslint-disable-next-line no-control-regex
 const BAD_VALUE = /[\x00-\x08\x0a-\x1f\x7f]/;
 
+/** Headers a request may carry once only. */
+const SINGLE_HEADERS = new Set(['content-length', 'host']);
+
 /** Parses a request head (without its final CRLF CRLF); throws HttpProtocolError. */
 function parseHead(text: string): {
   method: string;
@@ -245,6 +257,7 @@ function parseHead(text: string): {
   if (v[1] !== '1') throw new HttpProtocolError(505, `HTTP version ${v[1]}.${v[2]} is not supported`);
   const version = v[2] === '0' ? '1.0' : '1.1';
   const headers = new Map<string, string>();
+  const seen = new Set<string>();
   for (let i = 1; i < lines.length; i++) {
     const line = lines[i]!;
     if (line.includes('\n')) throw new HttpProtocolError(400, 'malformed request: bare LF in the request head');
@@ -255,6 +268,11 @@ function parseHead(text: string): {
     const value = line.slice(colon + 1).replace(/^[ \t]+|[ \t]+$/g, '');
     if (BAD_VALUE.test(value)) throw new HttpProtocolError(400, `invalid character in header ${name}`);
     const key = name.toLowerCase();
+    if (SINGLE_HEADERS.has(key)) {
+      // two framings (or two hosts) that another server might read differently: request smuggling
+      if (seen.has(key)) throw new HttpProtocolError(400, `malformed request: repeated ${name} header`);
+      seen.add(key);
+    }
     const prev = headers.get(key);
     headers.set(key, prev === undefined ? value : `${prev}, ${value}`);
   }
@@ -273,6 +291,8 @@ class Connection {
   #request: ReceiverHttpRequest | undefined;
   #read: PendingRead | undefined;
   #lingerTimer: NodeJS.Timeout | undefined;
+  /** Runs while a request head is awaited (from the connection, or from the first byte of a later head). */
+  #headTimer: NodeJS.Timeout | undefined;
   #closeAfterReply = false;
   /** The socket handle, in zero-copy mode. */
   #handle: object | undefined;
@@ -300,7 +320,23 @@ class Connection {
     s.on('error', (err) => this.#fail(new Error(`connection failed: ${err.message}`)));
     s.on('end', () => this.#onEnd());
     s.on('close', () => this.#onClose());
+    this.#startHeadTimer();
     this.#resume();
+  }
+
+  #startHeadTimer(): void {
+    if (this.#headTimer || this.#phase !== 'head') return;
+    const ms = this.server.headerTimeoutMs;
+    this.#headTimer = setTimeout(() => {
+      this.#headTimer = undefined;
+      if (this.#phase === 'head') this.#reject(new HttpProtocolError(408, `request head not received within ${ms} ms`));
+    }, ms);
+    this.#headTimer.unref();
+  }
+
+  #stopHeadTimer(): void {
+    if (this.#headTimer) clearTimeout(this.#headTimer);
+    this.#headTimer = undefined;
   }
 
   /**
@@ -454,6 +490,8 @@ class Connection {
   }
 
   #parseHead(): void {
+    // a later request's head has begun: it must be complete in time
+    if (this.#end > this.#start) this.#startHeadTimer();
     const max = this.server.maxHeadBytes;
     const at = this.#spill.indexOf('\r\n\r\n', this.#start, 'latin1');
     if (at < 0 || at + 4 > this.#end) {
@@ -466,6 +504,7 @@ class Connection {
       this.#reject(new HttpProtocolError(431, `request head larger than ${max} bytes`));
       return;
     }
+    this.#stopHeadTimer();
     const text = this.#spill.toString('latin1', this.#start, at);
     this.#start = at + 4;
     let request: ReceiverHttpRequest;
@@ -492,11 +531,9 @@ class Connection {
       if (te.toLowerCase() !== 'chunked') throw new HttpProtocolError(501, `unsupported transfer encoding ${JSON.stringify(te)}`);
       contentLength = undefined;
     } else if (cl !== undefined) {
-      const values = cl.split(',').map((x) => x.trim());
-      if (!values.every((x) => /^\d{1,15}$/.test(x) && x === values[0])) {
-        throw new HttpProtocolError(400, `invalid Content-Length ${JSON.stringify(cl.slice(0, 40))}`);
-      }
-      contentLength = Number(values[0]);
+      // one plain decimal (no sign, no list, at most 15 digits: a safe integer)
+      if (!/^\d{1,15}$/.test(cl)) throw new HttpProtocolError(400, `invalid Content-Length ${JSON.stringify(cl.slice(0, 40))}`);
+      contentLength = Number(cl);
     }
     const connection = (headers.get('connection') ?? '').toLowerCase().split(',').map((x) => x.trim());
     const keepAlive = version === '1.1' ? !connection.includes('close') : connection.includes('keep-alive');
@@ -626,6 +663,7 @@ class Connection {
   /** Half-closes after the last reply and drops what the client still sends, so the reply is not lost to a reset. */
   #linger(): void {
     if (this.#phase === 'closed') return;
+    this.#stopHeadTimer();
     this.#phase = 'lingering';
     this.#start = this.#end = 0;
     this.socket.end();
@@ -635,8 +673,9 @@ class Connection {
   }
 
   #onTimeout(): void {
-    // a handler that is working (no body read pending) is not a stalled client
+    // a handler that is working (no body read pending) is not a stalled client; a head in progress has its own timer
     if (this.#phase === 'handling' && !this.#read) return;
+    if (this.#phase === 'head' && this.#headTimer && this.#end > this.#start) return;
     this.#fail(new Error('the connection timed out'));
   }
 
@@ -644,7 +683,8 @@ class Connection {
     if (this.#phase === 'handling') {
       // the client stopped sending: a pending body read fails; a request being answered still gets its reply
       this.#closeAfterReply = true;
-      this.#failRead(new Error('the client closed the connection before the request body was complete'));
+      // the client's fault, answered as a bad request (400), not as a server error
+      this.#failRead(new HttpProtocolError(400, 'the client closed the connection before the request body was complete'));
       return;
     }
     this.socket.end();
@@ -658,6 +698,7 @@ class Connection {
   #onClose(): void {
     this.#phase = 'closed';
     if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
+    this.#stopHeadTimer();
     this.#failRead(new Error('the connection closed before the request body was complete'));
     this.server.connectionClosed(this);
   }
@@ -682,6 +723,7 @@ class Connection {
 export class ReceiverHttpServer {
   readonly keepAliveTimeoutMs: number;
   readonly maxHeadBytes: number;
+  readonly headerTimeoutMs: number;
   readonly #zeroCopy: boolean;
   readonly #server: net.Server;
   readonly #connections = new Set<Connection>();
@@ -702,6 +744,7 @@ export class ReceiverHttpServer {
   ) {
     this.keepAliveTimeoutMs = options.keepAliveTimeoutMs ?? 240_000;
     this.maxHeadBytes = Math.min(options.maxHeadBytes ?? DEFAULT_MAX_HEAD_BYTES, SPILL_SIZE - MAX_CHUNK_LINE);
+    this.headerTimeoutMs = options.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS;
     this.#zeroCopy = options.zeroCopy ?? true;
     this.closed = new Promise<void>((r) => (this.#resolveClosed = r));
     this.#server = net.createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => {

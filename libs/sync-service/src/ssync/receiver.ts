@@ -78,6 +78,8 @@ export interface SsyncReceiverOptions {
    * aligned, writes are buffered.
    */
   directIO?: boolean;
+  /** A request head must arrive within this long (60 s), else 408 and the connection closes. */
+  headerTimeoutMs?: number;
 }
 
 export interface SsyncReceiveResult {
@@ -404,7 +406,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     }
   };
 
-  const server = new ReceiverHttpServer((req) => serve(req), { keepAliveTimeoutMs: 240_000 });
+  const server = new ReceiverHttpServer((req) => serve(req), { keepAliveTimeoutMs: 240_000, headerTimeoutMs: opts.headerTimeoutMs });
 
   const finish = async (failure: Error | undefined): Promise<void> => {
     let err = failure;
