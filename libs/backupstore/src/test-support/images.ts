@@ -12,7 +12,7 @@ export const FAST_LOCKS: LockTiming = { durationMs: 1500, refreshMs: 300, checkW
 
 /** The repository root (this file is libs/backupstore/src/test-support/). */
 export const REPO_ROOT = path.resolve(new URL('.', import.meta.url).pathname, '../../../..');
-export const FIXTURE_STORE = path.resolve(REPO_ROOT, '../shared/fixtures/longhorn-backupstore-lz4');
+export const FIXTURE_STORE = path.join(REPO_ROOT, 'libs/backupstore/test-data/longhorn-backupstore-lz4');
 
 export async function tempDir(prefix = 'bis-backupstore-'): Promise<string> {
   return fs.mkdtemp(path.join(os.tmpdir(), prefix));
