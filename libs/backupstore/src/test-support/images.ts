@@ -104,3 +104,17 @@ export async function storedBlocks(storeRoot: string): Promise<string[]> {
   await walk(dir);
   return out.sort();
 }
+
+/** Polls `condition` until it holds; fails naming `what` after `timeoutMs` (a generous bound for a loaded machine). */
+export async function waitFor(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** The lock files in a store's lock directory (none when it does not exist). */
+export async function lockFiles(storeRoot: string, dir: string): Promise<string[]> {
+  return fs.readdir(path.join(storeRoot, dir)).catch(() => []);
+}
