@@ -13,7 +13,7 @@ import { createModuleRecorder } from './test-support/module-recorder.js';
 const APP_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const REPO_ROOT = path.resolve(APP_ROOT, '../..');
 const BIN = path.join(APP_ROOT, 'bin/backing-image-data-source.js');
-const FIXTURE = path.resolve(REPO_ROOT, '../shared/fixtures/longhorn-backupstore-lz4');
+const FIXTURE = path.join(REPO_ROOT, 'libs/backupstore/test-data/longhorn-backupstore-lz4');
 
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -121,7 +121,7 @@ describe('backing-image-data-source CLI (built binary)', () => {
     expect(code).toBe(0);
   });
 
-  it('restores the shared Longhorn fixture (vfs backup URL) with the checksum recorded in backing-image.cfg', async () => {
+  it('restores the Longhorn fixture (vfs backup URL) with the checksum recorded in backing-image.cfg', async () => {
     const cfgPath = path.join(FIXTURE, 'backupstore/backing-images/backing-images/fixture-lz4/backing-image.cfg');
     const cfg = JSON.parse(await readFile(cfgPath, 'utf8')) as { Size: string; Checksum: string };
     const ds = await launch([

@@ -16,7 +16,7 @@ import { startFakeDataSource } from './test-support/fake-data-source.js';
 
 const MiB = 1 << 20;
 const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-const FIXTURE_STORE = path.resolve(REPO_ROOT, '../shared/fixtures/longhorn-backupstore-lz4');
+const FIXTURE_STORE = path.join(REPO_ROOT, 'libs/backupstore/test-data/longhorn-backupstore-lz4');
 // the backupstore lock's 2 s check wait (Longhorn's) is not what these tests are about
 const FAST_LOCKS = { BACKUPSTORE_LOCK_CHECK_WAIT_MS: '0' };
 

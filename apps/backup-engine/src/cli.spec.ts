@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 
 const APP_ROOT = path.resolve(new URL('.', import.meta.url).pathname, '..');
 const BIN = path.join(APP_ROOT, 'bin/backup-engine.js');
-const FIXTURE = path.resolve(APP_ROOT, '../../../shared/fixtures/longhorn-backupstore-lz4');
+const FIXTURE = path.resolve(APP_ROOT, '../../libs/backupstore/test-data/longhorn-backupstore-lz4');
 
 interface Run {
   code: number;

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { httpDataSourceClient } from './data-plane-adapters.js';
+import { waitFor } from './test-support/harness.js';
 
 describe('httpDataSourceClient', () => {
   const servers: http.Server[] = [];
@@ -30,8 +31,8 @@ describe('httpDataSourceClient', () => {
     expect(await c.get()).toEqual({ state: 'ready-for-transfer', size: 65536, progress: 100, currentChecksum: 'ab', message: '' });
     expect((await c.get()).state).toBe('ready-for-transfer');
     expect(sockets).toHaveLength(2);
-    await new Promise((r) => setTimeout(r, 50));
-    expect(sockets.every((s) => s.destroyed)).toBe(true);
+    // the client closes each connection once answered: wait for that, however long a loaded machine takes
+    await waitFor('both connections closed', () => sockets.every((s) => s.destroyed));
   });
 
   it('names the status and body of an error answer, and a body that is not JSON', async () => {

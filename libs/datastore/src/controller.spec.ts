@@ -77,6 +77,9 @@ describe('Informer and Controller over the embedded store', () => {
     const attempts = new Map<string, number>();
     let concurrent = 0;
     let maxConcurrent = 0;
+    // Reconciles hold until two run at once (3 workers, 6 keys): overlap is shown by a condition, not by timing.
+    let overlapped!: () => void;
+    const overlap = new Promise<void>((r) => (overlapped = r));
     const ctrl = new Controller({
       name: 'widget',
       workers: 3,
@@ -84,6 +87,7 @@ describe('Informer and Controller over the embedded store', () => {
       async reconcile(key) {
         concurrent++;
         maxConcurrent = Math.max(maxConcurrent, concurrent);
+        if (concurrent >= 2) overlapped();
         try {
           const n = (attempts.get(key) ?? 0) + 1;
           attempts.set(key, n);
@@ -92,7 +96,7 @@ describe('Informer and Controller over the embedded store', () => {
           if (!obj) return;
           if (name === 'flaky' && n < 3) throw new Error('transient');
           if (name === 'conflict' && n < 2) throw new ConflictError(WidgetKind, name);
-          await new Promise((r) => setTimeout(r, 20));
+          await overlap;
           if (obj.status?.count !== obj.spec.size) await store.updateStatus(WidgetKind, { ...obj, status: { count: obj.spec.size } });
         } finally {
           concurrent--;

@@ -1,5 +1,17 @@
 import { describe, expect, it } from '@jest/globals';
 import { ItemExponentialRateLimiter, WorkQueue } from './workqueue.js';
+import { ManualClock } from './clock.js';
+
+/** Lets every queued callback and promise reaction run (one macrotask turn). */
+const settle = () => new Promise<void>((r) => setImmediate(r));
+
+/** The value of `p` if it has settled by now, else 'pending'. */
+async function peek<T>(p: Promise<T>): Promise<T | 'pending'> {
+  let out: T | 'pending' = 'pending';
+  void p.then((v) => (out = v));
+  await settle();
+  return out;
+}
 
 describe('WorkQueue', () => {
   it('deduplicates keys that are waiting', async () => {
@@ -24,7 +36,7 @@ describe('WorkQueue', () => {
     expect(q.length).toBe(0);
     let second: string | undefined;
     const p = q.get().then((v) => (second = v));
-    await new Promise((r) => setTimeout(r, 10));
+    await settle();
     expect(second).toBeUndefined();
     q.done(k as string);
     await p;
@@ -33,34 +45,69 @@ describe('WorkQueue', () => {
     q.shutDown();
   });
 
-  it('addAfter delivers later; addRateLimited backs off exponentially per item; forget resets', async () => {
-    const q = new WorkQueue<string>({ baseDelayMs: 20, maxDelayMs: 1000, qps: 0 });
-    const t0 = Date.now();
+  it('addAfter delivers after the delay, not before; an earlier pending time wins', async () => {
+    const clock = new ManualClock();
+    const q = new WorkQueue<string>({ qps: 0 }, clock);
     q.addAfter('x', 50);
-    expect(await q.get()).toBe('x');
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(45);
+    const got = q.get();
+    clock.advance(49);
+    expect(await peek(got)).toBe('pending');
+    clock.advance(1);
+    expect(await peek(got)).toBe('x');
     q.done('x');
+    // a later time for a key already delayed is ignored; an earlier one replaces it
+    q.addAfter('y', 30);
+    q.addAfter('y', 100);
+    q.addAfter('z', 100);
+    q.addAfter('z', 10);
+    expect(clock.pending).toBe(2);
+    clock.advance(10);
+    expect(await q.get()).toBe('z');
+    clock.advance(19);
+    expect(q.length).toBe(0);
+    clock.advance(1);
+    expect(await q.get()).toBe('y');
+    clock.advance(1000);
+    expect(q.length).toBe(0); // y was delivered once
+    q.shutDown();
+  });
+
+  it('addRateLimited backs off exponentially per item; forget resets', async () => {
     const rl = new ItemExponentialRateLimiter<string>({ baseDelayMs: 5, maxDelayMs: 40, qps: 0 });
     expect([rl.when('k'), rl.when('k'), rl.when('k'), rl.when('k'), rl.when('k')]).toEqual([5, 10, 20, 40, 40]);
     expect(rl.numRequeues('k')).toBe(5);
     expect(rl.when('other')).toBe(5);
     rl.forget('k');
     expect(rl.when('k')).toBe(5);
-    q.addRateLimited('y');
-    q.addRateLimited('y');
+
+    const clock = new ManualClock();
+    const q = new WorkQueue<string>({ baseDelayMs: 20, maxDelayMs: 1000, qps: 0 }, clock);
+    q.addRateLimited('y'); // due at 20
+    q.addRateLimited('y'); // 40: the earlier time wins
     expect(q.numRequeues('y')).toBe(2);
-    const t1 = Date.now();
-    expect(await q.get()).toBe('y');
-    expect(Date.now() - t1).toBeGreaterThanOrEqual(15);
+    const got = q.get();
+    clock.advance(19);
+    expect(await peek(got)).toBe('pending');
+    clock.advance(1);
+    expect(await peek(got)).toBe('y');
     q.done('y');
+    q.forget('y');
+    expect(q.numRequeues('y')).toBe(0);
     q.shutDown();
+    expect(clock.pending).toBe(0); // shutDown cleared the later timer
   });
 
-  it('the token bucket delays once the burst is spent', () => {
-    const rl = new ItemExponentialRateLimiter<number>({ baseDelayMs: 1, maxDelayMs: 1, qps: 10, burst: 2 });
+  it('the token bucket delays once the burst is spent, and refills with time', () => {
+    const clock = new ManualClock();
+    const rl = new ItemExponentialRateLimiter<number>({ baseDelayMs: 1, maxDelayMs: 1, qps: 10, burst: 2 }, () => clock.now());
     expect(rl.when(1)).toBe(1);
     expect(rl.when(2)).toBe(1);
-    expect(rl.when(3)).toBeGreaterThanOrEqual(90);
+    expect(rl.when(3)).toBe(100); // one token short at 10 qps
+    clock.advance(250); // 2.5 tokens back on the one owed: 1.5
+    expect(rl.when(4)).toBe(1);
+    expect(rl.when(5)).toBe(50); // half a token short
+    clock.advance(10_000); // refills to the burst, no further
+    expect([rl.when(6), rl.when(7), rl.when(8)]).toEqual([1, 1, 100]);
   });
 
   it('shutDown releases waiting getters and drops delayed keys; shutDownWithDrain waits for work in progress', async () => {
@@ -78,7 +125,7 @@ describe('WorkQueue', () => {
     const k = await q2.get();
     let drained = false;
     const d = q2.shutDownWithDrain().then(() => (drained = true));
-    await new Promise((r) => setTimeout(r, 10));
+    await settle();
     expect(drained).toBe(false);
     q2.done(k as string);
     await d;

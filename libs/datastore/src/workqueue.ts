@@ -4,6 +4,8 @@
  * re-added with per-item exponential backoff combined with a global token bucket (like client-go's
  * `DefaultControllerRateLimiter`: max of 5 ms·2^n capped at 1000 s and 100 qps / burst 1000).
  */
+import { systemClock, type Clock, type TimerHandle } from './clock.js';
+
 export interface RateLimiterOptions {
   baseDelayMs?: number;
   maxDelayMs?: number;
@@ -23,7 +25,7 @@ export class ItemExponentialRateLimiter<K> {
 
   constructor(
     opts: RateLimiterOptions = {},
-    private readonly now: () => number = Date.now,
+    private readonly now: () => number = () => systemClock.now(),
   ) {
     this.base = opts.baseDelayMs ?? 5;
     this.max = opts.maxDelayMs ?? 1_000_000;
@@ -59,14 +61,18 @@ export class WorkQueue<K = string> {
   private readonly queue: K[] = [];
   private readonly dirty = new Set<K>();
   private readonly processing = new Set<K>();
-  private readonly delayed = new Map<K, { at: number; timer: NodeJS.Timeout }>();
+  private readonly delayed = new Map<K, { at: number; timer: TimerHandle }>();
   private readonly getters: ((k: K | undefined) => void)[] = [];
   private readonly drainWaiters: (() => void)[] = [];
   private shuttingDown = false;
   readonly rateLimiter: ItemExponentialRateLimiter<K>;
 
-  constructor(opts: RateLimiterOptions = {}) {
-    this.rateLimiter = new ItemExponentialRateLimiter<K>(opts);
+  /** `clock`: the time and timers of delayed adds and of the rate limiter's token bucket (tests pass a ManualClock). */
+  constructor(
+    opts: RateLimiterOptions = {},
+    private readonly clock: Clock = systemClock,
+  ) {
+    this.rateLimiter = new ItemExponentialRateLimiter<K>(opts, () => clock.now());
   }
 
   /** Adds a key unless it is already waiting. */
@@ -86,16 +92,15 @@ export class WorkQueue<K = string> {
   addAfter(key: K, ms: number): void {
     if (this.shuttingDown) return;
     if (ms <= 0) return this.add(key);
-    const at = Date.now() + ms;
+    const at = this.clock.now() + ms;
     const cur = this.delayed.get(key);
     if (cur && cur.at <= at) return;
-    if (cur) clearTimeout(cur.timer);
-    const timer = setTimeout(() => {
+    if (cur) this.clock.clearTimer(cur.timer);
+    // A pending retry never keeps the process alive on its own (the system clock's timers are unref'd).
+    const timer = this.clock.setTimer(() => {
       this.delayed.delete(key);
       this.add(key);
     }, ms);
-    // A pending retry never keeps the process alive on its own.
-    timer.unref();
     this.delayed.set(key, { at, timer });
   }
 
@@ -142,7 +147,7 @@ export class WorkQueue<K = string> {
   /** Stops accepting keys, drops delayed ones, and releases waiting `get()` calls with undefined. */
   shutDown(): void {
     this.shuttingDown = true;
-    for (const d of this.delayed.values()) clearTimeout(d.timer);
+    for (const d of this.delayed.values()) this.clock.clearTimer(d.timer);
     this.delayed.clear();
     this.queue.length = 0;
     this.dirty.clear();

@@ -6,6 +6,15 @@ import { BackupTracker, parseLabels, type BackupRunner } from './backups.js';
 import { toBackingImageResponse } from './convert.js';
 import { checkDiskConfig } from './disk-config.js';
 
+/** Polls `condition` until it holds (each poll after one macrotask turn); fails naming `what` after `timeoutMs`. */
+async function until(what: string, condition: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
 describe('manager helpers', () => {
   it('maps a sync record to the gRPC response like Longhorn', () => {
     const r = toBackingImageResponse({
@@ -28,10 +37,10 @@ describe('manager helpers', () => {
     expect(t.status('img')).toEqual({ progress: 42, backupUrl: '', error: '', state: 'in_progress' });
     await expect(t.start(runner, req, '/f', 'c')).rejects.toThrow('already in progress');
     finish({ backupUrl: 's3://b@r/?backingImage=img' });
-    await new Promise((r) => setTimeout(r, 10));
-    expect(t.status('img')).toMatchObject({ progress: 100, state: 'complete' });
+    await until('the backup to complete', () => t.status('img')?.state !== 'in_progress');
+    expect(t.status('img')).toMatchObject({ progress: 100, state: 'complete', backupUrl: 's3://b@r/?backingImage=img' });
     await t.start({ createBackup: async () => { throw new Error('boom'); } }, req, '/f', 'c');
-    await new Promise((r) => setTimeout(r, 10));
+    await until('the failing backup to end', () => t.status('img')?.state !== 'in_progress');
     expect(t.status('img')).toMatchObject({ state: 'error', error: 'boom' });
     expect(t.status('other')).toBeUndefined();
     expect(() => parseLabels(['novalue'])).toThrow('invalid label');

@@ -25,6 +25,7 @@ import {
   throwIfAborted,
 } from '../names.js';
 import { encodeBackupUrl } from '../url.js';
+import { Semaphore } from '../semaphore.js';
 import { assertConcurrency, forEachConcurrent, loadConfigIfExists, throttle, withDriver, type StoreAccessOptions } from './common.js';
 
 export interface CreateBackupOptions extends StoreAccessOptions {
@@ -605,19 +606,3 @@ async function readFully(fh: fs.FileHandle, target: Buffer, length: number, posi
   }
 }
 
-/** At most `limit` tasks at once. */
-class Semaphore {
-  private active = 0;
-  private readonly waiting: (() => void)[] = [];
-  constructor(private readonly limit: number) {}
-  async run<T>(task: () => Promise<T>): Promise<T> {
-    if (this.active >= this.limit) await new Promise<void>((r) => this.waiting.push(r));
-    this.active++;
-    try {
-      return await task();
-    } finally {
-      this.active--;
-      this.waiting.shift()?.();
-    }
-  }
-}

@@ -22,6 +22,7 @@ import {
 } from '../names.js';
 import { parseBackupUrl } from '../url.js';
 import { usableImageChain } from '../image-chain.js';
+import { Semaphore } from '../semaphore.js';
 import { assertConcurrency, throttle, withDriver, type StoreAccessOptions } from './common.js';
 
 export interface RestoreBackupOptions extends StoreAccessOptions {
@@ -425,25 +426,6 @@ async function restoreBlocksChained(
   } finally {
     await Promise.allSettled([...settled]);
     await Promise.all([workers.close(), flusher.idle()]);
-  }
-}
-
-/** At most `limit` holders at once. */
-class Semaphore {
-  private active = 0;
-  private readonly waiting: (() => void)[] = [];
-  constructor(private readonly limit: number) {}
-  async acquire(): Promise<void> {
-    if (this.active < this.limit) {
-      this.active++;
-      return;
-    }
-    await new Promise<void>((r) => this.waiting.push(r));
-  }
-  release(): void {
-    const next = this.waiting.shift();
-    if (next) next();
-    else this.active--;
   }
 }
 

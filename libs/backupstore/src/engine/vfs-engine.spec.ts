@@ -10,7 +10,7 @@ import { FileSystemDriver } from '../drivers/filesystem.js';
 import { createBackup, startBackup } from './backup.js';
 import { restoreBackup } from './restore.js';
 import { deleteBackup, gcTarget, inspectBackup, listBackingImageBackups, verifyTarget } from './maintenance.js';
-import { BLOCK, FAST_LOCKS, FIXTURE_STORE, patternBlock, sha512File, storedBlocks, tempDir, writeImage, type Piece } from '../test-support/images.js';
+import { BLOCK, FAST_LOCKS, FIXTURE_STORE, lockFiles, patternBlock, sha512File, storedBlocks, tempDir, waitFor, writeImage, type Piece } from '../test-support/images.js';
 
 const FIXTURE_SHA512 =
   '290be67edd2c1bf69fca775bbc4e78914c750470f4ac7cfb1771128c8f9a913f4316ec422371500e608326da74ff91bc17170656a87bc606543b467b5e06e033';
@@ -157,7 +157,7 @@ describe('dedup, concurrency and idempotence', () => {
       target, name: 'cancel-me', filePath: img, compression: 'gzip', concurrency: 1, signal: ac.signal, lockTiming: FAST_LOCKS,
     });
     expect(op.status().state).toBe('in_progress');
-    while (op.status().uploadedBlocks < 2 && op.status().state === 'in_progress') await new Promise((r) => setTimeout(r, 2));
+    await waitFor(() => op.status().uploadedBlocks >= 2 || op.status().state !== 'in_progress', 'the backup to upload two blocks', 60_000);
     ac.abort(new Error('user cancelled'));
     expect(op.status().state).toBe('in_progress');
     await expect(op.done).rejects.toThrow(/operation cancelled: user cancelled/);
@@ -227,8 +227,13 @@ describe('locks', () => {
     // A config rewritten during the check wait: the speculative result (which matched the old config) is dropped and
     // the restore runs again from the new config; here the new one records another checksum, so it must fail.
     const cfg = path.join(root, backingImageConfigPath('held'));
-    const restoring = restoreBackup({ backupUrl: r.backupUrl, output: out, lockTiming: { ...FAST_LOCKS, checkWaitMs: 400 } });
-    await new Promise((resolve) => setTimeout(resolve, 150));
+    // The rewrite happens once the restore holds its (not yet checked) lock and has started writing its temporary file,
+    // well inside a check wait long enough for a loaded machine.
+    const restoring = restoreBackup({ backupUrl: r.backupUrl, output: out, lockTiming: { ...FAST_LOCKS, checkWaitMs: 3000 } });
+    await waitFor(
+      async () => (await lockFiles(root, lockDir())).length === 1 && (await fs.readdir(work)).some((f) => f.includes('.restore-')),
+      'the restore to take its lock and start its temporary file',
+    );
     const text = await fs.readFile(cfg, 'utf8');
     await fs.writeFile(cfg, text.replace(src.sha512, 'f'.repeat(128)));
     await expect(restoring).rejects.toMatchObject({ code: 'ChecksumMismatch' });
@@ -239,7 +244,7 @@ describe('locks', () => {
   });
 
   it('a delete conflicts with a running backup, and the other way round', async () => {
-    const { target } = await freshStore('lock2');
+    const { root, target } = await freshStore('lock2');
     const img = path.join(work, 'lock2.img');
     await writeImage(img, Array.from({ length: 16 }, () => ({ kind: 'random' }) as Piece));
     await createBackup({ target, name: 'victim', filePath: img, compression: 'none', lockTiming: FAST_LOCKS });
@@ -248,12 +253,12 @@ describe('locks', () => {
     const slow = path.join(work, 'lock2-slow.img');
     await writeImage(slow, Array.from({ length: 24 }, () => ({ kind: 'random' }) as Piece));
     const op = startBackup({ target, name: 'running', filePath: slow, compression: 'gzip', concurrency: 1, lockTiming: timing });
-    while (op.status().uploadedBlocks < 1 && op.status().state === 'in_progress') await new Promise((r) => setTimeout(r, 10));
+    await waitFor(() => op.status().uploadedBlocks >= 1 || op.status().state !== 'in_progress', 'the backup to upload a block');
     await expect(deleteBackup(`${target}?backingImage=victim`, { lockTiming: timing })).rejects.toThrow(/when performing backup delete/);
     await op.done;
     // A delete holding its lock blocks a backup that starts during it.
-    const del = deleteBackup(`${target}?backingImage=victim`, { lockTiming: { ...timing, checkWaitMs: 600 } });
-    await new Promise((r) => setTimeout(r, 300));
+    const del = deleteBackup(`${target}?backingImage=victim`, { lockTiming: { ...timing, checkWaitMs: 3000 } });
+    await waitFor(async () => (await lockFiles(root, lockDir())).length === 1, "the delete's lock file");
     await expect(createBackup({ target, name: 'late', filePath: img, lockTiming: timing })).rejects.toThrow(/failed to acquire lock/);
     await del;
   });

@@ -12,7 +12,7 @@ export const FAST_LOCKS: LockTiming = { durationMs: 1500, refreshMs: 300, checkW
 
 /** The repository root (this file is libs/backupstore/src/test-support/). */
 export const REPO_ROOT = path.resolve(new URL('.', import.meta.url).pathname, '../../../..');
-export const FIXTURE_STORE = path.resolve(REPO_ROOT, '../shared/fixtures/longhorn-backupstore-lz4');
+export const FIXTURE_STORE = path.join(REPO_ROOT, 'libs/backupstore/test-data/longhorn-backupstore-lz4');
 
 export async function tempDir(prefix = 'bis-backupstore-'): Promise<string> {
   return fs.mkdtemp(path.join(os.tmpdir(), prefix));
@@ -103,4 +103,18 @@ export async function storedBlocks(storeRoot: string): Promise<string[]> {
   };
   await walk(dir);
   return out.sort();
+}
+
+/** Polls `condition` until it holds; fails naming `what` after `timeoutMs` (a generous bound for a loaded machine). */
+export async function waitFor(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** The lock files in a store's lock directory (none when it does not exist). */
+export async function lockFiles(storeRoot: string, dir: string): Promise<string[]> {
+  return fs.readdir(path.join(storeRoot, dir)).catch(() => []);
 }

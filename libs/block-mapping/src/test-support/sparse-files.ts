@@ -5,8 +5,8 @@ import { fileURLToPath } from 'node:url';
 
 /** The repository root (four levels above this file: libs/block-mapping/src/test-support). */
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
-/** Longhorn's fixture backupstore, checked out beside the repository. */
-export const LONGHORN_FIXTURE = path.resolve(REPO_ROOT, '../shared/fixtures/longhorn-backupstore-lz4');
+/** Longhorn's fixture backupstore, stored in the repository as @bis/backupstore test data (see its README). */
+export const LONGHORN_FIXTURE = path.join(REPO_ROOT, 'libs/backupstore/test-data/longhorn-backupstore-lz4');
 
 export async function makeTempDir(): Promise<string> {
   return mkdtemp(path.join(tmpdir(), 'bis-block-mapping-'));

@@ -276,11 +276,10 @@ describe('EmbeddedDatastore group commit', () => {
       conflictSettled = true;
       return err;
     });
-    const t0 = Date.now();
+    // Reads answer while the batch's sync is still held (it is opened only below): they never wait for it.
     expect((await s.get(WidgetKind, 'a', 'ns')).spec.size).toBe(1);
     expect((await s.list(WidgetKind, { namespace: 'ns' })).items.map((i) => i.spec.size)).toEqual([1]);
     expect(s.resourceVersion).toBe(a.metadata.resourceVersion);
-    expect(Date.now() - t0).toBeLessThan(1000);
     await new Promise((r) => setTimeout(r, 50));
     expect(acknowledged).toBe(false);
     expect(conflictSettled).toBe(false);
