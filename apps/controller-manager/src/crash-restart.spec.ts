@@ -67,9 +67,11 @@ describe('controller-manager standalone after kill -9', () => {
     for (const p of running) if (p.exitCode === null && p.signalCode === null) p.kill('SIGTERM');
     await until('every controller-manager to stop', () => running.every((p) => p.exitCode !== null || p.signalCode !== null), 30_000).catch(() => undefined);
     for (const p of dataDir ? dataPlane(dataDir) : []) process.kill(p.pid, 'SIGKILL'); // only after a failed assertion
-    server?.closeAllConnections();
-    await new Promise((r) => server?.close(r));
-    await rm(dir, { recursive: true, force: true });
+    if (server) {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+    if (dir) await rm(dir, { recursive: true, force: true });
   });
 
   async function launch(): Promise<{ proc: ChildProcess; api: string; out: () => string }> {
