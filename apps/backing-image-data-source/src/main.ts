@@ -1,4 +1,8 @@
 import { runDataSourceCli } from './cli.js';
+import { exitWithParent } from '@bis/runtime';
+
+// Started by the standalone controller-manager: stop when it is gone (no orphan keeps the disk or its ports).
+exitWithParent();
 
 runDataSourceCli(process.argv.slice(2)).then(
   (code) => {

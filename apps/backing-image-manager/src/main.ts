@@ -2,6 +2,10 @@ import { parseArgs } from 'node:util';
 import { DEFAULT_DISK_PATH } from '@bis/sync-service';
 import { LOCK_TIMING_ENV, lockTimingFromEnv } from '@bis/backupstore';
 import { startDaemon } from './daemon.js';
+import { exitWithParent } from '@bis/runtime';
+
+// Started by the standalone controller-manager: stop when it is gone (no orphan keeps the disk or its ports).
+exitWithParent();
 
 const USAGE = `usage: backing-image-manager daemon --listen <host:port> --sync-listen <host:port> --disk-path <dir>
        [--disk-uuid <uuid>] [--port-range 30001-31000] [--advertise-address <ip>] [--allow-source-host <host>]...

@@ -184,14 +184,47 @@ export function encodeBackupInfo(info: BackupInfo): string {
 }
 
 /** Lock file `lock-<16hex>.lck` (Go type `FileLock`). */
+/**
+ * Who holds a lock, so that a lock left by a process that died can be told from a live one on the same machine.
+ * Written as an extra `Owner` object after Longhorn's three fields; Longhorn's reader (Go's encoding/json) ignores it.
+ */
+export interface LockOwner {
+  /** Host name of the holder. */
+  host: string;
+  /** `/proc/sys/kernel/random/boot_id`: the same host name after a reboot is another machine as far as pids go. */
+  bootID: string;
+  /** The holder's pid namespace (`/proc/self/ns/pid` link text): pids of other namespaces cannot be checked. */
+  pidNS: string;
+  pid: number;
+  /** Start time of the holder in clock ticks after boot (`/proc/<pid>/stat` field 22): guards against pid reuse. */
+  startTime: string;
+}
+
 export interface LockFileContent {
   name: string;
   type: number;
   acquired: boolean;
+  /** Absent in Longhorn's lock files. */
+  owner?: LockOwner;
 }
 
 export function encodeLockFile(lock: LockFileContent): string {
-  return `{"Name":${goJsonString(lock.name)},"Type":${lock.type},"Acquired":${lock.acquired ? 'true' : 'false'}}`;
+  const base = `{"Name":${goJsonString(lock.name)},"Type":${lock.type},"Acquired":${lock.acquired ? 'true' : 'false'}`;
+  if (!lock.owner) return `${base}}`;
+  const o = lock.owner;
+  return `${base},"Owner":{"Host":${goJsonString(o.host)},"BootID":${goJsonString(o.bootID)},"PidNS":${goJsonString(o.pidNS)},"PID":${o.pid},"StartTime":${goJsonString(o.startTime)}}}`;
+}
+
+function decodeLockOwner(v: unknown): LockOwner | undefined {
+  if (!isObject(v)) return undefined;
+  const host = field(v, 'Host');
+  const bootID = field(v, 'BootID');
+  const pidNS = field(v, 'PidNS');
+  const pid = field(v, 'PID');
+  const startTime = field(v, 'StartTime');
+  if (typeof host !== 'string' || typeof bootID !== 'string' || typeof pidNS !== 'string' || typeof startTime !== 'string') return undefined;
+  if (typeof pid !== 'number' || !Number.isSafeInteger(pid) || pid <= 0) return undefined;
+  return { host, bootID, pidNS, pid, startTime };
 }
 
 export function decodeLockFile(text: string, where: string): LockFileContent {
@@ -205,9 +238,11 @@ export function decodeLockFile(text: string, where: string): LockFileContent {
   const name = field(doc, 'Name');
   const type = field(doc, 'Type');
   const acquired = field(doc, 'Acquired');
+  const owner = decodeLockOwner(field(doc, 'Owner'));
   return {
     name: typeof name === 'string' ? name : '',
     type: typeof type === 'number' ? type : 0,
     acquired: acquired === true,
+    ...(owner ? { owner } : {}),
   };
 }

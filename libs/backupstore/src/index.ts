@@ -46,6 +46,9 @@ export {
   LONGHORN_LOCK_TIMING,
   LOCK_TIMING_ENV,
   lockTimingFromEnv,
+  currentLockOwner,
+  isLockOwnerDead,
+  type LockOptions,
   type LockTiming,
 } from './lock.js';
 export type { StoreAccessOptions } from './engine/common.js';
@@ -75,3 +78,4 @@ export {
   type VerifyOptions,
   type VerifyResult,
 } from './engine/maintenance.js';
+export type { LockOwner } from './config.js';

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
+import { readFileSync, readlinkSync } from 'node:fs';
+import os from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { decodeLockFile, encodeLockFile, type LockFileContent } from './config.js';
+import { decodeLockFile, encodeLockFile, type LockFileContent, type LockOwner } from './config.js';
 import type { BackupStoreDriver } from './drivers/driver.js';
 import { BackupStoreError, lockDir, throwIfAborted } from './names.js';
 
@@ -62,6 +64,56 @@ interface SeenLock extends LockFileContent {
   serverTime: number;
 }
 
+/** Options of a lock beyond its timing (tests inject the clock; a process without /proc records no owner). */
+export interface LockOptions {
+  /** Local clock (ms since the epoch) that lock heartbeats (store modification times) are compared with. Default Date.now. */
+  now?: () => number;
+  /** Where a broken lock is reported. Default: a line on stderr (the process's log). */
+  log?: (message: string) => void;
+  /** The owner written into this process's lock files. Default: {@link currentLockOwner}; null writes none (as Longhorn). */
+  owner?: LockOwner | null;
+}
+
+function procStat(pid: number): { state: string; startTime: string } | undefined {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    return f[0] && f[19] ? { state: f[0], startTime: f[19] } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+let ownerCache: { owner: LockOwner | undefined } | undefined;
+
+/** This process as a lock owner; undefined where /proc cannot tell (then no owner is recorded). */
+export function currentLockOwner(): LockOwner | undefined {
+  if (!ownerCache) {
+    let owner: LockOwner | undefined;
+    try {
+      const stat = procStat(process.pid);
+      const bootID = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+      const pidNS = readlinkSync('/proc/self/ns/pid');
+      if (stat && bootID) owner = { host: os.hostname(), bootID, pidNS, pid: process.pid, startTime: stat.startTime };
+    } catch {
+      owner = undefined;
+    }
+    ownerCache = { owner };
+  }
+  return ownerCache.owner;
+}
+
+/**
+ * True when `owner` is certainly dead: it ran on this machine, in this boot and in this pid namespace, and its pid no
+ * longer names it (no such process, a zombie, or another process). Owners elsewhere are never judged dead here.
+ */
+export function isLockOwnerDead(owner: LockOwner, self: LockOwner | undefined = currentLockOwner()): boolean {
+  if (!self || owner.host !== self.host || owner.bootID !== self.bootID || owner.pidNS !== self.pidNS) return false;
+  if (owner.pid === self.pid) return owner.startTime !== self.startTime;
+  const stat = procStat(owner.pid);
+  return !stat || stat.state === 'Z' || stat.startTime !== owner.startTime;
+}
+
 function hasPriority(a: SeenLock, b: SeenLock): boolean {
   if (a.acquired !== b.acquired) return a.acquired;
   if (a.serverTime !== b.serverTime) return a.serverTime < b.serverTime;
@@ -70,26 +122,41 @@ function hasPriority(a: SeenLock, b: SeenLock): boolean {
 
 /**
  * Longhorn's file lock on the `BACKINGIMAGE` pseudo-volume: write own lock file (not acquired), wait, then fail if any
- * unexpired lock of another type has priority; otherwise mark it acquired and keep refreshing it until released.
+ * live lock of another type has priority; otherwise mark it acquired and keep refreshing it until released.
+ *
+ * The heartbeat of a lock is its file's modification time on the store (server time, as in Longhorn): the holder
+ * rewrites the file every `refreshMs`. A lock whose heartbeat is older than `durationMs` (Longhorn: 150 s = 2.5 × the
+ * 60 s refresh) is stale: its holder stopped refreshing it, so it is ignored and removed. A lock whose recorded owner
+ * is a process of this machine that no longer runs is dead and removed at once, whatever its heartbeat (so a store is
+ * usable right after its writer was killed, not 150 s later). Longhorn's lock files carry no owner: for them only
+ * the heartbeat counts.
  */
 export class BackupStoreLock {
   readonly name = 'lock-' + randomUUID().replace(/-/g, '').slice(0, 16);
   private refresher: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> = Promise.resolve();
   private held = false;
+  private readonly now: () => number;
+  private readonly log: (message: string) => void;
+  private readonly owner: LockOwner | undefined;
 
   constructor(
     private readonly driver: BackupStoreDriver,
     readonly type: number,
     private readonly timing: LockTiming = LONGHORN_LOCK_TIMING,
-  ) {}
+    opts: LockOptions = {},
+  ) {
+    this.now = opts.now ?? Date.now;
+    this.log = opts.log ?? ((m) => process.stderr.write(`${new Date().toISOString()} ${m}\n`));
+    this.owner = opts.owner === null ? undefined : (opts.owner ?? currentLockOwner());
+  }
 
   get path(): string {
     return `${lockDir()}/${this.name}.lck`;
   }
 
   private async writeSelf(acquired: boolean): Promise<void> {
-    await this.driver.write(this.path, encodeLockFile({ name: this.name, type: this.type, acquired }));
+    await this.driver.write(this.path, encodeLockFile({ name: this.name, type: this.type, acquired, ...(this.owner ? { owner: this.owner } : {}) }));
   }
 
   /**
@@ -109,7 +176,7 @@ export class BackupStoreLock {
         serverTime: (await this.driver.modificationTime(this.path, signal)).getTime(),
       };
       await sleep(this.timing.checkWaitMs, undefined, { signal }).catch(() => throwIfAborted(signal));
-      const now = Date.now();
+      const now = this.now();
       for (const file of await this.driver.list(lockDir(), signal)) {
         if (!file.endsWith('.lck') || file === `${this.name}.lck`) continue;
         let other: SeenLock;
@@ -122,11 +189,21 @@ export class BackupStoreLock {
           throw err;
         }
         if (other.type === this.type) continue;
-        if (now - other.serverTime > this.timing.durationMs) continue;
+        if (other.owner && isLockOwnerDead(other.owner, this.owner)) {
+          await this.breakLock(file, `its owner, process ${other.owner.pid} on ${other.owner.host}, no longer runs`, signal);
+          continue;
+        }
+        const age = now - other.serverTime;
+        if (age > this.timing.durationMs) {
+          await this.breakLock(file, `its heartbeat is ${Math.round(age / 1000)} s old (stale after ${Math.round(this.timing.durationMs / 1000)} s)`, signal, other.serverTime);
+          continue;
+        }
         if (hasPriority(other, self)) {
+          const holder = other.owner ? `process ${other.owner.pid} on ${other.owner.host}` : 'an owner it does not name';
           throw new BackupStoreError(
             'LockConflict',
-            `failed to acquire lock ${this.path} when performing ${operation}, please try again later`,
+            `failed to acquire lock ${this.path} when performing ${operation}, please try again later ` +
+              `(${other.acquired ? 'held' : 'requested'} by ${file}, type ${other.type}, ${holder}, heartbeat ${Math.max(0, Math.round(age / 1000))} s ago)`,
           );
         }
       }
@@ -142,13 +219,52 @@ export class BackupStoreLock {
     this.refresher.unref();
   }
 
+  /**
+   * Removes another holder's lock file found dead or stale. A stale one is removed only if its heartbeat has not moved
+   * since it was judged (a holder that came back and refreshed it keeps it); a removal that fails is only logged:
+   * the lock is ignored either way.
+   */
+  private async breakLock(file: string, why: string, signal: AbortSignal | undefined, seenServerTime?: number): Promise<void> {
+    const p = `${lockDir()}/${file}`;
+    try {
+      if (seenServerTime !== undefined && (await this.driver.modificationTime(p, signal)).getTime() !== seenServerTime) return;
+      await this.driver.remove(p);
+      this.log(`backupstore: broke lock ${p}: ${why}`);
+    } catch (err) {
+      if (err instanceof BackupStoreError && err.code === 'NotFound') return;
+      this.log(`backupstore: ignoring lock ${p} (${why}); removing it failed: ${(err as Error).message}`);
+    }
+  }
+
   async release(): Promise<void> {
     if (this.refresher) clearInterval(this.refresher);
     this.refresher = undefined;
     if (!this.held) return;
     this.held = false;
     await this.refreshing; // a refresh still in flight would re-create the file after the removal
-    await this.driver.remove(this.path);
+    try {
+      await this.driver.remove(this.path);
+    } catch (err) {
+      if (err instanceof BackupStoreError && err.code === 'NotFound') return;
+      // E.g. the target is unreachable: the file would block other operations until stale. Keep trying in the
+      // background until it is gone or stale anyway.
+      this.retryRemoval(this.now() + this.timing.durationMs);
+      throw err;
+    }
+  }
+
+  private retryRemoval(until: number): void {
+    const t = setTimeout(() => {
+      this.driver.remove(this.path).then(
+        () => this.log(`backupstore: removed lock ${this.path} after a failed release`),
+        (err: unknown) => {
+          if (err instanceof BackupStoreError && err.code === 'NotFound') return;
+          if (this.now() < until) this.retryRemoval(until);
+          else this.log(`backupstore: gave up removing lock ${this.path} (stale from now on): ${(err as Error).message}`);
+        },
+      );
+    }, Math.min(this.timing.refreshMs, 5_000));
+    t.unref();
   }
 }
 
@@ -160,8 +276,9 @@ export async function withLock<T>(
   timing: LockTiming | undefined,
   signal: AbortSignal | undefined,
   fn: () => Promise<T>,
+  opts?: LockOptions,
 ): Promise<T> {
-  const lock = new BackupStoreLock(driver, type, timing);
+  const lock = new BackupStoreLock(driver, type, timing, opts);
   await lock.acquire(operation, signal);
   try {
     return await fn();

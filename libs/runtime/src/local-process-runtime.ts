@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
+import type { Socket } from 'node:net';
+import { LIVENESS_FD_ENV, procStat, removeProcessRecord, writeProcessRecord } from './process-lifecycle.js';
 import { RotatingLogFile, type RotatingLogOptions } from './rotating-log.js';
 import {
   WorkloadExistsError,
@@ -28,6 +30,17 @@ export interface LocalProcessRuntimeOptions {
   baseEnv?: NodeJS.ProcessEnv;
   /** Default SIGTERM→SIGKILL grace period. Default 10 s. */
   terminationGracePeriodMs?: number;
+  /**
+   * Directory of the pid records: `<name>.json` with pid, start time and command of each running child, written when
+   * it starts and removed when it ends. After a crash of this process the records that remain name the children to
+   * end (`endRecordedProcesses`). Default: no records.
+   */
+  pidDir?: string;
+  /**
+   * Give each child a liveness pipe as fd 3 (named by `BIS_LIVENESS_FD`), whose EOF tells the child this process is
+   * gone (`exitWithParent`). Default true.
+   */
+  livenessPipe?: boolean;
 }
 
 interface Workload {
@@ -35,6 +48,12 @@ interface Workload {
   status: WorkloadStatus;
   log: RotatingLogFile;
   child?: ChildProcess;
+  /** This process's end of the child's liveness pipe: open for as long as this process lives. */
+  liveness?: Socket;
+  /** Writes and removals of the pid record, in order. */
+  recordOps: Promise<void>;
+  /** A pid record of the current run is written (or being written). */
+  recorded: boolean;
   runStartedAt: number;
   backoffMs: number;
   restartTimer?: NodeJS.Timeout;
@@ -56,7 +75,7 @@ const nowIso = (): string => new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
 export class LocalProcessRuntime implements WorkloadRuntime {
   private readonly workloads = new Map<string, Workload>();
   private readonly subscribers = new Set<(e: WorkloadEvent) => void>();
-  private readonly opts: Required<Omit<LocalProcessRuntimeOptions, 'log' | 'baseEnv'>> & Pick<LocalProcessRuntimeOptions, 'log' | 'baseEnv'>;
+  private readonly opts: Required<Omit<LocalProcessRuntimeOptions, 'log' | 'baseEnv' | 'pidDir'>> & Pick<LocalProcessRuntimeOptions, 'log' | 'baseEnv' | 'pidDir'>;
   private readonly onProcessExit = (): void => {
     for (const w of this.workloads.values()) if (w.child?.pid) killGroup(w.child.pid, 'SIGKILL');
   };
@@ -70,6 +89,8 @@ export class LocalProcessRuntime implements WorkloadRuntime {
       terminationGracePeriodMs: opts.terminationGracePeriodMs ?? 10_000,
       log: opts.log,
       baseEnv: opts.baseEnv,
+      pidDir: opts.pidDir,
+      livenessPipe: opts.livenessPipe ?? true,
     };
   }
 
@@ -85,6 +106,8 @@ export class LocalProcessRuntime implements WorkloadRuntime {
       backoffMs: 0,
       stopping: false,
       probeFailures: 0,
+      recordOps: Promise.resolve(),
+      recorded: false,
     };
     if (this.workloads.size === 0) process.on('exit', this.onProcessExit);
     this.workloads.set(spec.name, w);
@@ -130,6 +153,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
         await w.exited;
         clearTimeout(killer);
       }
+      await w.recordOps;
       this.stopProbe(w);
       w.status.ready = false;
       w.status.message = `stopped`;
@@ -196,10 +220,11 @@ export class LocalProcessRuntime implements WorkloadRuntime {
       w.log.write(`[runtime] ${nowIso()} starting ${spec.command} ${(spec.args ?? []).join(' ')} (restarts: ${w.status.restarts})\n`);
       let child: ChildProcess;
       try {
+        const liveness = this.opts.livenessPipe;
         child = spawn(spec.command, spec.args ?? [], {
           cwd: spec.cwd,
-          env: { ...(this.opts.baseEnv ?? process.env), ...(spec.env ?? {}) },
-          stdio: ['ignore', 'pipe', 'pipe'],
+          env: { ...(this.opts.baseEnv ?? process.env), ...(spec.env ?? {}), ...(liveness ? { [LIVENESS_FD_ENV]: '3' } : {}) },
+          stdio: liveness ? ['ignore', 'pipe', 'pipe', 'pipe'] : ['ignore', 'pipe', 'pipe'],
           detached: true,
         });
       } catch (err) {
@@ -209,6 +234,9 @@ export class LocalProcessRuntime implements WorkloadRuntime {
       w.child = child;
       child.stdout?.pipe(w.log, { end: false });
       child.stderr?.pipe(w.log, { end: false });
+      // The child never writes to its liveness pipe; reading lets its end be seen (the 'close' below waits for it).
+      w.liveness = (child.stdio[3] as Socket | null | undefined) ?? undefined;
+      w.liveness?.on('data', () => undefined).on('error', () => undefined);
       let spawnError: Error | undefined;
       w.exited = new Promise<void>((resolveExited) => {
         child.once('error', (err) => {
@@ -217,6 +245,8 @@ export class LocalProcessRuntime implements WorkloadRuntime {
         });
         child.once('close', (code, sig) => {
           w.child = undefined;
+          w.liveness = undefined;
+          this.forget(w);
           this.onRunEnded(w, code ?? undefined, sig, spawnError ? `failed to start: ${spawnError.message}` : undefined);
           resolveExited();
           resolveSpawned();
@@ -233,9 +263,34 @@ export class LocalProcessRuntime implements WorkloadRuntime {
         w.status.message = w.status.ready ? 'running' : 'running, waiting for readiness';
         this.emit('MODIFIED', w);
         if (!w.status.ready) this.startProbe(w);
+        this.record(w, child);
         resolveSpawned();
       });
     });
+  }
+
+  /** Writes the pid record of a run that just started (when records are kept). */
+  private record(w: Workload, child: ChildProcess): void {
+    const dir = this.opts.pidDir;
+    const pid = child.pid;
+    if (!dir || !pid) return;
+    const stat = procStat(pid);
+    if (!stat) return; // ended already
+    const command = [w.spec.command, ...(w.spec.args ?? []).slice(0, 1)].join(' ');
+    w.recorded = true;
+    w.recordOps = w.recordOps
+      .then(() => writeProcessRecord(dir, { name: w.spec.name, pid, startTime: stat.startTime, command }))
+      .catch((err: Error) => {
+        if (w.log.writable) w.log.write(`[runtime] ${nowIso()} cannot write the pid record under ${dir}: ${err.message}\n`);
+      });
+  }
+
+  /** Removes the pid record of a run that ended. */
+  private forget(w: Workload): void {
+    const dir = this.opts.pidDir;
+    if (!dir || !w.recorded) return;
+    w.recorded = false;
+    w.recordOps = w.recordOps.then(() => removeProcessRecord(dir, w.spec.name)).catch(() => undefined);
   }
 
   private onRunEnded(w: Workload, code: number | undefined, sig: NodeJS.Signals | null, failure?: string): void {

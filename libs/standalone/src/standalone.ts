@@ -17,7 +17,7 @@ import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { EmbeddedDatastore, isNotFound } from '@bis/datastore';
 import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources, type BackingImageApi } from '@bis/api-resources';
 import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
-import { LocalProcessRuntime } from '@bis/runtime';
+import { endRecordedProcesses, LocalProcessRuntime } from '@bis/runtime';
 import { uiServerPlugin } from '@bis/ui-server';
 import { ProcessDataPlane, type DataPlaneBinaries } from './process-data-plane.js';
 
@@ -148,7 +148,7 @@ async function ensureBackupTarget(store: EmbeddedDatastore, url: string): Promis
 /**
  * Starts the whole system on this machine: the embedded store under `<dataDir>/store`, one node with `disks` disk
  * directories under `<dataDir>/disks`, a filesystem backup target under `<dataDir>/backups`, the controllers, the
- * data-plane processes (logs under `<dataDir>/logs`) and the REST API.
+ * data-plane processes (logs under `<dataDir>/logs`, pid records under `<dataDir>/processes`) and the REST API.
  */
 export async function startStandalone(opts: StandaloneOptions): Promise<StandaloneHandle> {
   const dataDir = path.resolve(opts.dataDir);
@@ -163,7 +163,21 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   for (let i = 1; i <= diskCount; i++) disks.push(await prepareDisk(dataDir, i));
 
   const store = await EmbeddedDatastore.open({ dataDir: storeDir });
-  const runtime = new LocalProcessRuntime({ probeIntervalMs: 200, terminationGracePeriodMs: 10_000 });
+  // Holding the store's lock makes this the only controller of dataDir: the managers and data sources a previous run
+  // left behind (recorded under processesDir; after a crash they stop by themselves, see exitWithParent) are ended
+  // before new ones start, so that every disk has exactly one manager.
+  const processesDir = path.join(dataDir, 'processes');
+  try {
+    const ended = await endRecordedProcesses(processesDir, { graceMs: 10_000, log: (m) => opts.log?.warn(m) });
+    const left = ended.filter((e) => e.outcome !== 'gone');
+    if (left.length) opts.log?.warn(`ended ${left.length} data-plane process(es) of a previous run: ${left.map((e) => `${e.name} (pid ${e.pid}, ${e.outcome})`).join(', ')}`);
+    const survivors = left.filter((e) => e.outcome === 'survived');
+    if (survivors.length) throw new Error(`data-plane process(es) of a previous run survived SIGKILL: ${survivors.map((e) => `${e.name} (pid ${e.pid})`).join(', ')}`);
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
+  const runtime = new LocalProcessRuntime({ probeIntervalMs: 200, terminationGracePeriodMs: 10_000, pidDir: processesDir });
   const dataPlane = new ProcessDataPlane({ runtime, binaries: opts.binaries, nodeID: STANDALONE_NODE, logsDir, allowSourceHosts: opts.allowSourceHosts, maxDataSources: opts.maxDataSources });
   let app: FastifyInstance | undefined;
   let controllers: ControllerManager | undefined;

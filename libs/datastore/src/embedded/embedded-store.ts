@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { promises as fsp } from 'node:fs';
+import { existsSync, promises as fsp, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { CreateOptions, Datastore } from '../datastore.js';
 import { AlreadyExistsError, ConflictError, GoneError, InvalidError, NotFoundError, StatusError } from '../errors.js';
@@ -35,6 +35,11 @@ export interface EmbeddedDatastoreOptions {
   compactAfterEvents?: number;
   /** Clock for creation/deletion timestamps (tests). */
   now?: () => Date;
+  /**
+   * How long `open` waits for the running owner of the directory's `LOCK` to exit before failing with "in use by
+   * process <pid>". A dead owner (also a zombie, or a reused pid) never blocks. Default 15 s.
+   */
+  lockWaitMs?: number;
   /**
    * Called for every commit batch after its records are written to the log and before its fdatasync. A slow
    * hook holds the batch like a slow disk; a throw fails the batch exactly like an I/O error (fault injection).
@@ -169,7 +174,7 @@ export class EmbeddedDatastore implements Datastore {
   static async open(opts: EmbeddedDatastoreOptions): Promise<EmbeddedDatastore> {
     const dir = path.resolve(opts.dataDir);
     await fsp.mkdir(dir, { recursive: true });
-    await acquireLock(dir);
+    await acquireLock(dir, opts.lockWaitMs ?? 15_000);
     try {
       const records = await readLog(dir);
       if (records.length === 0) await writeCompactedLog(dir, [{ op: 'header', format: 1, rv: 0 }]);
@@ -852,28 +857,56 @@ function validateCommon(kind: ResourceKind, obj: KubeObject): { field: string; m
   return causes;
 }
 
-/** One process per data directory: a `LOCK` file with the owner's pid; a lock of a dead process is taken over. */
-async function acquireLock(dir: string): Promise<void> {
+/**
+ * One process per data directory: a `LOCK` file with the owner's pid and start time (`/proc/<pid>/stat`, so that a
+ * reused pid is not mistaken for the owner). A lock whose owner is gone — no such process, a zombie, or another
+ * process under that pid — is taken over. While the owner still runs (e.g. a restart right after a crash whose
+ * process the parent has not reaped yet, or one still shutting down) this waits up to `waitMs` for it to go away.
+ */
+async function acquireLock(dir: string, waitMs: number): Promise<void> {
   const lock = path.join(dir, 'LOCK');
-  for (let attempt = 0; attempt < 2; attempt++) {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
     try {
-      await fsp.writeFile(lock, String(process.pid), { flag: 'wx' });
+      const me = procStat(process.pid);
+      await fsp.writeFile(lock, `${process.pid}\n${me?.startTime ?? ''}\n`, { flag: 'wx' });
       await fsyncDir(dir);
       return;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const pid = Number((await fsp.readFile(lock, 'utf8').catch(() => '')).trim());
-      if (pid > 0 && pid !== process.pid && isAlive(pid)) throw new Error(`datastore directory ${dir} is in use by process ${pid}`);
+      const [pidText = '', startTime = ''] = (await fsp.readFile(lock, 'utf8').catch(() => '')).split('\n').map((l) => l.trim());
+      const pid = Number(pidText);
       if (pid === process.pid) throw new Error(`datastore directory ${dir} is already open in this process`);
+      if (pid > 0 && ownerRunning(pid, startTime)) {
+        if (Date.now() >= deadline) {
+          throw new Error(`datastore directory ${dir} is in use by process ${pid} (still running after waiting ${waitMs} ms for it to exit)`);
+        }
+        await new Promise((r) => setTimeout(r, 50));
+        continue;
+      }
       await fsp.rm(lock, { force: true });
     }
   }
-  throw new Error(`cannot lock datastore directory ${dir}`);
 }
 
-function isAlive(pid: number): boolean {
+/** State and start time of a process from `/proc/<pid>/stat` (undefined when there is none or no /proc). */
+function procStat(pid: number): { state: string; startTime: string } | undefined {
   try {
-    process.kill(pid, 0);
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    return fields[0] && fields[19] ? { state: fields[0], startTime: fields[19] } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The lock's owner still runs: the process exists, is not a zombie and (when recorded) started when the owner did. */
+function ownerRunning(pid: number, startTime: string): boolean {
+  const stat = procStat(pid);
+  if (stat) return stat.state !== 'Z' && (startTime === '' || stat.startTime === startTime);
+  if (existsSync('/proc/self/stat')) return false;
+  try {
+    process.kill(pid, 0); // no /proc: existence is all that can be told
     return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
