@@ -239,7 +239,7 @@ export async function restApiPlugin(app: FastifyInstance, opts: RestApiOptions):
       done(err as Error, undefined);
     }
   };
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, parseJsonBody);
+  app.addContentTypeParser(['application/json', 'text/plain'], { parseAs: 'string' }, parseJsonBody);
   // The catch-all parser also serves requests without a Content-Type (fastify looks it up for `''`).
   app.addContentTypeParser('*', { parseAs: 'string' }, parseJsonBody);
 
