@@ -89,9 +89,12 @@ describe('backingImage create / list / get / delete', () => {
       [{ name: 'x2', sourceType: 'download', parameters: { url: 'https://h/i' }, dataEngine: 'v2' }, 'v2 backing image is not supported'],
       [{ name: 'x3', sourceType: 'download', parameters: { url: 'https://h/i' }, minNumberOfCopies: -1 }, 'minimum number of backing image copies -1 must larger than 0'],
       [{ name: 'x4', sourceType: 'download', parameters: { url: 'https://h/i' }, expectedChecksum: 'abc' }, 'spec.checksum'],
-      [{ name: 'x5', sourceType: 'download', parameters: { url: 'http://127.0.0.1:8000/i' } }, 'must not point to a loopback host'],
-      [{ name: 'x6', sourceType: 'download', parameters: {} }, 'is required for source type download'],
-      [{ name: 'x7', sourceType: 'download', parameters: { url: 'ftp://h/i' } }, 'must use scheme http or https'],
+      [{ name: 'x5', sourceType: 'download', parameters: { url: 'http://127.0.0.1:8000/i' } }, 'spec.sourceParameters[url]: download URL must not target a loopback address (got "127.0.0.1")'],
+      [{ name: 'x6', sourceType: 'download', parameters: {} }, 'spec.sourceParameters[url]: download URL is not provided'],
+      [{ name: 'x7', sourceType: 'download', parameters: { url: 'ftp://h/i' } }, 'spec.sourceParameters[url]: invalid download URL scheme "ftp"'],
+      [{ name: 'x11', sourceType: 'download', parameters: { url: 'x' } }, 'spec.sourceParameters[url]: invalid download URL: parse "x": invalid URI for request'],
+      [{ name: 'x12', sourceType: 'download', parameters: { url: 'http:///x.img' } }, 'download URL must not target a loopback address (the URL has no host)'],
+      [{ name: 'x13', sourceType: 'upload', parameters: {}, expectedChecksum: 'abc' }, 'spec.checksum: invalid checksum abc: '],
       [{ name: '-bad', sourceType: 'upload', parameters: {} }, 'invalid name -bad'],
       [{ name: 'x8', sourceType: 'clone', parameters: { 'backing-image': 'nope' } }, 'source backing image nope not found'],
       [{ name: 'x9', sourceType: 'restore', parameters: { 'backup-url': 's3://b@r/?backingImage=x' } }, 'cannot find the backup target'],
@@ -100,7 +103,10 @@ describe('backingImage create / list / get / delete', () => {
       const r = await create(body);
       expect({ body, status: r.status, type: r.json.type }).toEqual({ body, status: 500, type: 'error' });
       expect(r.json.message).toContain(msg);
-      expect(r.json.message).toMatch(/^admission webhook "(validator|mutator)\.longhorn\.io" denied the request: /);
+      // Longhorn's api/backingimage.go wraps the webhook's denial (Go's map formatting: keys sorted).
+      const params = Object.entries(body['parameters'] as Record<string, string>).sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, v]) => `${k}:${v}`).join(' ');
+      expect(r.json.message.startsWith(`failed to create backing image ${String(body['name'])} from source type ${String(body['sourceType'])} with parameters map[${params}]: admission webhook "`)).toBe(true);
+      expect(r.json.message).toMatch(/: admission webhook "(validator|mutator)\.longhorn\.io" denied the request: /);
     }
     const typed = await create({ name: 'x10', sourceType: 'download', parameters: { url: 1 } });
     expect(typed.json.message).toBe('invalid input for backingImage: field "parameters.url" must be a string, got 1');
@@ -108,7 +114,7 @@ describe('backingImage create / list / get / delete', () => {
     expect(dup.status).toBe(200);
     const again = await download('twice');
     expect(again.status).toBe(500);
-    expect(again.json.message).toBe('backingimages.longhorn.io "twice" already exists');
+    expect(again.json.message).toMatch(/^failed to create backing image twice from source type download with parameters map\[url:\S+\]: backingimages\.longhorn\.io "twice" already exists$/);
     expect((await call(h, 'GET', '/v1/backingimages')).json.data.map((d: { id: string }) => d.id)).toEqual(['twice']);
   });
 

@@ -10,7 +10,7 @@ import {
   type StoredBI,
   type StoredBIDS,
 } from '@bis/controllers';
-import { ApiError } from '@bis/rest-api';
+import { ApiError, messageChain, statusOf } from '@bis/rest-api';
 import type { BackingImageApiDeps } from './deps.js';
 
 /** The fields of `POST /v1/backingimages` (Longhorn's `api.BackingImage` as decoded from the request). */
@@ -24,6 +24,21 @@ async function rest<T>(fn: () => Promise<T>): Promise<T> {
     if (err instanceof ActionError) throw new ApiError(500, err.message, { cause: err });
     throw err;
   }
+}
+
+/** Go's `%v` of a decoded JSON value, for the values of a create request. */
+function goValue(v: unknown): string {
+  if (v === undefined || v === null) return '';
+  if (typeof v === 'string') return v;
+  if (typeof v === 'object') return Array.isArray(v) ? `[${v.map(goValue).join(' ')}]` : goMap(v);
+  return String(v);
+}
+
+/** Go's `%+v` of a `map[string]string`: `map[k1:v1 k2:v2]`, keys sorted. */
+export function goMap(v: unknown): string {
+  const entries = v && typeof v === 'object' && !Array.isArray(v) ? Object.entries(v as Record<string, unknown>) : [];
+  entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return `map[${entries.map(([k, x]) => `${k}:${goValue(x)}`).join(' ')}]`;
 }
 
 /**
@@ -79,8 +94,14 @@ export class BackingImageService {
   }
 
   /** Create (§2.4): `BackingImageActions.create` (mutator defaults, schema and validator checks). */
-  create(req: CreateBackingImageRequest): Promise<StoredBI> {
-    return rest(() => this.actions.create(req));
+  async create(req: CreateBackingImageRequest): Promise<StoredBI> {
+    try {
+      return await this.actions.create(req);
+    } catch (err) {
+      // Longhorn's api/backingimage.go wraps every create error this way (the cause keeps its 404 when it is one).
+      const message = `failed to create backing image ${goValue(req.name)} from source type ${goValue(req.sourceType)} with parameters ${goMap(req.parameters)}: ${messageChain(err)}`;
+      throw new ApiError(err instanceof ActionError ? 500 : statusOf(err), message, { cause: err });
+    }
   }
 
   /** DELETE: refused while replicas use the image; Foreground propagation like Longhorn. */

@@ -1,6 +1,20 @@
 import type { Datastore } from '@bis/datastore';
 import type { DownloadUrlPolicy } from '@bis/crd-types';
+import { SourceHostPolicy } from '@bis/file-sources';
 import { Annotation, type SettingName, type StoredBIDS, type StoredBIM } from '@bis/controllers';
+
+/**
+ * The download-URL policy of a system whose data sources run with `--allow-source-hosts <allow>`: the same hosts
+ * are accepted although loopback, and a URL whose host is an address outside them (private, link-local, metadata,
+ * … ranges) is refused at create time rather than when the data source connects.
+ */
+export function downloadUrlPolicyFor(allow: readonly string[]): DownloadUrlPolicy {
+  const hosts = new SourceHostPolicy(allow);
+  return {
+    allowedHosts: allow.filter((h) => !h.includes('/')).map((h) => h.trim().toLowerCase()),
+    refuseHost: (hostname) => hosts.refusal(hostname),
+  };
+}
 
 /** The part of the settings the resources read (satisfied by `SettingsReader` from `@bis/controllers`). */
 export interface SettingsAccess {

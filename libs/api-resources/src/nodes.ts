@@ -1,6 +1,6 @@
 import { isNotFound, type Datastore } from '@bis/datastore';
 import { BackingImageKind, NodeKind, ReplicaKind, type Node, type StoredNode } from '@bis/controllers';
-import type { ApiInput, ResourceDefinition, TypeSchema } from '@bis/rest-api';
+import { ApiError, type ApiInput, type ResourceDefinition, type TypeSchema } from '@bis/rest-api';
 import { changesOf } from './backing-image-resources.js';
 import { refused, retryOnConflict } from './errors.js';
 
@@ -41,7 +41,7 @@ export const NODE_SCHEMA: TypeSchema = {
 const TAG_RE = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
 export function normalizeTags(what: string, v: unknown): string[] {
   if (v === null || v === undefined) return [];
-  if (!Array.isArray(v)) throw refused(`invalid ${what}: must be an array of strings`);
+  if (!Array.isArray(v)) throw new ApiError(400, `invalid ${what}: must be an array of strings`);
   for (const t of v) if (typeof t !== 'string' || !TAG_RE.test(t)) throw refused(`invalid tag ${JSON.stringify(t)} in ${what}: tags use letters, digits, '-', '_' and '.', and start and end with a letter or digit`);
   return [...new Set(v as string[])].sort();
 }
@@ -123,7 +123,7 @@ export class NodeService {
    */
   async diskUpdate(name: string, input: ApiInput): Promise<StoredNode> {
     const wanted = input.disks;
-    if (!wanted || typeof wanted !== 'object' || Array.isArray(wanted)) throw refused('invalid input for action diskUpdate: field "disks" is required and must be an object');
+    if (!wanted || typeof wanted !== 'object' || Array.isArray(wanted)) throw new ApiError(400, 'invalid input for action diskUpdate: field "disks" is required and must be an object');
     return retryOnConflict(async () => {
       const n = await this.store.get(NodeKind, name, this.namespace);
       const current = n.spec?.disks ?? {};

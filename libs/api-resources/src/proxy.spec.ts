@@ -73,8 +73,12 @@ describe('upload proxy (real data source)', () => {
     const info = src.ds.info() as unknown as { state: string; currentChecksum: string; size: number };
     expect(info).toMatchObject({ state: 'ready-for-transfer', currentChecksum: sha512(img), size: img.length });
     expect(h.events.some((e) => e.startsWith('end upload img succeeded'))).toBe(true);
-    const wrongType = await fetch(`${h.url}/v1/backingimages/img`, { method: 'PUT', headers: { 'content-type': 'application/octet-stream' }, body: img.subarray(0, 10) });
+    const wrongType = await fetch(`${h.url}/v1/backingimages/img?action=backingImageCleanup`, { method: 'POST', headers: { 'content-type': 'multipart/form-data; boundary=x' }, body: '--x--' });
     expect(wrongType.status).toBe(415);
+    // An octet-stream body anywhere else is read as JSON, like every body: raw image bytes are not JSON (400).
+    const notJson = await fetch(`${h.url}/v1/backingimages/img?action=backingImageCleanup`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: img.subarray(0, 10) });
+    expect(notJson.status).toBe(400);
+    expect(((await notJson.json()) as { message: string }).message).toMatch(/^request body is not valid JSON/);
   });
 
   it('a wrong checksum fails the upload with both checksums in the message', async () => {

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { ApiError, type ApiRegistry } from '@bis/rest-api';
+import { ApiError, parseJsonText, type ApiRegistry } from '@bis/rest-api';
 import { BACKING_IMAGE_INPUT_SCHEMAS, backingImageResource, backupBackingImageResource } from './backing-image-resources.js';
 import { BackingImageService } from './backing-images.js';
 import { BackupTargetService, backupTargetResource } from './backup-targets.js';
@@ -50,14 +50,22 @@ const UPLOAD_ACTIONS = /[?&]action=(upload|uploadPart)(&|$)/;
 /**
  * Upload bodies and the download route, on the instance it is registered on (not encapsulated):
  * - `multipart/form-data` and `application/octet-stream` bodies are left unread for the upload proxy, which streams
- *   them to the data source; on any other URL they are refused with 415;
+ *   them to the data source; on any other URL a multipart body is refused with 415 and an octet-stream body is read
+ *   as JSON, like every other body (Longhorn decodes request bodies as JSON whatever their Content-Type);
  * - `GET /v1/backingimages/<name>/download`.
  */
 export const backingImageHttpPlugin: FastifyPluginAsync<BackingImageHttpPluginOptions> = async (app: FastifyInstance, opts) => {
   const { api } = opts;
-  app.addContentTypeParser(['multipart/form-data', 'application/octet-stream'], (req, _payload, done) => {
-    if (req.method === 'POST' && /^\/v1\/backingimages\/[^/?]+\?/.test(req.url) && UPLOAD_ACTIONS.test(req.url)) return done(null, undefined);
+  const isUpload = (req: FastifyRequest): boolean => req.method === 'POST' && /^\/v1\/backingimages\/[^/?]+\?/.test(req.url) && UPLOAD_ACTIONS.test(req.url);
+  app.addContentTypeParser('multipart/form-data', (req, _payload, done) => {
+    if (isUpload(req)) return done(null, undefined);
     done(new ApiError(415, `content type ${req.headers['content-type'] ?? ''} is only accepted by the upload actions of /v1/backingimages/<name>`), undefined);
+  });
+  app.addContentTypeParser('application/octet-stream', (req, payload, done) => {
+    if (isUpload(req)) return done(null, undefined);
+    readBounded(payload, app.initialConfig.bodyLimit ?? 1024 * 1024)
+      .then((text) => done(null, parseJsonText(text)))
+      .catch((err: Error) => done(err, undefined));
   });
   app.get('/v1/backingimages/:id/download', async (req: FastifyRequest<{ Params: { id: string }; Querystring: Record<string, string | undefined> }>, reply: FastifyReply) => {
     try {
@@ -70,3 +78,16 @@ export const backingImageHttpPlugin: FastifyPluginAsync<BackingImageHttpPluginOp
   });
 };
 (backingImageHttpPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
+
+/** Reads a request body as UTF-8 text, refusing (413) one longer than `limit` bytes. */
+async function readBounded(payload: NodeJS.ReadableStream, limit: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of payload) {
+    const b = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
+    size += b.length;
+    if (size > limit) throw new ApiError(413, `request body is larger than ${limit} bytes`);
+    chunks.push(b);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}

@@ -1,5 +1,5 @@
 import { BackingImageDataSourceType, DataSourceParameter, type BackingImageDiskFileSpec } from '@bis/crd-types';
-import { isAlreadyExists, isConflict, type Stored } from '@bis/datastore';
+import { isAlreadyExists, isConflict, isNotFound, type Stored } from '@bis/datastore';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { changed, clone, defaultManagerImage, getOrUndefined, listManagers, nodeDownChecker, replicasOf, selectorPolicy, topology } from './common.js';
 import { EventReason, EventSource } from './events.js';
@@ -130,6 +130,14 @@ export class BackingImageController extends Controller {
     }
     const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
     const bidsCleaned = !bids || bids.spec?.fileTransferred || bids.status?.currentState === 'failed-and-cleanup';
+    if (!bidsCleaned && !bids.metadata.deletionTimestamp) {
+      // FIX: a reconcile that read the image just before the delete can create the data source just after it, once
+      // the foreground deletion found no dependent to delete; nothing else would ever delete that data source.
+      this.ctx.log.info(`backing image ${name} is being deleted: deleting its data source`);
+      await store.delete(BackingImageDataSourceKind, name, namespace).catch((err: unknown) => {
+        if (!isNotFound(err)) throw err;
+      });
+    }
     if (!bidsCleaned) {
       this.ctx.log.info(`backing image ${name} waits for its data source to be cleaned up`);
       this.queue.addAfter(name, this.ctx.timing.waitRequeueMs);

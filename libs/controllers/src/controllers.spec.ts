@@ -270,9 +270,9 @@ describe('backing image controllers over the embedded store', () => {
   it('rejects invalid creations with clear messages', async () => {
     h = await startHarness();
     await expect(h.cm.actions.create({ name: 'x1', sourceType: 'nope' })).rejects.toThrow('admission webhook "validator.longhorn.io" denied the request: spec.sourceType: must be one of');
-    await expect(h.cm.actions.create({ name: 'x2', sourceType: 'download', parameters: {} })).rejects.toThrow('is required for source type download');
-    await expect(h.cm.actions.create({ name: 'x3', sourceType: 'download', parameters: { url: 'ftp://h/x' } })).rejects.toThrow('must use scheme http or https');
-    await expect(h.cm.actions.create({ name: 'x4', sourceType: 'download', parameters: { url: 'http://localhost/x' } })).rejects.toThrow('must not point to a loopback host');
+    await expect(h.cm.actions.create({ name: 'x2', sourceType: 'download', parameters: {} })).rejects.toThrow('download URL is not provided');
+    await expect(h.cm.actions.create({ name: 'x3', sourceType: 'download', parameters: { url: 'ftp://h/x' } })).rejects.toThrow('invalid download URL scheme "ftp"');
+    await expect(h.cm.actions.create({ name: 'x4', sourceType: 'download', parameters: { url: 'http://localhost/x' } })).rejects.toThrow('download URL must not target a loopback address');
     await expect(h.cm.actions.create({ name: 'x5', sourceType: 'upload', dataEngine: 'v2' })).rejects.toThrow('v2 backing image is not supported');
     await expect(h.cm.actions.create({ name: 'x8', sourceType: 'export-from-volume', parameters: { 'volume-name': 'vol1', 'export-type': 'raw' } })).rejects.toThrow(
       'volume vol1 not found: there is no volume to export from',

@@ -1,3 +1,4 @@
+import { isGrpcStatus } from '@bis/bimrpc';
 import type { BackingImageDataSourceStatus } from '@bis/crd-types';
 import { isConflict, type Stored } from '@bis/datastore';
 import { Backoff } from './backoff.js';
@@ -12,6 +13,7 @@ import { SettingName } from './settings.js';
 /** After this many consecutive failed polls the monitor stops (the reconcile restarts it while the workload is ready). */
 export const MAX_MONITOR_RETRY_COUNT = 10;
 
+const GRPC_NOT_FOUND = 5;
 const DELETED_MESSAGE = 'backing image is deleted, requesting manager to clean up the tmp file of backing image data source';
 const NOT_READY_MESSAGE = 'failed to prepare the first backing image file: the dedicated data source process is not ready or gone';
 
@@ -120,10 +122,29 @@ export class BackingImageDataSourceController extends Controller {
     // The manager on the BIDS disk removes the temporary file and then marks the BIDS failed-and-cleanup.
     // FIX: when no manager is responsible for that disk (it was never created), nobody would; the data source's
     // leftovers are then removed with its workload and the BIDS is released here.
-    const hasManager = (await listManagers(this.ctx)).some(
+    const manager = (await listManagers(this.ctx)).find(
       (m) => !m.metadata.deletionTimestamp && m.spec?.diskUUID === bids.spec?.diskUUID && m.status?.currentState === 'running',
     );
-    if (!hasManager) return removeFinalizer();
+    if (!manager) return removeFinalizer();
+    // FIX: the manager cleans up only the images of its spec. An image deleted before it was added there (a delete
+    // right after the create, e.g. a clone on a disk whose manager already runs) would wait for it forever, and its
+    // image with it. The temporary file is removed here through that manager, then the BIDS is released.
+    const name = bids.metadata.name;
+    if (!manager.spec?.backingImages?.[name]) {
+      const address = manager.metadata.annotations?.[Annotation.Address];
+      if (address && bids.spec?.uuid) {
+        try {
+          await this.ctx.dataPlane.managerClient(address).delete(name, bids.spec.uuid);
+        } catch (err) {
+          if (!isGrpcStatus(err, GRPC_NOT_FOUND)) {
+            this.ctx.log.warn(`data source ${name}: cannot remove its temporary file through manager ${manager.metadata.name}: ${errMessage(err)}`);
+            this.queue.addAfter(name, this.ctx.timing.waitRequeueMs);
+            return;
+          }
+        }
+      }
+      return removeFinalizer();
+    }
     if (bids.status?.currentState !== 'failed' || bids.status?.message !== DELETED_MESSAGE) {
       await store.updateStatus(BackingImageDataSourceKind, { ...bids, status: { ...bids.status, currentState: 'failed', message: DELETED_MESSAGE, ip: '', storageIP: '' } });
     }

@@ -49,7 +49,7 @@ describe('BackingImage create', () => {
     expect(validateBackingImageCreate(bi({ checksum: 'a'.repeat(128) }))).toEqual([]);
     expect(validateBackingImageCreate(bi({ checksum: `sha256:${'a'.repeat(64)}` }))).toEqual([]);
     expect(messages(validateBackingImageCreate(bi({ checksum: 'a'.repeat(64) })))).toEqual([
-      'spec.checksum: sha512 checksum must be 128 hex characters (got 64)',
+      `spec.checksum: invalid checksum ${'a'.repeat(64)}: sha512 checksum must be 128 hex characters (got 64)`,
     ]);
     expect(rules(validateBackingImageCreate(bi({ checksum: `md5:${'a'.repeat(40)}` })))).toEqual(['spec.checksum checksum']);
   });
@@ -70,12 +70,25 @@ describe('BackingImage create', () => {
 
   it('download URL rules', () => {
     const dl = (url?: string) => bi({ sourceType: 'download', sourceParameters: url === undefined ? {} : { url } });
-    expect(messages(validateBackingImageCreate(dl()))).toEqual(['spec.sourceParameters[url]: is required for source type download']);
-    expect(messages(validateBackingImageCreate(dl('not a url')))).toEqual(['spec.sourceParameters[url]: is not a valid URL (got "not a url")']);
-    expect(messages(validateBackingImageCreate(dl('ftp://example.com/a.img')))).toEqual(['spec.sourceParameters[url]: must use scheme http or https (got "ftp")']);
+    // Longhorn's messages (webhook/resources/backingimage/validator.go), Go's url.ParseRequestURI errors included.
+    expect(messages(validateBackingImageCreate(dl()))).toEqual(['spec.sourceParameters[url]: download URL is not provided']);
+    expect(messages(validateBackingImageCreate(dl('not a url')))).toEqual(['spec.sourceParameters[url]: invalid download URL: parse "not a url": invalid URI for request']);
+    expect(messages(validateBackingImageCreate(dl('x')))).toEqual(['spec.sourceParameters[url]: invalid download URL: parse "x": invalid URI for request']);
+    expect(messages(validateBackingImageCreate(dl('://h/x')))).toEqual(['spec.sourceParameters[url]: invalid download URL: parse "://h/x": missing protocol scheme']);
+    expect(messages(validateBackingImageCreate(dl('http://h:port/x')))).toEqual(['spec.sourceParameters[url]: invalid download URL: parse "http://h:port/x": invalid port ":port" after host']);
+    expect(messages(validateBackingImageCreate(dl('http://h/%zz')))).toEqual(['spec.sourceParameters[url]: invalid download URL: parse "http://h/%zz": invalid URL escape "%zz"']);
+    expect(messages(validateBackingImageCreate(dl('http://a b/x')))).toEqual(['spec.sourceParameters[url]: invalid download URL: parse "http://a b/x": invalid character " " in host name']);
+    expect(messages(validateBackingImageCreate(dl('http://h/a\nb')))).toEqual(['spec.sourceParameters[url]: invalid download URL: parse "http://h/a\\nb": net/url: invalid control character in URL']);
+    expect(messages(validateBackingImageCreate(dl('/x.img')))).toEqual(['spec.sourceParameters[url]: invalid download URL scheme "" (must use scheme http or https)']);
+    expect(messages(validateBackingImageCreate(dl('ftp://example.com/a.img')))).toEqual(['spec.sourceParameters[url]: invalid download URL scheme "ftp" (must use scheme http or https)']);
+    expect(messages(validateBackingImageCreate(dl('HTTP://example.com/a.img')))).toEqual([]);
     expect(messages(validateBackingImageCreate(dl('http://127.0.0.1:8080/a.img')))).toEqual([
-      'spec.sourceParameters[url]: must not point to a loopback host (got "127.0.0.1")',
+      'spec.sourceParameters[url]: download URL must not target a loopback address (got "127.0.0.1")',
     ]);
+    // An empty host: WHATWG would read `http:///x.img` as host x.img; Go (and so Longhorn) reads no host.
+    for (const url of ['http:///x.img', 'http:x.img', 'http://:80/x']) {
+      expect(messages(validateBackingImageCreate(dl(url)))).toEqual(['spec.sourceParameters[url]: download URL must not target a loopback address (the URL has no host)']);
+    }
     for (const url of ['http://localhost/a', 'http://[::1]/a', 'http://0.0.0.0/a', 'http://127.1.2.3/a', 'http://LOCALHOST./a', 'http://[::ffff:127.0.0.1]/a', 'http://2130706433/a']) {
       expect(rules(validateBackingImageCreate(dl(url)))).toEqual(['spec.sourceParameters[url] url']);
     }
@@ -90,6 +103,12 @@ describe('BackingImage create', () => {
     expect(validateBackingImageCreate(dl, { downloadUrlPolicy: { allowedHosts: ['127.0.0.1'] } })).toEqual([]);
     expect(validateBackingImageCreate(dl, { downloadUrlPolicy: { allowedHosts: ['127.0.0.1:9999'] } })).toHaveLength(1);
     expect(validateDownloadUrl('u', 'http://localhost/x', { allowedHosts: ['localhost'] })).toEqual([]);
+    // The data sources' --allow-source-hosts rule, applied at admission through refuseHost (any kind of address).
+    const refuseHost = (h: string) => (h.startsWith('10.') || h === '169.254.169.254' ? `${h} is private` : undefined);
+    expect(messages(validateDownloadUrl('u', 'http://10.0.0.5/x', { refuseHost }))).toEqual(['u: download URL is not an allowed source host: 10.0.0.5 is private']);
+    expect(messages(validateDownloadUrl('u', 'http://169.254.169.254/x', { refuseHost }))).toEqual(['u: download URL is not an allowed source host: 169.254.169.254 is private']);
+    expect(validateDownloadUrl('u', 'http://10.0.0.5/x', { refuseHost, allowedHosts: ['10.0.0.5'] })).toEqual([]);
+    expect(validateDownloadUrl('u', 'https://images.example.com/x', { refuseHost })).toEqual([]);
     expect(isLoopbackHost('example.com')).toBe(false);
     expect(isLoopbackHost('')).toBe(true);
   });
@@ -128,9 +147,8 @@ describe('BackingImage create', () => {
       'spec.sourceParameters[backing-image] required',
       'spec.sourceParameters[encryption] enum',
     ]);
-    expect(rules(validateBackingImageCreate(bi({ sourceType: 'clone', sourceParameters: { 'backing-image': 'src', encryption: 'encrypt' } })))).toEqual([
-      'spec.sourceParameters[secret] required',
-      'spec.sourceParameters[secret-namespace] required',
+    expect(messages(validateBackingImageCreate(bi({ sourceType: 'clone', sourceParameters: { 'backing-image': 'src', encryption: 'encrypt' } })))).toEqual([
+      'spec.sourceParameters[secret]: secret is not provided for encryption or decryption during cloneing (secret and secret-namespace required to encrypt a clone)',
     ]);
     const plain = fullBackingImage();
     const encrypted = fullBackingImage();

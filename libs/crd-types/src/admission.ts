@@ -1,4 +1,5 @@
 import { validateChecksumField } from './checksum.js';
+import { goParseRequestURI, goQuote } from './go-url.js';
 import {
   BackingImageDataSourceType,
   CLONE_ENCRYPTIONS,
@@ -33,6 +34,11 @@ export interface DownloadUrlPolicy {
   readonly rejectLoopback?: boolean;
   /** Hosts (`host` or `host:port`, lower-case) accepted even if loopback, e.g. a local image mirror in tests. */
   readonly allowedHosts?: readonly string[];
+  /**
+   * Why a URL's host may not be downloaded from (the data sources' `--allow-source-hosts` rule, applied at
+   * admission to hosts written as addresses: private, link-local, metadata, … ranges not listed), or `undefined`.
+   */
+  readonly refuseHost?: (hostname: string) => string | undefined;
 }
 
 export interface BackingImageAdmissionContext {
@@ -79,23 +85,39 @@ export function isLoopbackHost(hostname: string): boolean {
   return false;
 }
 
-/** Checks a `download` URL: non-empty, parseable, http or https, and (per policy) not loopback. */
+/**
+ * Checks a `download` URL with Longhorn's messages: non-empty (`download URL is not provided`), parseable by Go's
+ * `url.ParseRequestURI` (`invalid download URL: parse "x": invalid URI for request`), http or https
+ * (`invalid download URL scheme "ftp"`), not loopback nor without a host (`download URL must not target a loopback
+ * address`), then, per policy, not an address outside the allowed source hosts. This project's details follow
+ * Longhorn's text in parentheses.
+ */
 export function validateDownloadUrl(path: string, raw: string | undefined, policy: DownloadUrlPolicy = {}): ValidationIssue[] {
-  if (raw === undefined || raw === '') return [issue(path, 'required', 'is required for source type download')];
-  let url: URL;
+  if (raw === undefined || raw === '') return [issue(path, 'required', 'download URL is not provided')];
+  const parsed = goParseRequestURI(raw);
+  if (!parsed.ok) return [issue(path, 'url', `invalid download URL: ${parsed.error}`)];
+  const { scheme, host, hostname } = parsed.url;
+  if (scheme !== 'http' && scheme !== 'https') {
+    return [issue(path, 'url', `invalid download URL scheme ${goQuote(scheme)} (must use scheme http or https)`)];
+  }
+  if (hostname === '') return [issue(path, 'url', 'download URL must not target a loopback address (the URL has no host)')];
+  const allowed = new Set((policy.allowedHosts ?? []).map((h) => h.toLowerCase()));
+  if (allowed.has(hostname.toLowerCase()) || allowed.has(host.toLowerCase())) return [];
+  // The host as Go reads it, and as the data source's HTTP client (WHATWG) will: `http://2130706433/` is 127.0.0.1
+  // there (Longhorn's resolver finds the same), so both are checked.
+  const hosts = [hostname];
   try {
-    url = new URL(raw);
+    const whatwg = new URL(raw).hostname;
+    if (whatwg !== '' && whatwg.toLowerCase() !== hostname.toLowerCase()) hosts.push(whatwg);
   } catch {
-    return [issue(path, 'url', `is not a valid URL (got ${JSON.stringify(raw)})`)];
+    // Go accepted what WHATWG does not: Go's reading stands.
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    return [issue(path, 'url', `must use scheme http or https (got ${JSON.stringify(url.protocol.slice(0, -1))})`)];
-  }
-  if (policy.rejectLoopback ?? true) {
-    const allowed = new Set((policy.allowedHosts ?? []).map((h) => h.toLowerCase()));
-    if (isLoopbackHost(url.hostname) && !allowed.has(url.hostname.toLowerCase()) && !allowed.has(url.host.toLowerCase())) {
-      return [issue(path, 'url', `must not point to a loopback host (got ${JSON.stringify(url.hostname)})`)];
+  for (const h of hosts) {
+    if ((policy.rejectLoopback ?? true) && isLoopbackHost(h)) {
+      return [issue(path, 'url', `download URL must not target a loopback address (got ${JSON.stringify(h)})`)];
     }
+    const refusal = policy.refuseHost?.(h);
+    if (refusal) return [issue(path, 'url', `download URL is not an allowed source host: ${refusal}`)];
   }
   return [];
 }
@@ -172,8 +194,10 @@ function validateSourceParameters(bi: BackingImage, ctx: BackingImageAdmissionCo
       if (encryption === CloneEncryption.Encrypt || encryption === CloneEncryption.Decrypt) {
         const secret = params[DataSourceParameter.Secret] ?? '';
         const ns = params[DataSourceParameter.SecretNamespace] ?? '';
-        if (secret === '') out.push(issue(p(DataSourceParameter.Secret), 'required', `is required to ${encryption} a clone`));
-        if (ns === '') out.push(issue(p(DataSourceParameter.SecretNamespace), 'required', `is required to ${encryption} a clone`));
+        if (secret === '' || ns === '') {
+          const missing = [secret === '' ? DataSourceParameter.Secret : '', ns === '' ? DataSourceParameter.SecretNamespace : ''].filter(Boolean).join(' and ');
+          out.push(issue(p(secret === '' ? DataSourceParameter.Secret : DataSourceParameter.SecretNamespace), 'required', `secret is not provided for encryption or decryption during cloneing (${missing} required to ${encryption} a clone)`));
+        }
         if (secret !== '' && ns !== '' && ctx.secretExists && !ctx.secretExists(ns, secret)) {
           out.push(issue(p(DataSourceParameter.Secret), 'reference', `secret ${ns}/${secret} not found`));
         }

@@ -51,7 +51,7 @@ export function checksumProblem(value: string): string | null {
 /** Validation issue for `spec.checksum`-like fields, or none. */
 export function validateChecksumField(path: string, value: string): ValidationIssue[] {
   const problem = checksumProblem(value);
-  return problem ? [issue(path, 'checksum', problem)] : [];
+  return problem ? [issue(path, 'checksum', `invalid checksum ${value}: ${problem}`)] : [];
 }
 
 /**

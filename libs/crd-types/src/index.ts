@@ -12,3 +12,4 @@ export * from './settings.js';
 export * from './defaults.js';
 export * from './admission.js';
 export * from './crd.js';
+export { goParseRequestURI, goQuote, type GoParseResult, type GoRequestUri } from './go-url.js';

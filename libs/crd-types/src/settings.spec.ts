@@ -84,7 +84,7 @@ describe('checksums', () => {
     expect(checksumProblem(`crc32:${'0'.repeat(8)}`)).toBe('unknown checksum algorithm "crc32" (expected one of sha512, sha256, sha1, md5)');
     expect(() => parseExpectedChecksum('xyz')).toThrow('invalid checksum: sha512 checksum must be lowercase hexadecimal (got "xyz")');
     expect(validateChecksumField('spec.checksum', 'abc')).toEqual([
-      { path: 'spec.checksum', rule: 'checksum', message: 'spec.checksum: sha512 checksum must be 128 hex characters (got 3)' },
+      { path: 'spec.checksum', rule: 'checksum', message: 'spec.checksum: invalid checksum abc: sha512 checksum must be 128 hex characters (got 3)' },
     ]);
   });
 

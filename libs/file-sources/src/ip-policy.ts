@@ -142,6 +142,22 @@ export class SourceHostPolicy {
     return new SourceHostPolicy((list ?? '').split(','));
   }
 
+  /**
+   * Why a URL host written as an IP address may not be contacted (the message of {@link SourceHostRefusedError}), or
+   * `undefined` (also for host names: they are checked once resolved, at connect time). For admission checks.
+   */
+  refusal(hostname: string): string | undefined {
+    const h = hostname.toLowerCase().replace(/^\[|\]$/g, '');
+    if (isIP(h) === 0) return undefined;
+    try {
+      this.check(h, h);
+      return undefined;
+    } catch (err) {
+      if (err instanceof SourceHostRefusedError) return err.message;
+      throw err;
+    }
+  }
+
   /** Throws {@link SourceHostRefusedError} when `address` (resolved for `host`) may not be contacted. */
   check(host: string, address: string): void {
     const h = host.toLowerCase().replace(/^\[|\]$/g, '');

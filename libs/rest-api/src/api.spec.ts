@@ -156,22 +156,41 @@ describe('rest-api framework (fastify.inject)', () => {
     expect(gone.json()).toMatchObject({ type: 'error', status: 404, code: 'Not Found', message: 'thing c not found' });
   });
 
-  it('answers input errors as 500 cattle errors with clear messages', async () => {
+  it('answers malformed input with 400 and refusals with 500 cattle errors, with clear messages', async () => {
     const badType = await app.inject({ method: 'POST', url: '/v1/things', payload: { name: 'd', size: 'big', tags: [1], mode: 'z' } });
-    expect(badType.statusCode).toBe(500);
-    expect(badType.json()).toMatchObject({ type: 'error', status: 500, code: 'Internal Server Error' });
+    expect(badType.statusCode).toBe(400);
+    expect(badType.json()).toMatchObject({ type: 'error', status: 400, code: 'Bad Request' });
     expect(badType.json().message).toBe(
       'invalid input for thing: field "size" must be an integer, got "big"; field "tags[0]" must be a string, got 1; field "mode" must be one of "a", "b", got "z"',
     );
     const badAction = await app.inject({ method: 'POST', url: '/v1/things/a?action=resize', payload: { size: -1 } });
-    expect(badAction.statusCode).toBe(500);
+    expect(badAction.statusCode).toBe(400);
     expect(badAction.json().message).toBe('invalid input for action resize: field "size" must be >= 0, got -1');
-    const badJson = await app.inject({ method: 'POST', url: '/v1/things', headers: { 'content-type': 'application/json' }, payload: '{"name":' });
-    expect(badJson.statusCode).toBe(500);
-    expect(badJson.json().message).toMatch(/^invalid JSON body: /);
+    for (const headers of [{ 'content-type': 'application/json' }, {}, { 'content-type': 'text/plain' }]) {
+      const badJson = await app.inject({ method: 'POST', url: '/v1/things', headers, payload: '{"name":' });
+      expect({ headers, status: badJson.statusCode }).toEqual({ headers, status: 400 });
+      expect(badJson.json()).toMatchObject({ type: 'error', status: 400, code: 'Bad Request' });
+      expect(badJson.json().message).toMatch(/^request body is not valid JSON: /);
+    }
+    const notObject = await app.inject({ method: 'POST', url: '/v1/things', payload: '[1]' });
+    expect(notObject.statusCode).toBe(400);
+    const tooLarge = await app.inject({ method: 'POST', url: '/v1/things', payload: JSON.stringify({ name: 'x'.repeat(2 << 20) }) });
+    expect(tooLarge.statusCode).toBe(413);
+    expect(tooLarge.json()).toMatchObject({ type: 'error', status: 413 });
     const dup = await app.inject({ method: 'POST', url: '/v1/things', payload: { name: 'a' } });
     expect(dup.statusCode).toBe(500);
     expect(dup.json().message).toBe('thing a already exists');
+  });
+
+  it('reads JSON bodies whatever their Content-Type, or without one (as Longhorn and its Python client)', async () => {
+    for (const [i, headers] of [{}, { 'content-type': 'text/plain;charset=UTF-8' }, { 'content-type': 'application/x-www-form-urlencoded' }, { 'content-type': 'application/json; charset=utf-8' }].entries()) {
+      const name = `ct${i}`;
+      const r = await app.inject({ method: 'POST', url: '/v1/things', headers: { accept: 'application/json', ...headers }, payload: JSON.stringify({ name, size: 3 }) });
+      expect({ headers, status: r.statusCode }).toEqual({ headers, status: 200 });
+      expect(r.json()).toMatchObject({ id: name, type: 'thing', size: 3 });
+    }
+    const resized = await app.inject({ method: 'POST', url: '/v1/things/a?action=resize', payload: JSON.stringify({ size: 9 }) });
+    expect(resized.statusCode).toBe(200);
   });
 
   it('unknown actions and methods get a plain 405 with an empty body; unknown paths a 404 error', async () => {

@@ -193,6 +193,16 @@ function collectionJson(def: ResourceDefinition<unknown>, baseUrl: string, items
   return `${envelope.slice(0, -2)}${rendered.map((r) => r.json).join(',')}]}`;
 }
 
+/** A request body as JSON (`undefined` when empty); a 400 {@link ApiError} that says so when it is not JSON. */
+export function parseJsonText(text: string): unknown {
+  if (text.trim() === '') return undefined;
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new ApiError(400, `request body is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
 function inputFor(registry: ApiRegistry, def: ResourceDefinition<unknown>, action: string | undefined, body: unknown): ApiInput {
   let schema: TypeSchema | undefined = def.schema;
   if (action) {
@@ -201,9 +211,9 @@ function inputFor(registry: ApiRegistry, def: ResourceDefinition<unknown>, actio
   }
   if (schema) {
     const problems = checkInput(schema, body);
-    if (problems.length) throw new ApiError(500, `invalid input for ${action ? `action ${action}` : schema.id}: ${problems.join('; ')}`);
+    if (problems.length) throw new ApiError(400, `invalid input for ${action ? `action ${action}` : schema.id}: ${problems.join('; ')}`);
   } else if (body !== undefined && body !== null && (typeof body !== 'object' || Array.isArray(body))) {
-    throw new ApiError(500, 'request body must be a JSON object');
+    throw new ApiError(400, 'request body must be a JSON object');
   }
   return (body && typeof body === 'object' ? body : {}) as ApiInput;
 }
@@ -217,16 +227,21 @@ export async function restApiPlugin(app: FastifyInstance, opts: RestApiOptions):
   const { registry } = opts;
   const allSchemas = (): TypeSchema[] => [SCHEMA_SCHEMA, ...registry.allSchemas()];
 
-  // Empty bodies on POST/PUT/DELETE are fine (Python client actions without arguments).
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
-    const text = String(body);
-    if (text.trim() === '') return done(null, undefined);
+  // Bodies are JSON whatever their Content-Type, as Longhorn's handlers decode them (`json.NewDecoder`): Longhorn's
+  // Python client sends JSON with no Content-Type at all. Only multipart bodies (and the octet-stream bodies of the
+  // upload actions, parsed by the upload plugin registered before this one) are not JSON here. Empty bodies on
+  // POST/PUT/DELETE are fine (Python client actions without arguments).
+  const parseJsonBody = (_req: FastifyRequest, body: string | Buffer, done: (err: Error | null, body?: unknown) => void): void => {
+    const text = typeof body === 'string' ? body : body.toString('utf8');
     try {
-      done(null, JSON.parse(text));
+      done(null, parseJsonText(text));
     } catch (err) {
-      done(new ApiError(500, `invalid JSON body: ${(err as Error).message}`), undefined);
+      done(err as Error, undefined);
     }
-  });
+  };
+  app.addContentTypeParser(['application/json', 'text/plain'], { parseAs: 'string' }, parseJsonBody);
+  // The catch-all parser also serves requests without a Content-Type (fastify looks it up for `''`).
+  app.addContentTypeParser('*', { parseAs: 'string' }, parseJsonBody);
 
   app.addHook('onSend', async (req, reply, payload) => {
     reply.header('X-API-Schemas', `${baseUrlOf(req)}/v1/schemas`);

@@ -26,10 +26,16 @@ export interface ErrorBody {
   actions: Record<string, string>;
 }
 
-/** Longhorn's rule: 404 when the error chain holds a NotFound, otherwise 500. */
+/**
+ * Longhorn's rule: 404 when the error chain holds a NotFound, otherwise 500. A request the HTTP framework itself
+ * refuses (fastify's errors with a 4xx `statusCode`: body too large, malformed headers, …) keeps its 4xx: it is the
+ * client's input, not a failure of the server.
+ */
 export function statusOf(err: unknown): number {
   if (err instanceof ApiError) return err.status;
   if (isNotFound(err)) return 404;
+  const code = (err as { statusCode?: unknown } | null)?.statusCode;
+  if (typeof code === 'number' && code >= 400 && code < 500 && typeof (err as { code?: unknown }).code === 'string' && (err as { code: string }).code.startsWith('FST_')) return code;
   return 500;
 }
 

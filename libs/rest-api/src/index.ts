@@ -1,4 +1,4 @@
 export * from './schema.js';
 export * from './errors.js';
-export { ApiRegistry, restApiPlugin, baseUrlOf, parseGoDuration, type ApiContext, type ApiResource, type ApiInput, type ResourceHandlers, type ResourceDefinition, type RestApiOptions } from './api.js';
+export { ApiRegistry, restApiPlugin, baseUrlOf, parseGoDuration, parseJsonText, type ApiContext, type ApiResource, type ApiInput, type ResourceHandlers, type ResourceDefinition, type RestApiOptions } from './api.js';
 export { SettingKind, SettingsService, settingsResource, SETTING_SCHEMA, type SettingObject, type SettingView, type SettingDefinitionBody, type SettingsServiceOptions } from './settings.js';

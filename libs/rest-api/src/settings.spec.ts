@@ -63,14 +63,14 @@ describe('settings resource', () => {
     expect(opt.json().value).toBe('gzip');
   });
 
-  it('rejects bad values with clear 500 errors and unknown settings with 404', async () => {
+  it('rejects bad values with clear 500 errors (400 for a body of the wrong type) and unknown settings with 404', async () => {
     const cases: [string, unknown, number, RegExp][] = [
       ['default-min-number-of-backing-image-copies', { value: '0' }, 500, /invalid value for setting default-min-number-of-backing-image-copies: must be >= 1 \(got 0\)/],
       ['backing-image-cleanup-wait-interval', { value: 'ten' }, 500, /must be an integer/],
       ['backup-compression-method', { value: 'zip' }, 500, /must be one of "none", "lz4", "gzip"/],
       ['replica-file-sync-http-client-timeout', { value: '500' }, 500, /must be <= 120/],
       ['default-backing-image-manager-image', { value: 'x' }, 500, /setting default-backing-image-manager-image is read-only/],
-      ['backing-image-cleanup-wait-interval', { value: 5 }, 500, /field "value" must be a string, got 5/],
+      ['backing-image-cleanup-wait-interval', { value: 5 }, 400, /field "value" must be a string, got 5/],
       ['backing-image-cleanup-wait-interval', {}, 500, /field "value" is required and must be a string/],
       ['no-such-setting', { value: '1' }, 404, /setting no-such-setting not found/],
     ];

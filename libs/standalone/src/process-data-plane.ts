@@ -56,6 +56,8 @@ const LOG_TAIL_BYTES = 16 * 1024;
 export class ProcessDataPlane implements DataPlane {
   private readonly endpoints = new Map<string, Endpoint>();
   private readonly everReady = new Set<string>();
+  /** Data sources being started (until their process is registered with the runtime). */
+  private readonly starting = new Map<string, Promise<'started' | 'deferred'>>();
   private readonly clients = new Map<string, ManagerClient>();
   private readonly listeners = new Set<(kind: 'manager' | 'data-source', name: string) => void>();
   private readonly ac = new AbortController();
@@ -226,6 +228,18 @@ export class ProcessDataPlane implements DataPlane {
 
   async startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<'started' | 'deferred'> {
     const name = dataSourceWorkloadName(bids.metadata.name);
+    // A delete that comes while the process is being started waits for the start, then stops it: it must never find
+    // "nothing to stop" and leave a process that starts a moment later running.
+    const p = this.launchDataSource(name, bids, launch);
+    this.starting.set(name, p);
+    try {
+      return await p;
+    } finally {
+      if (this.starting.get(name) === p) this.starting.delete(name);
+    }
+  }
+
+  private async launchDataSource(name: string, bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<'started' | 'deferred'> {
     if (this.o.runtime.get(name)) return 'started';
     const running = this.o.runtime.list({ [COMPONENT]: 'backing-image-data-source' }).length;
     if (running >= (this.o.maxDataSources ?? 8)) return 'deferred';
@@ -258,7 +272,9 @@ export class ProcessDataPlane implements DataPlane {
   }
 
   async deleteDataSource(bidsName: string): Promise<void> {
-    await this.stop(dataSourceWorkloadName(bidsName));
+    const name = dataSourceWorkloadName(bidsName);
+    await this.starting.get(name)?.catch(() => undefined);
+    await this.stop(name);
   }
 
   dataSourceClient(address: string): DataSourceApi {

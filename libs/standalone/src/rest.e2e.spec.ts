@@ -38,8 +38,9 @@ type Json = Record<string, unknown> & { data?: Json[]; actions?: Record<string, 
 async function call(method: string, url: string, body?: unknown): Promise<{ status: number; json: Json }> {
   const res = await fetch(url.startsWith('http') ? url : `${sys.url}${url}`, {
     method,
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
+    // What Longhorn's Python client sends: `Accept: application/json` and a JSON body without a Content-Type.
+    headers: { accept: 'application/json' },
+    body: body === undefined ? undefined : Buffer.from(JSON.stringify(body)),
   });
   const text = await res.text();
   return { status: res.status, json: text ? (JSON.parse(text) as Json) : {} };

@@ -15,7 +15,7 @@ import {
 } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { EmbeddedDatastore, isNotFound } from '@bis/datastore';
-import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources, type BackingImageApi } from '@bis/api-resources';
+import { annotationEndpoints, backingImageHttpPlugin, downloadUrlPolicyFor, registerBackingImageResources, type BackingImageApi } from '@bis/api-resources';
 import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
 import { endRecordedProcesses, LocalProcessRuntime } from '@bis/runtime';
 import { uiServerPlugin } from '@bis/ui-server';
@@ -219,7 +219,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
       namespace: STANDALONE_NAMESPACE,
       settings: new SettingsReader(store, STANDALONE_NAMESPACE),
       endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
-      downloadUrlPolicy: { allowedHosts: (opts.allowSourceHosts ?? []).filter((h) => !h.includes('/')).map((h) => h.toLowerCase()) },
+      downloadUrlPolicy: downloadUrlPolicyFor(opts.allowSourceHosts ?? []),
     });
     opts.registerResources?.(registry, system);
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });

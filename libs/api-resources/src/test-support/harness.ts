@@ -86,8 +86,10 @@ export async function startHarness(extra: Partial<BackingImageApiDeps> = {}): Pr
 export async function call(h: Harness, method: string, p: string, body?: unknown): Promise<{ status: number; json: any; text: string; headers: Headers }> {
   const res = await fetch(`${h.url}${p}`, {
     method,
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
+    // What Longhorn's Python client sends: `Accept: application/json` and a JSON body without a Content-Type (a
+    // Buffer body makes fetch add none).
+    headers: { accept: 'application/json' },
+    body: body === undefined ? undefined : Buffer.from(JSON.stringify(body)),
   });
   const text = await res.text();
   let json: unknown;
