@@ -3,7 +3,7 @@ import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_pro
 import { createServer as createHttpServer, type Server } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -44,7 +44,12 @@ async function freePort(): Promise<number> {
 }
 
 /** Starts the built data source as a child process; stops it (SIGTERM) after the test. */
-async function launch(args: string[], env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<{ url: string; disk: string; child: ChildProcess; stderr: () => string }> {
+async function launch(
+  args: string[],
+  env: Record<string, string> = {},
+  nodeArgs: string[] = [],
+  probeHeaders: Record<string, string> = {},
+): Promise<{ url: string; syncUrl: string; disk: string; child: ChildProcess; stderr: () => string }> {
   const disk = await mkdtemp(path.join(tmpdir(), 'bids-cli-'));
   cleanups.push(() => rm(disk, { recursive: true, force: true }));
   const [port, syncPort] = [await freePort(), await freePort()];
@@ -63,12 +68,12 @@ async function launch(args: string[], env: Record<string, string> = {}, nodeArgs
   const end = Date.now() + 15_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`data source exited ${child.exitCode}: ${stderr}`);
-    const ok = await fetch(`${url}/v1/file`).then((r) => r.ok, () => false);
+    const ok = await fetch(`${url}/v1/file`, { headers: probeHeaders }).then((r) => r.ok, () => false);
     if (ok) break;
     if (Date.now() > end) throw new Error(`data source did not start: ${stderr}`);
     await new Promise((r) => setTimeout(r, 50));
   }
-  return { url, disk, child, stderr: () => stderr };
+  return { url, syncUrl: `http://127.0.0.1:${syncPort}`, disk, child, stderr: () => stderr };
 }
 
 async function waitState(url: string, states: string[], ms = 20_000): Promise<Record<string, unknown>> {
@@ -93,6 +98,31 @@ describe('backing-image-data-source CLI (built binary)', () => {
     const r = await runToExit(args);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain(message);
+  });
+
+  it('with --internal-token-file refuses callers without the token (401) on /v1/file and its sync service; the opt-in admits them', async () => {
+    const token = 'data-source-test-token-0123456789';
+    const dir = await mkdtemp(path.join(tmpdir(), 'bids-token-'));
+    cleanups.push(() => rm(dir, { recursive: true, force: true }));
+    const tokenFile = path.join(dir, 'token');
+    await writeFile(tokenFile, `${token}\n`, { mode: 0o600 });
+    const good = { authorization: `Bearer ${token}` };
+    const ds = await launch(['--source-type', 'upload', '--internal-token-file', tokenFile], {}, [], good);
+    expect((await fetch(`${ds.url}/v1/file`)).status).toBe(401);
+    expect((await fetch(`${ds.url}/v1/file`, { headers: { authorization: 'Bearer wrong-wrong-wrong-wrong' } })).status).toBe(401);
+    expect((await fetch(`${ds.url}/v1/file?action=transfer`, { method: 'POST' })).status).toBe(401);
+    expect((await fetch(`${ds.url}/v1/file`, { headers: good })).status).toBe(200);
+    expect((await fetch(`${ds.syncUrl}/v1/files`)).status).toBe(401);
+    expect((await fetch(`${ds.syncUrl}/v1/files`, { headers: good })).status).toBe(200);
+    expect(ds.stderr()).toContain('refused /v1/file: missing bearer token');
+
+    const open = await launch(['--source-type', 'upload', '--internal-token-file', tokenFile, '--allow-unauthenticated-internal-calls'], {}, [], {});
+    expect((await fetch(`${open.url}/v1/file`)).status).toBe(200);
+    expect((await fetch(`${open.url}/v1/file`, { headers: { authorization: 'Bearer wrong-wrong-wrong-wrong' } })).status).toBe(401);
+
+    const r = await runToExit(['--name', 'a', '--uuid', 'b', '--source-type', 'upload', '--allow-unauthenticated-internal-calls']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('--allow-unauthenticated-internal-calls needs --internal-token-file');
   });
 
   it('downloads through HTTP_PROXY to ready-for-transfer, then transfers; its own sync service is never proxied', async () => {

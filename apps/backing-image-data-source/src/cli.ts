@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
+import { httpAuthHook, readTokenFile, type InternalAuth } from '@bis/internal-auth';
 import type { FileSourceKind } from '@bis/file-sources/source-provider';
 import {
   DataSourceConfigError,
@@ -13,7 +14,8 @@ const USAGE = `usage: backing-image-data-source --name N --uuid U --source-type 
        [--credential k=v]... [--listen host:port] [--sync-listen host:port] [--disk-path dir]
        [--allow-source-hosts hosts-or-CIDRs] [--ca-bundle file.pem] [--stall-timeout seconds]
        [--begin-timeout seconds] [--download-connections n] [--export-receiver-port port]
-       [--max-size bytes] [--storage-reserved bytes]`;
+       [--max-size bytes] [--storage-reserved bytes]
+       [--internal-token-file file [--allow-unauthenticated-internal-calls]]`;
 
 /** The file sources each source type launches (an export as qcow2 streams the converted file as an upload). */
 const SOURCE_KINDS: Record<DataSourceType, readonly FileSourceKind[]> = {
@@ -28,20 +30,29 @@ const REPEATED = new Set(['parameters', 'credential']);
 const SINGLE = new Set([
   'listen', 'sync-listen', 'disk-path', 'name', 'uuid', 'source-type', 'checksum', 'allow-source-hosts', 'ca-bundle',
   'stall-timeout', 'begin-timeout', 'download-connections', 'export-receiver-port', 'max-size', 'storage-reserved',
+  'internal-token-file',
 ]);
+/** Flags without a value. */
+const BOOLEAN = new Set(['allow-unauthenticated-internal-calls']);
 
 export interface ParsedArgs {
   single: Record<string, string>;
   repeated: Record<string, string[]>;
+  flags: Set<string>;
 }
 
 /** Strict flag parsing: unknown flags and missing values are errors (`--flag value` or `--flag=value`). */
 export function parseArgs(argv: readonly string[]): ParsedArgs {
   const single: Record<string, string> = {};
   const repeated: Record<string, string[]> = { parameters: [], credential: [] };
+  const flags = new Set<string>();
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a === '--debug') continue; // Longhorn passes it; logging is always on
+    if (BOOLEAN.has(a.slice(2))) {
+      flags.add(a.slice(2));
+      continue;
+    }
     if (!a.startsWith('--')) throw new DataSourceConfigError(`unexpected argument "${a}"\n${USAGE}`);
     let key = a.slice(2);
     let value: string | undefined;
@@ -58,7 +69,7 @@ export function parseArgs(argv: readonly string[]): ParsedArgs {
     if (REPEATED.has(key)) repeated[key]!.push(value);
     else single[key] = value;
   }
-  return { single, repeated };
+  return { single, repeated, flags };
 }
 
 function hostPort(flag: string, v: string): { host: string; port: number } {
@@ -113,6 +124,19 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
     return 2;
   }
   const s = args.single;
+  const tokenFile = s['internal-token-file'];
+  const allowUnauthenticated = args.flags.has('allow-unauthenticated-internal-calls');
+  if (allowUnauthenticated && !tokenFile) {
+    process.stderr.write('backing-image-data-source: --allow-unauthenticated-internal-calls needs --internal-token-file\n');
+    return 2;
+  }
+  let internalAuth: InternalAuth | undefined;
+  try {
+    internalAuth = tokenFile ? { token: await readTokenFile(tokenFile), allowUnauthenticated } : undefined;
+  } catch (e) {
+    process.stderr.write(`backing-image-data-source: ${(e as Error).message}\n`);
+    return 2;
+  }
   const listen = hostPort('listen', s['listen'] ?? 'localhost:8000');
   const syncListen = hostPort('sync-listen', s['sync-listen'] ?? 'localhost:8001');
   const diskPath = s['disk-path'] ?? '/data/';
@@ -168,8 +192,8 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
       return { size: r.size, sha512: r.sha512 };
     },
   }, SOURCE_KINDS[config.sourceType]);
-  const sync = new SyncService({ diskPath, sources, beginTimeoutMs, log });
-  const syncServer = await startSyncServer(sync, syncListen);
+  const sync = new SyncService({ diskPath, sources, beginTimeoutMs, internalAuth, log });
+  const syncServer = await startSyncServer(sync, syncListen, { auth: internalAuth });
   const ds = new DataSource({
     config,
     diskPath,
@@ -178,13 +202,16 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
     beginTimeoutMs,
     exportReceiverPort: Number(s['export-receiver-port'] ?? DEFAULT_EXPORT_RECEIVER_PORT),
     sizeLimit,
+    internalAuth,
     log,
   });
   await ds.start();
   const app = Fastify({ logger: false, forceCloseConnections: true, schemaController: lazySchemaCompilers() });
+  app.addHook('onRequest', httpAuthHook(internalAuth, { onRefused: (req, reason) => log(`refused ${req.url}: ${reason}`) }));
   await app.register(dataSourceRoutes, { dataSource: ds });
   await app.listen({ host: listen.host, port: listen.port });
   const addr = app.server.address();
+  log(`data source: internal calls ${!internalAuth ? 'are NOT authenticated (no --internal-token-file)' : allowUnauthenticated ? 'need the token when they send one; calls without a token are admitted' : 'need the token'}`);
   log(`data source ${config.name}-${config.uuid} (${config.sourceType}) listening on ${typeof addr === 'object' && addr ? `${addr.address}:${addr.port}` : String(addr)}`);
   await new Promise<void>((resolve) => {
     const stop = (): void => resolve();

@@ -1,6 +1,7 @@
 import { promises as fsp } from 'node:fs';
 import { Server, ServerCredentials } from '@grpc/grpc-js';
-import { BackingImageManagerServiceService } from '@bis/bimrpc';
+import { BackingImageManagerServiceService, withInternalAuth } from '@bis/bimrpc';
+import type { InternalAuth } from '@bis/internal-auth';
 import { createFileSources } from '@bis/file-sources';
 import { ManagerService, checkDiskConfig } from '@bis/manager';
 import type { LockTiming } from '@bis/backupstore';
@@ -28,6 +29,8 @@ export interface DaemonConfig {
   monitorIntervalMs: number;
   /** Backupstore lock timing for BackupCreate (default Longhorn's). */
   backupLockTiming?: LockTiming;
+  /** Token internal callers must send (gRPC, sync HTTP, peer receivers) and this daemon sends to its peers. */
+  internalAuth?: InternalAuth;
   log: (message: string) => void;
 }
 
@@ -60,9 +63,10 @@ export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
     }),
     receiverHost: cfg.advertiseHost === '0.0.0.0' ? undefined : cfg.advertiseHost,
     monitorIntervalMs: cfg.monitorIntervalMs,
+    internalAuth: cfg.internalAuth,
     log: cfg.log,
   });
-  const http = await startSyncServer(sync, syncAddr);
+  const http = await startSyncServer(sync, syncAddr, { auth: cfg.internalAuth });
   const syncPort = (http.server.address() as { port: number }).port;
   const manager = new ManagerService({
     diskPath: cfg.diskPath,
@@ -73,10 +77,14 @@ export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
     receiverHost: cfg.advertiseHost,
     watchIntervalMs: cfg.watchIntervalMs,
     backup: backupstoreRunner({ lockTiming: cfg.backupLockTiming }),
+    internalToken: cfg.internalAuth?.token,
     log: cfg.log,
   });
   const grpc = new Server();
-  grpc.addService(BackingImageManagerServiceService, manager.implementation());
+  grpc.addService(
+    BackingImageManagerServiceService,
+    withInternalAuth(manager.implementation(), cfg.internalAuth, (method, reason) => cfg.log(`refused gRPC ${method}: ${reason}`)),
+  );
   let grpcPort: number;
   try {
     grpcPort = await new Promise<number>((resolve, reject) =>
@@ -89,6 +97,7 @@ export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
     await http.close();
     throw err;
   }
+  cfg.log(`backing-image-manager: internal calls ${authMode(cfg.internalAuth)}`);
   cfg.log(`backing-image-manager: disk ${cfg.diskPath} (${diskUUID}), gRPC ${grpcAddr.host}:${grpcPort}, sync ${syncAddr.host}:${syncPort}`);
   let stopping: Promise<void> | undefined;
   return {
@@ -111,4 +120,12 @@ export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
         await http.close();
       })()),
   };
+}
+
+/** How a daemon checks internal callers, for its start-up log line. */
+export function authMode(auth: InternalAuth | undefined): string {
+  if (!auth?.token) return 'are NOT authenticated (no --internal-token-file)';
+  return auth.allowUnauthenticated
+    ? 'need the token when they send one; calls without a token are admitted (--allow-unauthenticated-internal-calls)'
+    : 'need the token (--internal-token-file)';
 }

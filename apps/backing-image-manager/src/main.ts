@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import { DEFAULT_DISK_PATH } from '@bis/sync-service';
 import { LOCK_TIMING_ENV, lockTimingFromEnv } from '@bis/backupstore';
+import { readTokenFile } from '@bis/internal-auth';
 import { startDaemon } from './daemon.js';
 import { exitWithParent } from '@bis/runtime';
 
@@ -10,6 +11,7 @@ exitWithParent();
 const USAGE = `usage: backing-image-manager daemon --listen <host:port> --sync-listen <host:port> --disk-path <dir>
        [--disk-uuid <uuid>] [--port-range 30001-31000] [--advertise-address <ip>] [--allow-source-host <host>]...
        [--watch-interval-ms 1000] [--monitor-interval-ms 2000]
+       [--internal-token-file <file> [--allow-unauthenticated-internal-calls]]
 environment: ${Object.values(LOCK_TIMING_ENV).join(', ')} (backupstore lock timing in ms; default Longhorn's)`;
 
 async function main(argv: string[]): Promise<number> {
@@ -30,10 +32,20 @@ async function main(argv: string[]): Promise<number> {
       'allow-source-host': { type: 'string', multiple: true, default: [] },
       'watch-interval-ms': { type: 'string', default: '1000' },
       'monitor-interval-ms': { type: 'string', default: '2000' },
+      'internal-token-file': { type: 'string' },
+      'allow-unauthenticated-internal-calls': { type: 'boolean', default: false },
       debug: { type: 'boolean', default: false },
     },
     strict: true,
   });
+  const tokenFile = values['internal-token-file'];
+  if (values['allow-unauthenticated-internal-calls'] && !tokenFile) {
+    process.stderr.write('backing-image-manager: --allow-unauthenticated-internal-calls needs --internal-token-file\n');
+    return 2;
+  }
+  const internalAuth = tokenFile
+    ? { token: await readTokenFile(tokenFile), allowUnauthenticated: values['allow-unauthenticated-internal-calls'] }
+    : undefined;
   const log = (m: string) => process.stderr.write(`${new Date().toISOString()} ${m}\n`);
   const advertise = values['advertise-address'] ?? process.env['POD_IP'] ?? listenHost(values.listen!);
   const daemon = await startDaemon({
@@ -47,6 +59,7 @@ async function main(argv: string[]): Promise<number> {
     watchIntervalMs: Number(values['watch-interval-ms']),
     monitorIntervalMs: Number(values['monitor-interval-ms']),
     backupLockTiming: lockTimingFromEnv(process.env),
+    internalAuth,
     log,
   });
   process.stdout.write(`${JSON.stringify({ ready: true, grpcPort: daemon.grpcPort, syncPort: daemon.syncPort })}\n`);

@@ -13,9 +13,15 @@ import { startStandaloneProcess, type StandaloneProcess } from '@bis/standalone/
 
 const BIN = resolve(import.meta.dirname, '../bin/bictl.js');
 
-function bictl(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+/** The REST API's bearer token: the system runs with --auth-token-file, so every call below is authenticated. */
+const TOKEN = 'bictl-standalone-test-token-0123456789';
+
+function bictl(args: string[], token: string | null = TOKEN): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((res, rej) => {
-    const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, NODE_OPTIONS: '', BICTL_SERVER: sys.url }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const env: NodeJS.ProcessEnv = { ...process.env, NODE_OPTIONS: '', BICTL_SERVER: sys.url };
+    delete env['BICTL_TOKEN'];
+    if (token !== null) env['BICTL_TOKEN'] = token;
+    const child = spawn(process.execPath, [BIN, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d));
@@ -37,13 +43,25 @@ describe('bictl against controller-manager standalone', () => {
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'bictl-sa-'));
     files = await startFileServer({ '/base.raw': image });
-    sys = await startStandaloneProcess({ disks: 3 });
+    await writeFile(join(dir, 'token'), `${TOKEN}\n`, { mode: 0o600 });
+    sys = await startStandaloneProcess({ disks: 3, extraArgs: ['--auth-token-file', join(dir, 'token')] });
   }, 60_000);
   afterAll(async () => {
     await sys?.stop();
     await files?.close();
     await rm(dir, { recursive: true, force: true });
   }, 60_000);
+
+  it('without BICTL_TOKEN (or with a wrong one) the API answers 401 and bictl says to set BICTL_TOKEN', async () => {
+    const none = await bictl(['image', 'ls'], null);
+    expect(none.code).toBe(1);
+    expect(none.stderr).toContain('authentication required');
+    expect(none.stderr).toContain('set BICTL_TOKEN');
+    const wrong = await bictl(['image', 'ls'], 'not-the-token-0123456789');
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toContain('invalid bearer token');
+    expect(wrong.stderr).toContain('BICTL_TOKEN is not it');
+  }, 30_000);
 
   it('creates from a URL and waits for the copies, then lists it', async () => {
     const c = await bictl(['image', 'create', 'base', '--url', `${files.url}/base.raw`, '--checksum', sha512, '--min-copies', '2', '--wait', '--timeout', '60s']);

@@ -91,6 +91,7 @@ Usage: bictl <group> <command> [arguments] [options]
 
 Global options:
   --server URL        REST API (default: $BICTL_SERVER, else http://127.0.0.1:9500)
+  (environment)       BICTL_TOKEN: bearer token of the API (controller-manager --auth-token-file)
   -o, --output FMT    table (default), json or yaml
   --timeout DUR       limit for --wait (default 10m; e.g. 90s, 5m, 1h)
   -h, --help          help for bictl or a command
@@ -208,11 +209,11 @@ async function sleep(ms: number, signal: AbortSignal): Promise<void> {
 
 
 /** GET with node:http(s); rejects with the API's error (as ApiClientError) for a non-2xx answer. */
-function httpGet(url: string, signal: AbortSignal): Promise<IncomingMessage> {
+function httpGet(url: string, signal: AbortSignal, headers: Record<string, string> = {}): Promise<IncomingMessage> {
   const label = `GET ${new URL(url).pathname}`;
   return new Promise((resolve, reject) => {
     const get = url.startsWith('https:') ? httpsGet : httpGetPlain;
-    const req = get(url, { signal }, (res) => {
+    const req = get(url, { signal, headers }, (res) => {
       const status = res.statusCode ?? 0;
       if (status >= 200 && status < 300) return resolve(res);
       const chunks: Buffer[] = [];
@@ -377,7 +378,7 @@ export const COMMANDS: Record<string, Command> = {
     run: async (ctx, [name, file]) => {
       const bi = await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
       // node:http rather than fetch: undici's body stream costs ~10x the CPU of the transfer on big files.
-      const res = await httpGet(ctx.client.downloadUrl(name), ctx.io.signal);
+      const res = await httpGet(ctx.client.downloadUrl(name), ctx.io.signal, ctx.client.requestHeaders());
       // Longhorn's sync server sends the file gzip-compressed as `<name>.gz` (not as a Content-Encoding).
       const gzipped = /\.gz"?\s*(;|$)/i.test(String(res.headers['content-disposition'] ?? ''));
       const keepGzip = !!ctx.v.gzip;
@@ -561,7 +562,7 @@ export async function run(argv: string[], io: Io, version: string): Promise<numb
     const server = v.server ?? io.env['BICTL_SERVER'] ?? 'http://127.0.0.1:9500';
     if (!/^https?:\/\/[^/]/i.test(server)) throw new UsageError(`--server must be an http(s) URL, got "${server}"`);
     const ctx: Ctx = {
-      client: new BisClient({ server }),
+      client: new BisClient({ server, token: io.env['BICTL_TOKEN'] || undefined }),
       io,
       v,
       format,
@@ -587,6 +588,9 @@ function reportError(err: unknown, io: Io): number {
   }
   if (err instanceof ApiClientError) {
     io.stderr.write(`bictl: ${err.message}\n`);
+    if (err.status === 401) {
+      io.stderr.write(`bictl: the API needs its bearer token: ${io.env['BICTL_TOKEN'] ? 'BICTL_TOKEN is not it' : 'set BICTL_TOKEN'}\n`);
+    }
     switch (err.kind) {
       case 'not-found':
         return Exit.notFound;

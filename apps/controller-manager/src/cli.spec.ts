@@ -1,6 +1,6 @@
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -50,8 +50,8 @@ describe('controller-manager standalone as a process', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  async function launch(): Promise<{ proc: ChildProcess; api: string; out: () => string }> {
-    const proc = spawn(process.execPath, [BIN, 'standalone', '--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:0', '--disks', '2', '--allow-source-hosts', '127.0.0.1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  async function launch(extra: string[] = [], dataDir = path.join(dir, 'data')): Promise<{ proc: ChildProcess; api: string; out: () => string }> {
+    const proc = spawn(process.execPath, [BIN, 'standalone', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--disks', '2', '--allow-source-hosts', '127.0.0.1', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     proc.stdout!.on('data', (d) => (out += d));
     proc.stderr!.on('data', (d) => (out += d));
@@ -97,6 +97,11 @@ describe('controller-manager standalone as a process', () => {
     const first = await launch();
     expect(first.out()).toContain(`data directory:  ${path.join(dir, 'data')}`);
     expect(first.out()).toContain('backup target:   vfs://');
+    // the internal token: generated on the first start, mode 0600, given to every data-plane process
+    const tokenFile = path.join(dir, 'data', 'internal-token');
+    expect((await stat(tokenFile)).mode & 0o777).toBe(0o600);
+    const token = (await readFile(tokenFile, 'utf8')).trim();
+    expect(token.length).toBeGreaterThanOrEqual(40);
     const res = await fetch(`${first.api}/v1/backingimages`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -106,6 +111,7 @@ describe('controller-manager standalone as a process', () => {
     await until('2 ready copies', async () => (await readyCopies(first.api)) === 2);
     const kids = children(first.proc.pid!);
     expect(kids.length).toBeGreaterThanOrEqual(2); // one manager per disk
+    for (const k of kids) expect((await readFile(`/proc/${k}/cmdline`, 'utf8')).split('\0')).toContain(tokenFile);
     const exited = new Promise<number | null>((r) => first.proc.once('exit', (code) => r(code)));
     first.proc.kill('SIGINT');
     expect(await exited).toBe(0);
@@ -116,10 +122,64 @@ describe('controller-manager standalone as a process', () => {
     try {
       await until('ready again after restart', async () => (await readyCopies(second.api)) === 2);
       expect(gets).toBe(1);
+      // the same token, still 0600
+      expect((await readFile(tokenFile, 'utf8')).trim()).toBe(token);
+      expect((await stat(tokenFile)).mode & 0o777).toBe(0o600);
     } finally {
       const done = new Promise((r) => second.proc.once('exit', r));
       second.proc.kill('SIGTERM');
       await done;
     }
   }, 120_000);
+
+  it('refuses --listen 0.0.0.0 without --auth-token-file or --insecure (exit 2, clear message)', async () => {
+    const proc = spawn(process.execPath, [BIN, 'standalone', '--data-dir', path.join(dir, 'exposed'), '--listen', '0.0.0.0:0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    proc.stderr!.on('data', (d) => (out += d));
+    const code = await new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
+    expect(code).toBe(2);
+    expect(out).toContain('refusing to serve the REST API on 0.0.0.0:0 without authentication');
+    expect(out).toContain('--auth-token-file');
+    expect(out).toContain('--insecure');
+  });
+
+  it('with --auth-token-file on 0.0.0.0: REST calls without the token get 401, with it 200; the UI files stay public', async () => {
+    const tokenFile = path.join(dir, 'rest-token');
+    const token = 'rest-api-test-token-0123456789abcdef';
+    await writeFile(tokenFile, `${token}\n`, { mode: 0o600 });
+    const proc = spawn(
+      process.execPath,
+      [BIN, 'standalone', '--data-dir', path.join(dir, 'authed'), '--listen', '0.0.0.0:0', '--disks', '1', '--auth-token-file', tokenFile],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    proc.stdout!.on('data', (d) => (out += d));
+    proc.stderr!.on('data', (d) => (out += d));
+    try {
+      const deadline = Date.now() + 30_000;
+      while (!out.includes('Press Ctrl-C')) {
+        if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`controller-manager did not start: ${out}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(out).toContain('REST auth:       bearer token required');
+      const port = /REST API:\s+http:\/\/[^:]+:(\d+)\/v1/.exec(out)![1]!;
+      const api = `http://127.0.0.1:${port}`;
+      const none = await fetch(`${api}/v1/backingimages`);
+      expect(none.status).toBe(401);
+      expect(none.headers.get('www-authenticate')).toContain('Bearer');
+      expect(((await none.json()) as { message: string }).message).toContain('authentication required');
+      expect((await fetch(`${api}/v1/backingimages`, { headers: { authorization: 'Bearer not-the-token-at-all' } })).status).toBe(401);
+      expect((await fetch(`${api}/v1/settings`, { method: 'PUT', body: '{}' })).status).toBe(401);
+      const ok = await fetch(`${api}/v1/backingimages`, { headers: { authorization: `Bearer ${token}` } });
+      expect(ok.status).toBe(200);
+      expect(((await ok.json()) as { data: unknown[] }).data).toEqual([]);
+      // the UI's own files hold no data and are served without a token (when the UI is built)
+      const ui = await fetch(`${api}/`);
+      expect([200, 404]).toContain(ui.status);
+    } finally {
+      const done = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGTERM');
+      await done;
+    }
+  }, 60_000);
 });

@@ -4,14 +4,19 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { Logger } from '@bis/controllers';
-import { startStandalone, type StandaloneHandle } from '@bis/standalone';
+import { readTokenFile } from '@bis/internal-auth';
+import { checkRestExposure, startStandalone, type StandaloneHandle } from '@bis/standalone';
 
 export const USAGE = `usage: controller-manager standalone [--data-dir <dir>] [--listen <host:port>] [--disks <n>]
        [--allow-source-hosts <hosts or CIDRs, comma-separated>] [--max-data-sources <n>] [--ui-dir <dir>] [--verbose]
+       [--auth-token-file <file> | --insecure] [--internal-token-file <file>] [--allow-unauthenticated-internal-calls]
 
 Starts the whole backing-image system on this machine (embedded store, one node with <n> disk directories,
 a filesystem backup target, the controllers, the data-plane processes, the REST API and the web UI at /).
-Defaults: --data-dir .data --listen 127.0.0.1:9500 --disks 3 --ui-dir <the built apps/ui/dist>`;
+Defaults: --data-dir .data --listen 127.0.0.1:9500 --disks 3 --ui-dir <the built apps/ui/dist>
+          --internal-token-file <data-dir>/internal-token (created with mode 0600 when missing)
+A --listen address other than loopback needs --auth-token-file (REST and UI callers send authorization: Bearer
+<token>) or an explicit --insecure.`;
 
 /** The data-plane binaries, next to this app in the repository (overridable for installs elsewhere). */
 export function defaultBinaries(env: NodeJS.ProcessEnv = process.env): { manager: string; dataSource: string } {
@@ -51,6 +56,10 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
         'max-data-sources': { type: 'string', default: '8' },
         'ui-dir': { type: 'string', default: defaultUiDir() },
         verbose: { type: 'boolean', default: false },
+        'auth-token-file': { type: 'string' },
+        insecure: { type: 'boolean', default: false },
+        'internal-token-file': { type: 'string' },
+        'allow-unauthenticated-internal-calls': { type: 'boolean', default: false },
       },
       strict: true,
     }));
@@ -66,6 +75,14 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
   const maxDataSources = Number(values['max-data-sources']);
   if (!Number.isInteger(maxDataSources) || maxDataSources < 1) {
     io.err(`controller-manager: invalid --max-data-sources "${values['max-data-sources']}": a positive number`);
+    return 2;
+  }
+  let authToken: string | undefined;
+  try {
+    if (values['auth-token-file']) authToken = await readTokenFile(values['auth-token-file']);
+    checkRestExposure(values.listen!, { authToken, insecure: values.insecure });
+  } catch (err) {
+    io.err(`controller-manager: ${(err as Error).message}`);
     return 2;
   }
   const dataDir = path.resolve(values['data-dir']!);
@@ -90,7 +107,20 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
   };
   const allow = values['allow-source-hosts']!.split(',').map((s) => s.trim()).filter(Boolean);
   const binaries = defaultBinaries();
-  const handle = await startStandalone({ dataDir, listen: values.listen!, disks, allowSourceHosts: allow, binaries, log, maxDataSources, uiDir: values['ui-dir'] });
+  const handle = await startStandalone({
+    dataDir,
+    listen: values.listen!,
+    disks,
+    allowSourceHosts: allow,
+    binaries,
+    log,
+    maxDataSources,
+    uiDir: values['ui-dir'],
+    authToken,
+    insecure: values.insecure,
+    internalTokenFile: values['internal-token-file'],
+    allowUnauthenticatedInternalCalls: values['allow-unauthenticated-internal-calls'],
+  });
   const origStop = handle.stop;
   handle.stop = async () => {
     await origStop();
@@ -99,6 +129,8 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
   io.out(`backing-image system (standalone) is running`);
   io.out(`  REST API:        ${handle.url}/v1`);
   io.out(handle.uiDir ? `  web UI:          ${handle.url}/` : `  web UI:          not served (${path.resolve(values['ui-dir']!)} has no index.html; build it with: npx nx run ui:build)`);
+  io.out(`  REST auth:       ${authToken ? 'bearer token required (--auth-token-file)' : values.insecure ? 'NONE (--insecure): anyone who can reach the port controls the system' : 'none (loopback only)'}`);
+  io.out(`  internal token:  ${handle.internalTokenFile}${values['allow-unauthenticated-internal-calls'] ? ' (calls without a token admitted)' : ''}`);
   io.out(`  data directory:  ${handle.dataDir}`);
   io.out(`  store:           ${handle.storeDir}`);
   for (const d of handle.disks) io.out(`  ${d.name}:          ${d.path} (disk UUID ${d.uuid})`);

@@ -19,6 +19,11 @@ export interface ClientOptions {
   WebSocket?: WebSocketConstructor;
   /** Extra headers on every request (e.g. Authorization for a proxy in front of the API). */
   headers?: Record<string, string>;
+  /**
+   * Bearer token of the API (`controller-manager --auth-token-file`): sent as `authorization: Bearer <token>`, and on
+   * websocket streams (whose headers a browser cannot set) as the `access_token` query parameter.
+   */
+  token?: string;
 }
 
 /** The subset of the WHATWG WebSocket the client uses. */
@@ -101,8 +106,10 @@ export class BisClient {
   private readonly fetchImpl: typeof fetch;
   private readonly headers: Record<string, string>;
   private readonly WS?: WebSocketConstructor;
+  private token: string | undefined;
 
   constructor(opts: ClientOptions) {
+    this.token = opts.token || undefined;
     this.base = trimBase(opts.server);
     this.fetchImpl = opts.fetch ?? ((input, init) => fetch(input, init));
     this.headers = opts.headers ?? {};
@@ -113,6 +120,21 @@ export class BisClient {
     return `${this.base}${path}`;
   }
 
+  /** Replaces the bearer token (e.g. after the UI asked for it); `undefined` sends none. */
+  setToken(token: string | undefined): void {
+    this.token = token || undefined;
+  }
+
+  /** Whether a bearer token is set. */
+  get hasToken(): boolean {
+    return this.token !== undefined;
+  }
+
+  /** The headers every request carries (the extra headers and the bearer token), for callers doing their own I/O. */
+  requestHeaders(): Record<string, string> {
+    return this.token ? { ...this.headers, authorization: `Bearer ${this.token}` } : { ...this.headers };
+  }
+
   /** Sends a request and returns the raw response when it is 2xx (throws an ApiClientError otherwise). */
   async raw(method: string, path: string, init: { body?: RequestInit['body']; headers?: Record<string, string>; signal?: AbortSignal } = {}): Promise<Response> {
     const label = `${method} ${path.split('?')[0]}`;
@@ -121,7 +143,7 @@ export class BisClient {
       res = await this.fetchImpl(this.url(path), {
         method,
         body: init.body,
-        headers: { ...this.headers, ...init.headers },
+        headers: { ...this.requestHeaders(), ...init.headers },
         signal: init.signal,
         ...(init.body !== undefined && typeof init.body === 'object' && 'getReader' in (init.body as object) ? { duplex: 'half' } : {}),
       } as RequestInit);
@@ -325,7 +347,8 @@ export class BisClient {
   watchUrl(resource: WatchedResource, period = '1s'): string {
     const loc = (globalThis as { location?: { protocol: string; host: string } }).location;
     const origin = this.base || (loc ? `${loc.protocol}//${loc.host}` : '');
-    return `${origin.replace(/^http/, 'ws')}/v1/ws/${period}/${resource}`;
+    const q = this.token ? `?access_token=${encodeURIComponent(this.token)}` : '';
+    return `${origin.replace(/^http/, 'ws')}/v1/ws/${period}/${resource}${q}`;
   }
 
   /**

@@ -20,6 +20,11 @@ export class ApiClientError extends Error {
   }
 }
 
+/** Whether the API refused the request for a missing or wrong bearer token (HTTP 401). */
+export function isUnauthorized(err: unknown): boolean {
+  return err instanceof ApiClientError && err.status === 401;
+}
+
 export function isNotFound(err: unknown): boolean {
   return err instanceof ApiClientError && err.kind === 'not-found';
 }

@@ -58,6 +58,8 @@ export interface BackingImageApiDeps {
   secretExists?: (namespace: string, name: string) => Promise<boolean>;
   /** Transfer counters for `/metrics`. */
   observer?: TransferObserver;
+  /** The system's internal token, sent by the upload and download proxies to data sources and sync services. */
+  internalToken?: string;
 }
 
 /**

@@ -1,3 +1,4 @@
+import { authHeaders } from '@bis/internal-auth';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { BackingImageManagerKind, SettingName } from '@bis/controllers';
@@ -62,7 +63,7 @@ export async function handleDownload(
   const onClose = (): void => abort.abort(new Error('the client went away during the download'));
   reply.raw.once('close', onClose);
   const upstream = await new Promise<IncomingMessage>((resolve, reject) => {
-    const r = httpRequest({ host, port, method: 'GET', path: `${source.path}${raw ? '?forV2Creation=true' : ''}`, signal: abort.signal }, resolve);
+    const r = httpRequest({ host, port, method: 'GET', path: `${source.path}${raw ? '?forV2Creation=true' : ''}`, headers: authHeaders(deps.internalToken), signal: abort.signal }, resolve);
     r.on('error', reject);
     r.end();
   }).catch((err: Error) => {

@@ -1,3 +1,4 @@
+import { authHeaders } from '@bis/internal-auth';
 import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -58,10 +59,12 @@ export function exchange(
   pathAndQuery: string,
   signal: AbortSignal,
   body?: { stream: Readable; headers: Record<string, string> },
+  token?: string,
 ): Promise<UpstreamResponse> {
   return new Promise<UpstreamResponse>((resolve, reject) => {
     const [host, port] = splitAddress(address);
-    const req = httpRequest({ host, port, method, path: pathAndQuery, headers: body?.headers ?? {}, signal }, (res) => {
+    const headers = { ...(body?.headers ?? {}), ...authHeaders(token) };
+    const req = httpRequest({ host, port, method, path: pathAndQuery, headers, signal }, (res) => {
       readAnswer(res).then(resolve, reject);
     });
     req.on('error', reject);
@@ -152,7 +155,7 @@ export class UploadProxy {
     raw.once('close', onClose);
     let res: UpstreamResponse;
     try {
-      res = await exchange(address, 'POST', `/v1/file${this.query(ctx)}`, abort.signal, { stream: raw.pipe(counter), headers: bodyHeaders(raw.headers) });
+      res = await exchange(address, 'POST', `/v1/file${this.query(ctx)}`, abort.signal, { stream: raw.pipe(counter), headers: bodyHeaders(raw.headers) }, this.deps.internalToken);
     } catch (err) {
       observer?.transferFinished('upload', name, abort.signal.aborted ? 'cancelled' : 'failed', counter.bytes);
       if (overflow) throw overflow;
@@ -179,7 +182,7 @@ export class UploadProxy {
   /** `?action=uploadOffset`: where a resumable upload continues. */
   async offset(ctx: ApiContext, name: string): Promise<{ size: number; offset: number }> {
     const { address } = await this.target(name, UPLOADING_STATES);
-    const res = await exchange(address, 'GET', '/v1/file?action=uploadOffset', ctx.signal);
+    const res = await exchange(address, 'GET', '/v1/file?action=uploadOffset', ctx.signal, undefined, this.deps.internalToken);
     if (res.status !== 200) throw upstreamError(name, res);
     return progressOf(res);
   }

@@ -7,6 +7,7 @@ import {
   type ClientReadableStream,
   type ServiceError,
 } from '@grpc/grpc-js';
+import { AUTHORIZATION_HEADER, bearer, checkInternalCaller, type InternalAuth } from '@bis/internal-auth';
 import {
   BackingImageManagerServiceClient,
   type BackingImageResponse,
@@ -41,6 +42,8 @@ export interface ManagerClientOptions {
   /** Deadline of each unary call in milliseconds (default 60 s). */
   callTimeoutMs?: number;
   channelOptions?: ChannelOptions;
+  /** Sent as `authorization: Bearer <token>` metadata on every call (see `@bis/internal-auth`). */
+  token?: string;
 }
 
 /** Whether the API range of a server is compatible with this client (Longhorn's CheckBackingImageManagerCompatibility). */
@@ -57,6 +60,7 @@ export function isManagerApiCompatible(v: Pick<VersionResponse, 'backingImageMan
 export class ManagerClient {
   readonly #client: BackingImageManagerServiceClient;
   readonly #timeoutMs: number;
+  readonly #token: string | undefined;
 
   constructor(
     readonly address: string,
@@ -67,6 +71,13 @@ export class ManagerClient {
       ...opts.channelOptions,
     });
     this.#timeoutMs = opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.#token = opts.token;
+  }
+
+  #metadata(): Metadata {
+    const m = new Metadata();
+    if (this.#token) m.set(AUTHORIZATION_HEADER, bearer(this.#token));
+    return m;
   }
 
   #unary<Res>(
@@ -77,7 +88,7 @@ export class ManagerClient {
     ) => unknown,
   ): Promise<Res> {
     return new Promise<Res>((resolve, reject) => {
-      invoke(new Metadata(), { deadline: new Date(Date.now() + this.#timeoutMs) }, (err, res) =>
+      invoke(this.#metadata(), { deadline: new Date(Date.now() + this.#timeoutMs) }, (err, res) =>
         err ? reject(err) : resolve(res),
       );
     });
@@ -115,7 +126,7 @@ export class ManagerClient {
   }
   /** Change notifications (no payload). Cancel with `stream.cancel()`. */
   watch(): ClientReadableStream<Empty> {
-    return this.#client.watch({});
+    return this.#client.watch({}, this.#metadata());
   }
   /** Resolves when the channel is connected, or rejects after `timeoutMs`. */
   waitForReady(timeoutMs: number): Promise<void> {
@@ -126,6 +137,32 @@ export class ManagerClient {
   close(): void {
     this.#client.close();
   }
+}
+
+/**
+ * Wraps a service implementation so that every call (unary or server-streaming) without the token is refused with
+ * `UNAUTHENTICATED` before its handler runs (see `@bis/internal-auth`; no check without `auth.token`).
+ */
+export function withInternalAuth<T extends object>(impl: T, auth: InternalAuth | undefined, onRefused?: (method: string, reason: string) => void): T {
+  if (!auth?.token) return impl;
+  const wrapped: Record<string, unknown> = {};
+  for (const [method, handler] of Object.entries(impl)) {
+    if (typeof handler !== 'function') {
+      wrapped[method] = handler;
+      continue;
+    }
+    const h = handler as (call: { metadata: Metadata; emit(e: 'error', err: unknown): boolean }, cb?: (err: unknown) => void) => void;
+    wrapped[method] = (call: { metadata: Metadata; emit(e: 'error', err: unknown): boolean }, cb?: (err: unknown) => void) => {
+      const values = call.metadata.get(AUTHORIZATION_HEADER).map((v) => (typeof v === 'string' ? v : v.toString('utf8')));
+      const d = checkInternalCaller(auth, values.length === 0 ? undefined : values);
+      if (d.ok) return h(call, cb);
+      onRefused?.(method, d.reason);
+      const err = grpcError(status.UNAUTHENTICATED, `unauthenticated: ${d.reason}`);
+      if (typeof cb === 'function') cb(err);
+      else call.emit('error', err);
+    };
+  }
+  return wrapped as T;
 }
 
 /** Whether an error is a gRPC error with the given status code. */

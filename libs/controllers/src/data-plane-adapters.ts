@@ -1,4 +1,5 @@
 import http from 'node:http';
+import { authHeaders } from '@bis/internal-auth';
 import { deleteBackup, encodeBackupUrl, inspectBackup, listBackingImageBackups } from '@bis/backupstore';
 import type { BackupTargetApi, DataSourceApi, DataSourceFileInfo } from './data-plane.js';
 
@@ -13,12 +14,13 @@ const DATA_SOURCE_MAX_ANSWER_BYTES = 1 << 20;
  * Each call uses its own connection, closed after the answer (`node:http` without an agent): every data source
  * listens on its own port and lives for one transfer, and the global `fetch` keeps a connection pool per origin
  * it ever reached (about 25 KiB of heap each, never released), which grew with every image prepared.
+ * `token` (the system's internal token) is sent as `authorization: Bearer <token>`.
  */
-export function httpDataSourceClient(address: string): DataSourceApi {
+export function httpDataSourceClient(address: string, token?: string): DataSourceApi {
   return {
     async get(): Promise<DataSourceFileInfo> {
       const url = `http://${address}/v1/file`;
-      const { status, body } = await getText(url, DATA_SOURCE_GET_TIMEOUT_MS);
+      const { status, body } = await getText(url, DATA_SOURCE_GET_TIMEOUT_MS, token);
       if (status !== 200) throw new Error(`GET ${url}: HTTP ${status} ${body}`);
       let b: Partial<DataSourceFileInfo>;
       try {
@@ -38,9 +40,9 @@ export function httpDataSourceClient(address: string): DataSourceApi {
 }
 
 /** One GET on a connection of its own (closed afterwards), with a timeout over the whole exchange. */
-function getText(url: string, timeoutMs: number): Promise<{ status: number; body: string }> {
+function getText(url: string, timeoutMs: number, token: string | undefined): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = http.get(url, { agent: false, headers: { connection: 'close' } }, (res) => {
+    const req = http.get(url, { agent: false, headers: { connection: 'close', ...authHeaders(token) } }, (res) => {
       const chunks: Buffer[] = [];
       let size = 0;
       res.on('data', (c: Buffer) => {

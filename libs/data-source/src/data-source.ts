@@ -3,6 +3,7 @@ import { mkdir, rm, stat } from 'node:fs/promises';
 import { once } from 'node:events';
 import path from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
+import type { InternalAuth } from '@bis/internal-auth';
 import { FileState } from '@bis/state-machine';
 import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service/service';
 import { imageSizeLimit, type SizeLimitPolicy } from '@bis/file-sources/core';
@@ -43,6 +44,8 @@ export interface DataSourceOptions {
   receiverHost?: string;
   /** Starts the replica's export towards our receiver (gRPC VolumeExport in Longhorn); optional. */
   requestVolumeExport?: (p: { senderAddress: string; snapshotName: string; port: number }) => Promise<void>;
+  /** Who may send to the qcow2 export receiver (the raw export receiver is the sync service's, checked by it). */
+  internalAuth?: InternalAuth;
   log?: (message: string) => void;
   /**
    * Bounds an upload's declared size (refused with 413 before the body is read): the disk's free space less its
@@ -175,6 +178,7 @@ export class DataSource {
         filePath: raw,
         size,
         signal,
+        auth: this.#o.internalAuth,
         onProgress: (n) => phase(FileState.InProgress, (n / size) * 80, n),
       });
       try {

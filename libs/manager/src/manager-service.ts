@@ -60,6 +60,11 @@ export interface ManagerServiceOptions {
   /** Runs backups (BackupCreate / BackupStatus); without it they fail with FAILED_PRECONDITION. */
   backup?: BackupRunner;
   version?: { version: string; gitCommit: string; buildDate: string };
+  /**
+   * Token this manager sends on its own internal calls (to peer managers and data sources). The gRPC server checks
+   * callers with `withInternalAuth` from `@bis/bimrpc`.
+   */
+  internalToken?: string;
   log?: (message: string) => void;
 }
 
@@ -224,14 +229,14 @@ export class ManagerService {
     let src = dst;
     if (req.dataSourceAddress) {
       const want = dataSourceFilePath(this.#o.diskPath, spec.name, spec.uuid);
-      const ds = await getDataSourceFile(req.dataSourceAddress);
+      const ds = await getDataSourceFile(req.dataSourceAddress, this.#o.internalToken);
       if (ds.filePath !== want || ds.uuid !== spec.uuid || (ds.state !== 'ready' && ds.state !== 'ready-for-transfer')) {
         throw new RpcError(
           status.FAILED_PRECONDITION,
           `invalid data source file ${ds.filePath} for fetch, uuid ${ds.uuid}, state ${ds.state}`,
         );
       }
-      await transferDataSourceFile(req.dataSourceAddress);
+      await transferDataSourceFile(req.dataSourceAddress, this.#o.internalToken);
       src = want;
     }
     await this.#o.sync.fetch({
@@ -285,7 +290,7 @@ export class ManagerService {
       }
       await this.#nextChange(filePath, 100);
     }
-    const client = new ManagerClient(fromAddress);
+    const client = new ManagerClient(fromAddress, { token: this.#o.internalToken });
     try {
       await client.send(name, uuid, `${this.#o.receiverHost}:${port}`);
     } catch (err) {

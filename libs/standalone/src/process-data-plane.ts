@@ -37,6 +37,11 @@ export interface ProcessDataPlaneOptions {
   /** Hosts/CIDRs the data sources may download from although private or loopback. */
   allowSourceHosts?: readonly string[];
   host?: string;
+  /**
+   * The system's internal token: its file is passed to every manager and data source (`--internal-token-file`), and
+   * the token is sent on every call to them.
+   */
+  internalAuth?: { tokenFile: string; token: string; allowUnauthenticated?: boolean };
 }
 
 interface Endpoint {
@@ -166,8 +171,15 @@ export class ProcessDataPlane implements DataPlane {
       '--port-range', this.ranges.allocate(),
       '--advertise-address', this.host,
       ...(this.o.allowSourceHosts ?? []).flatMap((h) => ['--allow-source-host', h]),
+      ...this.authArgs(),
     ];
     await this.start(name, args, [grpc, sync], { [COMPONENT]: 'backing-image-manager', 'longhorn.io/disk-uuid': ep.diskUUID });
+  }
+
+  private authArgs(): string[] {
+    const a = this.o.internalAuth;
+    if (!a) return [];
+    return ['--internal-token-file', a.tokenFile, ...(a.allowUnauthenticated ? ['--allow-unauthenticated-internal-calls'] : [])];
   }
 
   private async start(name: string, args: string[], ports: number[], labels: Record<string, string>): Promise<void> {
@@ -217,7 +229,7 @@ export class ProcessDataPlane implements DataPlane {
 
   managerClient(address: string): ManagerApi {
     let c = this.clients.get(address);
-    if (!c) this.clients.set(address, (c = new ManagerClient(address, { callTimeoutMs: 60_000 })));
+    if (!c) this.clients.set(address, (c = new ManagerClient(address, { callTimeoutMs: 60_000, token: this.o.internalAuth?.token })));
     return managerApiFromClient(c);
   }
 
@@ -262,6 +274,7 @@ export class ProcessDataPlane implements DataPlane {
       ...(this.o.allowSourceHosts?.length ? ['--allow-source-hosts', this.o.allowSourceHosts.join(',')] : []),
       '--max-size', String(launch.maxImageSize),
       '--storage-reserved', String(launch.storageReserved),
+      ...this.authArgs(),
     ];
     await this.start(name, args, [http], {
       [COMPONENT]: 'backing-image-data-source',
@@ -278,7 +291,7 @@ export class ProcessDataPlane implements DataPlane {
   }
 
   dataSourceClient(address: string): DataSourceApi {
-    return httpDataSourceClient(address);
+    return httpDataSourceClient(address, this.o.internalAuth?.token);
   }
 
   readonly backupTarget: BackupTargetApi = backupstoreTargetApi;

@@ -16,7 +16,8 @@ import {
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { EmbeddedDatastore, isNotFound } from '@bis/datastore';
 import { annotationEndpoints, backingImageHttpPlugin, downloadUrlPolicyFor, registerBackingImageResources, type BackingImageApi } from '@bis/api-resources';
-import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
+import { ensureTokenFile } from '@bis/internal-auth';
+import { ApiRegistry, isLoopbackHost, restApiPlugin, restAuthHook, settingsResource, SettingsService } from '@bis/rest-api';
 import { endRecordedProcesses, LocalProcessRuntime } from '@bis/runtime';
 import { uiServerPlugin } from '@bis/ui-server';
 import { ProcessDataPlane, type DataPlaneBinaries } from './process-data-plane.js';
@@ -60,6 +61,37 @@ export interface StandaloneOptions {
   controllerOptions?: Partial<Pick<ControllerManagerOptions, 'timing' | 'resyncMs' | 'workers'>>;
   /** Directory of the built web UI (apps/ui/dist), served at `/`; skipped with a log line when it has no index.html. */
   uiDir?: string;
+  /**
+   * Bearer token of the REST API and the UI: API requests without `authorization: Bearer <token>` get 401. Required
+   * when `listen` is not a loopback address, unless `insecure`.
+   */
+  authToken?: string;
+  /** Allows a non-loopback `listen` without `authToken` (anyone reaching the port controls the system). */
+  insecure?: boolean;
+  /**
+   * File of the internal token the managers and data sources require (default `<dataDir>/internal-token`, created
+   * with mode 0600 on the first start and reused afterwards).
+   */
+  internalTokenFile?: string;
+  /** Managers and data sources also admit calls without a token (for Longhorn components); off by default. */
+  allowUnauthenticatedInternalCalls?: boolean;
+}
+
+/**
+ * Refuses a REST listen address reachable from other machines without a token (or an explicit `insecure`).
+ * Throws `StandaloneConfigError` with the reason.
+ */
+export function checkRestExposure(listen: string, opts: Pick<StandaloneOptions, 'authToken' | 'insecure'>): void {
+  const { host } = parseListen(listen);
+  if (isLoopbackHost(host) || opts.authToken || opts.insecure) return;
+  throw new StandaloneConfigError(
+    `refusing to serve the REST API on ${listen} without authentication: ${host} is reachable from other machines. ` +
+      'Give --auth-token-file FILE (clients then send authorization: Bearer <token>), or --insecure to serve it to anyone who can reach the port.',
+  );
+}
+
+export class StandaloneConfigError extends Error {
+  override readonly name = 'StandaloneConfigError';
 }
 
 export interface StandaloneHandle extends StandaloneSystem {
@@ -73,6 +105,8 @@ export interface StandaloneHandle extends StandaloneSystem {
   storeDir: string;
   logsDir: string;
   backupTargetURL: string;
+  /** The file of the internal token the data-plane processes require. */
+  internalTokenFile: string;
   /** Replaces the controllers with fresh ones (workloads keep running): what a controller-manager restart does. */
   restartControllers(): Promise<void>;
   /** Stops the API, the controllers and every child process; the store is flushed and closed. */
@@ -151,6 +185,7 @@ async function ensureBackupTarget(store: EmbeddedDatastore, url: string): Promis
  * data-plane processes (logs under `<dataDir>/logs`, pid records under `<dataDir>/processes`) and the REST API.
  */
 export async function startStandalone(opts: StandaloneOptions): Promise<StandaloneHandle> {
+  checkRestExposure(opts.listen ?? '127.0.0.1:9500', opts);
   const dataDir = path.resolve(opts.dataDir);
   const storeDir = path.join(dataDir, 'store');
   const logsDir = path.join(dataDir, 'logs');
@@ -162,6 +197,8 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   const disks: StandaloneDisk[] = [];
   for (let i = 1; i <= diskCount; i++) disks.push(await prepareDisk(dataDir, i));
 
+  const internalTokenFile = path.resolve(opts.internalTokenFile ?? path.join(dataDir, 'internal-token'));
+  const internalToken = await ensureTokenFile(internalTokenFile);
   const store = await EmbeddedDatastore.open({ dataDir: storeDir });
   // Holding the store's lock makes this the only controller of dataDir: the managers and data sources a previous run
   // left behind (recorded under processesDir; after a crash they stop by themselves, see exitWithParent) are ended
@@ -178,7 +215,15 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     throw err;
   }
   const runtime = new LocalProcessRuntime({ probeIntervalMs: 200, terminationGracePeriodMs: 10_000, pidDir: processesDir });
-  const dataPlane = new ProcessDataPlane({ runtime, binaries: opts.binaries, nodeID: STANDALONE_NODE, logsDir, allowSourceHosts: opts.allowSourceHosts, maxDataSources: opts.maxDataSources });
+  const dataPlane = new ProcessDataPlane({
+    runtime,
+    binaries: opts.binaries,
+    nodeID: STANDALONE_NODE,
+    logsDir,
+    allowSourceHosts: opts.allowSourceHosts,
+    maxDataSources: opts.maxDataSources,
+    internalAuth: { tokenFile: internalTokenFile, token: internalToken, allowUnauthenticated: opts.allowUnauthenticatedInternalCalls },
+  });
   let app: FastifyInstance | undefined;
   let controllers: ControllerManager | undefined;
   const cleanup = async () => {
@@ -220,9 +265,11 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
       settings: new SettingsReader(store, STANDALONE_NAMESPACE),
       endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
       downloadUrlPolicy: downloadUrlPolicyFor(opts.allowSourceHosts ?? []),
+      internalToken,
     });
     opts.registerResources?.(registry, system);
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
+    app.addHook('onRequest', restAuthHook(opts.authToken));
     await app.register(backingImageHttpPlugin, { api });
     await app.register(restApiPlugin, { registry });
     const uiDir = opts.uiDir === undefined ? undefined : path.resolve(opts.uiDir);
@@ -244,6 +291,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
       storeDir,
       logsDir,
       backupTargetURL,
+      internalTokenFile,
       async restartControllers() {
         await controllers!.stop();
         controllers = makeControllers();

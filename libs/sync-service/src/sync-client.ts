@@ -1,3 +1,4 @@
+import { authHeaders } from '@bis/internal-auth';
 import http from 'node:http';
 import type { Readable } from 'node:stream';
 import { encodeFileId } from './routes.js';
@@ -17,6 +18,8 @@ export class SyncClientError extends Error {
 export interface SyncClientOptions {
   /** Timeout of Get/List/Delete/Forget (Longhorn: 10 s). */
   shortTimeoutMs?: number;
+  /** Sent as `authorization: Bearer <token>` (see `@bis/internal-auth`). */
+  token?: string;
 }
 
 type Params = Record<string, string | number | undefined>;
@@ -26,6 +29,7 @@ export class SyncClient {
   readonly #host: string;
   readonly #port: number;
   readonly #short: number;
+  readonly #auth: Record<string, string>;
   readonly #agent = new http.Agent({ keepAlive: true });
 
   constructor(
@@ -37,6 +41,7 @@ export class SyncClient {
     this.#host = m[1] || '127.0.0.1';
     this.#port = Number(m[2]);
     this.#short = opts.shortTimeoutMs ?? 10_000;
+    this.#auth = authHeaders(opts.token);
   }
 
   close(): void {
@@ -152,7 +157,7 @@ export class SyncClient {
     const q = opts.raw ? '?forV2Creation=true' : '';
     return new Promise((resolve, reject) => {
       const req = http.request(
-        { host: this.#host, port: this.#port, method: 'GET', path: `/v1/files/${encodeFileId(filePath)}/download${q}`, agent: this.#agent },
+        { host: this.#host, port: this.#port, method: 'GET', path: `/v1/files/${encodeFileId(filePath)}/download${q}`, agent: this.#agent, headers: this.#auth },
         (res) => {
           if (res.statusCode === 200) return resolve(res);
           const chunks: Buffer[] = [];
@@ -170,7 +175,7 @@ export class SyncClient {
     for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== '') qs.set(k, String(v));
     const fullPath = qs.size > 0 ? `${path}?${qs.toString()}` : path;
     return new Promise((resolve, reject) => {
-      const headers: http.OutgoingHttpHeaders = {};
+      const headers: http.OutgoingHttpHeaders = { ...this.#auth };
       if (typeof body === 'string') {
         headers['Content-Type'] = 'application/json';
         headers['Content-Length'] = Buffer.byteLength(body);

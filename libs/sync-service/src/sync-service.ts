@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import type { InternalAuth } from '@bis/internal-auth';
 import { createReadStream, promises as fsp } from 'node:fs';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
@@ -54,6 +55,11 @@ export interface SyncServiceOptions {
   sendChain?: boolean;
   /** Tuning of the peer sender. */
   sender?: Partial<Pick<SendFileOptions, 'workers' | 'chunkSize' | 'attempts' | 'openTimeoutMs' | 'requestTimeoutMs'>>;
+  /**
+   * Authentication of internal calls: peer receivers refuse senders without the token, and this service's sends carry
+   * it. The `/v1/files` HTTP routes are checked by `startSyncServer` (given the same value).
+   */
+  internalAuth?: InternalAuth;
   /** Diagnostics sink. */
   log?: (message: string) => void;
 }
@@ -302,6 +308,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         onProgress: (n) => sink.updateProgress(n),
         // the SHA-512 is computed in file order while receiving, so the file is not read again to verify it
         computeChecksum: true,
+        auth: this.#opts.internalAuth,
       });
       try {
         const r = await receiver.done;
@@ -426,7 +433,15 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
           return undefined;
         });
       }
-      return (await loadSsyncSender()).sendFile({ ...this.#opts.sender, path: filePath, toAddress, layout, signal: f.signal, chain });
+      return (await loadSsyncSender()).sendFile({
+        ...this.#opts.sender,
+        path: filePath,
+        toAddress,
+        layout,
+        signal: f.signal,
+        chain,
+        token: this.#opts.internalAuth?.token,
+      });
     })()
       .then(
         (r) => this.#log(`sent ${filePath} to ${toAddress}: ${r.dataBytes} data bytes, ${r.holeBytes} hole bytes`),

@@ -43,7 +43,12 @@ export async function makeDisk(root: string, name: string, diskUUID = `disk-${na
 }
 
 /** Runs `backing-image-manager daemon` on loopback; rejects with its stderr when it exits before being ready. */
-export async function startDaemonProcess(disk: string, extraArgs: string[] = [], env: Record<string, string> = {}): Promise<DaemonProcess> {
+export async function startDaemonProcess(
+  disk: string,
+  extraArgs: string[] = [],
+  env: Record<string, string> = {},
+  opts: { token?: string } = {},
+): Promise<DaemonProcess> {
   const range = `${nextRange}-${nextRange + 9}`;
   nextRange += 10;
   const child = spawn(
@@ -71,8 +76,8 @@ export async function startDaemonProcess(disk: string, extraArgs: string[] = [],
   });
   const grpcAddress = `127.0.0.1:${ready.grpcPort}`;
   const syncAddress = `127.0.0.1:${ready.syncPort}`;
-  const client = new ManagerClient(grpcAddress, { callTimeoutMs: 20_000 });
-  const sync = new SyncClient(syncAddress);
+  const client = new ManagerClient(grpcAddress, { callTimeoutMs: 20_000, token: opts.token });
+  const sync = new SyncClient(syncAddress, { token: opts.token });
   return {
     disk,
     grpcAddress,

@@ -8,10 +8,13 @@ import type { AddressInfo } from 'node:net';
 export async function startFakeDataSource(info: { filePath: string; uuid: string; state: string; size: number }): Promise<{
   address: string;
   transfers: number;
+  /** The `authorization` header of each request (undefined when none was sent). */
+  authorizations: (string | undefined)[];
   close(): Promise<void>;
 }> {
-  const self = { address: '', transfers: 0, close: async () => undefined as void };
+  const self = { address: '', transfers: 0, authorizations: [] as (string | undefined)[], close: async () => undefined as void };
   const server = http.createServer((req, res) => {
+    self.authorizations.push(req.headers.authorization);
     if (req.method === 'GET' && req.url === '/v1/file') {
       res.setHeader('Content-Type', 'application/json');
       res.end(JSON.stringify({ ...info, sourceType: 'download', parameters: {}, progress: 100, message: '' }));

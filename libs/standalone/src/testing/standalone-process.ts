@@ -23,11 +23,14 @@ export interface StandaloneProcess {
  * free loopback port, and waits until it prints where the API (and the UI) is. `stop` sends SIGTERM (the system stops its
  * data-plane processes), waits for the exit (SIGKILL after 20 s) and removes the data directory.
  */
-export async function startStandaloneProcess(opts: { disks?: number; allowSourceHosts?: string; uiDir?: string } = {}): Promise<StandaloneProcess> {
+export async function startStandaloneProcess(
+  opts: { disks?: number; allowSourceHosts?: string; uiDir?: string; extraArgs?: readonly string[] } = {},
+): Promise<StandaloneProcess> {
   const dataDir = await mkdtemp(join(tmpdir(), 'bis-standalone-process-'));
   const args = [
     CONTROLLER_MANAGER_BIN, 'standalone', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--disks', String(opts.disks ?? 3),
     '--allow-source-hosts', opts.allowSourceHosts ?? '127.0.0.1', ...(opts.uiDir ? ['--ui-dir', opts.uiDir] : []),
+    ...(opts.extraArgs ?? []),
   ];
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } });
   let out = '';

@@ -1,6 +1,7 @@
 import { promises as fsp } from 'node:fs';
 import { alignedBuffer, DirectTarget } from '@bis/direct-io';
 import { IntervalSet } from './interval-set.js';
+import { AUTHORIZATION_HEADER, checkInternalCaller, type InternalAuth } from '@bis/internal-auth';
 import { HttpProtocolError, ReceiverHttpServer, type ReceiverHttpReply, type ReceiverHttpRequest } from './receiver-http.js';
 import type { HolePuncher } from './layout.js';
 import { RECEIVE_SLAB_SIZE, ReceivedFileHasher, Slab, type ReceivedHashStats, type SlabAllocator } from './received-hasher.js';
@@ -80,6 +81,8 @@ export interface SsyncReceiverOptions {
   directIO?: boolean;
   /** A request head must arrive within this long (60 s), else 408 and the connection closes. */
   headerTimeoutMs?: number;
+  /** Who may send: requests without the token are refused with 401 (see `@bis/internal-auth`). */
+  auth?: InternalAuth;
 }
 
 export interface SsyncReceiveResult {
@@ -721,6 +724,11 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
 
   /** Answers one request (the server calls it for each, in order per connection). */
   async function serve(req: ReceiverHttpRequest): Promise<ReceiverHttpReply> {
+    const allowed = checkInternalCaller(opts.auth, req.headers.get(AUTHORIZATION_HEADER));
+    if (!allowed.ok) {
+      // before arming the idle timer: an unauthenticated caller neither keeps the receiver alive nor is read further
+      return { status: 401, body: `unauthorized: ${allowed.reason}\n`, contentType: 'text/plain; charset=utf-8', close: true };
+    }
     armIdle();
     const text = (status: number, message: string, close: boolean): ReceiverHttpReply => ({
       status,

@@ -4,6 +4,7 @@ import { promises as fsp } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { encodeChain, type Sha512Chain } from '@bis/sha512-chain';
 import { sendFileAvailable, sendFileToSocket, type SendFileTransfer } from '@bis/block-mapping';
+import { authHeaders } from '@bis/internal-auth';
 import type { Extent, FileLayoutProvider } from './layout.js';
 
 export const SSYNC_CHUNK_SIZE = 2 << 20;
@@ -50,6 +51,8 @@ export interface SendFileOptions {
    * block-mapping addon has it). Not used when the receiver's file existed before (each chunk is then hashed first).
    */
   sendfile?: boolean;
+  /** Token sent as `authorization: Bearer <token>` on every request (see `@bis/internal-auth`). */
+  token?: string;
 }
 
 export interface SendFileResult {
@@ -192,6 +195,7 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
   opts.signal?.addEventListener('abort', onOuterAbort, { once: true });
   const signal = outer.signal;
   const agent = new http.Agent({ keepAlive: true, maxSockets: workers });
+  const authorization = authHeaders(opts.token);
   let retries = 0;
   let useSendfile = opts.sendfile ?? sendFileAvailable();
   let sendfileBytes = 0;
@@ -223,7 +227,7 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
           method,
           path: `/v1-ssync/${op}${qs ? '?' + qs : ''}`,
           agent,
-          headers: body ? { 'Content-Type': 'application/octet-stream', 'Content-Length': bytes } : {},
+          headers: body ? { ...authorization, 'Content-Type': 'application/octet-stream', 'Content-Length': bytes } : authorization,
         },
         (res) => {
           const chunks: Buffer[] = [];

@@ -1,0 +1,17 @@
+export {
+  AUTHORIZATION_HEADER,
+  MIN_TOKEN_LENGTH,
+  authHeaders,
+  bearer,
+  bearerMatches,
+  checkInternalCaller,
+  ensureTokenFile,
+  generateToken,
+  httpAuthHook,
+  readTokenFile,
+  type AuthReplyLike,
+  type AuthRequestLike,
+  type HttpAuthHookOptions,
+  type AuthDecision,
+  type InternalAuth,
+} from './internal-auth.js';
