@@ -125,8 +125,11 @@ export class BackingImageDataSourceController extends Controller {
     );
     if (!hasManager) return removeFinalizer();
     if (bids.status?.currentState !== 'failed' || bids.status?.message !== DELETED_MESSAGE) {
-      const currentState = transition(FILE_MACHINE, bids.status?.currentState ?? '', 'deleted', `data source ${bids.metadata.name}`);
-      await store.updateStatus(BackingImageDataSourceKind, { ...bids, status: { ...bids.status, currentState, message: DELETED_MESSAGE, ip: '', storageIP: '' } });
+      const subject = `data source ${bids.metadata.name}`;
+      await store.updateStatus(BackingImageDataSourceKind, {
+        ...bids,
+        status: { ...bids.status, currentState: transition(FILE_MACHINE, bids.status?.currentState ?? '', 'deleted', subject), message: DELETED_MESSAGE, ip: '', storageIP: '' },
+      });
     }
     this.queue.addAfter(bids.metadata.name, this.ctx.timing.waitRequeueMs);
   }
@@ -286,8 +289,7 @@ export class BackingImageDataSourceController extends Controller {
       for (let attempt = 1; cur && cur.status?.ownerID === nodeID && cur.status?.ip; attempt++) {
         if (cur.status?.currentState === 'failed' || cur.status?.currentState === 'failed-and-cleanup') return;
         // The data source owns its file's state: the BIDS mirrors what it reports.
-        const currentState = transition(FILE_MACHINE, cur.status?.currentState ?? '', { reported: info.state }, `data source ${name}`);
-        const status = { ...cur.status, currentState, size: info.size, progress: info.progress, checksum: info.currentChecksum, message: info.message };
+        const status = { ...cur.status, currentState: transition(FILE_MACHINE, cur.status?.currentState ?? '', { reported: info.state }, `data source ${name}`), size: info.size, progress: info.progress, checksum: info.currentChecksum, message: info.message };
         if (!changed(cur.status, status)) return;
         try {
           await store.updateStatus(BackingImageDataSourceKind, { ...cur, status });
