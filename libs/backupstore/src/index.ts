@@ -58,7 +58,6 @@ export {
   type BackupOperation,
   type BackupProgress,
   type BackupResult,
-  type BackupState,
   type BackupStatus,
   type CreateBackupOptions,
 } from './engine/backup.js';

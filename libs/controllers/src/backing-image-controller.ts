@@ -1,5 +1,6 @@
 import { BackingImageDataSourceType, DataSourceParameter, type BackingImageDiskFileSpec } from '@bis/crd-types';
 import { isAlreadyExists, isConflict, isNotFound, type Stored } from '@bis/datastore';
+import { FILE_MACHINE, transition } from '@bis/state-machine';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { changed, clone, defaultManagerImage, getOrUndefined, listManagers, nodeDownChecker, replicasOf, selectorPolicy, topology } from './common.js';
 import { EventReason, EventSource } from './events.js';
@@ -343,9 +344,10 @@ export class BackingImageController extends Controller {
       for (const m of onDisk) Object.assign(migrated, m.spec?.backingImages ?? {});
       const f = topo.readyDisk(disk);
       if (!f) {
-        const st = (bi.status!.diskFileStatusMap![disk] ??= { dataEngine: 'v1', state: '', progress: 0, message: '', lastStateTransitionTime: '' });
-        if (st.state !== 'unknown') st.lastStateTransitionTime = rfc3339(this.ctx.now());
-        st.state = 'unknown';
+        const st = (bi.status!.diskFileStatusMap![disk] ??= { dataEngine: 'v1', progress: 0, message: '', lastStateTransitionTime: '' });
+        const prev = st.state ?? '';
+        st.state = transition(FILE_MACHINE, prev, 'disk-unavailable', `copy of backing image ${name} on disk ${disk}`);
+        if (st.state !== prev) st.lastStateTransitionTime = rfc3339(this.ctx.now());
         st.message = NOT_READY_DISK_MESSAGE(disk);
         continue;
       }

@@ -6,27 +6,13 @@ import { BackingImageKind, BackupBackingImageKind, BackupTargetKind, type Backup
 import { Annotation, backupBackingImageName, FINALIZER, Label, rfc3339 } from './names.js';
 import { SettingName } from './settings.js';
 import type { BackupBackingImageStatus } from '@bis/crd-types';
-
-type BackupStateValue = NonNullable<BackupBackingImageStatus['state']>;
-
-/** Maps the manager's BackupStatus state to the BBI state (§3.4 step 5.4). */
-export function backupStateFromManager(state: string): BackupStateValue {
-  switch (state) {
-    case 'in_progress':
-      return 'InProgress';
-    case 'complete':
-      return 'Completed';
-    case 'error':
-      return 'Error';
-    default:
-      return 'Unknown';
-  }
-}
+import { BACKUP_MACHINE, backupEventForProgress, transition, type BackupEvent } from '@bis/state-machine';
 
 interface BackupMonitor {
   timer: NodeJS.Timeout;
   address: string;
-  state: BackupStateValue;
+  /** What the last poll found (§3.4 step 5.4: the manager's progress state, or `error` when the poll failed). */
+  event: BackupEvent;
   progress: number;
   url: string;
   error: string;
@@ -102,7 +88,7 @@ export class BackupBackingImageController extends Controller {
       const bi = await getOrUndefined(store.get(BackingImageKind, biName, namespace));
       if (!bi) {
         status.error = `cannot find the corresponding backing image: backing image ${biName} not found`;
-        status.state = 'Error';
+        status.state = transition(BACKUP_MACHINE, state, 'error', `backup ${name}`);
         status.lastSyncedAt = rfc3339(this.ctx.now());
         return;
       }
@@ -137,7 +123,7 @@ export class BackupBackingImageController extends Controller {
           mon = this.startMonitor(name, address, biName);
         } catch (err) {
           status.error = errMessage(err);
-          status.state = 'Error';
+          status.state = transition(BACKUP_MACHINE, state, 'error', `backup ${name}`);
           status.lastSyncedAt = rfc3339(this.ctx.now());
           return;
         }
@@ -145,14 +131,14 @@ export class BackupBackingImageController extends Controller {
       status.progress = mon.progress;
       status.url = mon.url;
       status.error = mon.error;
-      if (status.state !== mon.state) {
+      status.state = transition(BACKUP_MACHINE, state, mon.event, `backup ${name}`);
+      if (status.state !== state) {
         const bi2 = { kind: 'BackingImage', metadata: { name: biName, namespace } };
-        this.ctx.events.record(EventSource.BackupBackingImage, bi2, mon.error ? 'Warning' : 'Normal', mon.state, mon.error || `Backup of backing image ${biName} is ${mon.state}`);
+        this.ctx.events.record(EventSource.BackupBackingImage, bi2, mon.error ? 'Warning' : 'Normal', status.state, mon.error || `Backup of backing image ${biName} is ${status.state}`);
       }
-      status.state = mon.state;
-      if (['', 'Pending', 'InProgress'].includes(mon.state)) return;
+      if (['', 'Pending', 'InProgress'].includes(status.state)) return;
       this.stopMonitor(name);
-      if (mon.state !== 'Completed') {
+      if (status.state !== 'Completed') {
         status.lastSyncedAt = rfc3339(this.ctx.now());
         return;
       }
@@ -162,7 +148,7 @@ export class BackupBackingImageController extends Controller {
       const url = status.url || this.ctx.dataPlane.backupTarget.backingImageURL(target.spec?.backupTargetURL ?? '', biName);
       const info = await this.ctx.dataPlane.backupTarget.inspectBackingImage(url, {});
       Object.assign(status, {
-        state: 'Completed',
+        state: transition(BACKUP_MACHINE, status.state ?? '', 'synced', `backup ${name}`),
         backingImage: info.name,
         url: info.url,
         backupCreatedAt: info.createdAt,
@@ -181,20 +167,20 @@ export class BackupBackingImageController extends Controller {
   }
 
   private startMonitor(name: string, address: string, biName: string): BackupMonitor {
-    const m: BackupMonitor = { address, state: 'InProgress', progress: 0, url: '', error: '', busy: false, timer: setInterval(() => void poll(), this.ctx.timing.backupPollMs) };
+    const m: BackupMonitor = { address, event: 'progress', progress: 0, url: '', error: '', busy: false, timer: setInterval(() => void poll(), this.ctx.timing.backupPollMs) };
     m.timer.unref();
     const poll = async () => {
       if (m.busy) return;
       m.busy = true;
       try {
         const s = await this.ctx.dataPlane.managerClient(address).backupStatus(biName);
-        const state = backupStateFromManager(s.state);
-        const changedNow = state !== m.state || s.progress !== m.progress;
-        Object.assign(m, { state, progress: s.progress, url: s.backupUrl, error: s.error });
+        const event = backupEventForProgress(s.state);
+        const changedNow = event !== m.event || s.progress !== m.progress;
+        Object.assign(m, { event, progress: s.progress, url: s.backupUrl, error: s.error });
         if (changedNow) this.enqueue(name);
       } catch (err) {
-        if (m.state !== 'Error') this.enqueue(name);
-        Object.assign(m, { state: 'Error', error: errMessage(err) });
+        if (m.event !== 'error') this.enqueue(name);
+        Object.assign(m, { event: 'error', error: errMessage(err) });
       } finally {
         m.busy = false;
       }

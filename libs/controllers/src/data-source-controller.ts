@@ -1,6 +1,7 @@
 import { isGrpcStatus } from '@bis/bimrpc';
 import type { BackingImageDataSourceStatus } from '@bis/crd-types';
 import { isConflict, type Stored } from '@bis/datastore';
+import { FILE_MACHINE, transition } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { changed, clone, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
@@ -146,7 +147,11 @@ export class BackingImageDataSourceController extends Controller {
       return removeFinalizer();
     }
     if (bids.status?.currentState !== 'failed' || bids.status?.message !== DELETED_MESSAGE) {
-      await store.updateStatus(BackingImageDataSourceKind, { ...bids, status: { ...bids.status, currentState: 'failed', message: DELETED_MESSAGE, ip: '', storageIP: '' } });
+      const subject = `data source ${bids.metadata.name}`;
+      await store.updateStatus(BackingImageDataSourceKind, {
+        ...bids,
+        status: { ...bids.status, currentState: transition(FILE_MACHINE, bids.status?.currentState ?? '', 'deleted', subject), message: DELETED_MESSAGE, ip: '', storageIP: '' },
+      });
     }
     this.queue.addAfter(bids.metadata.name, this.ctx.timing.waitRequeueMs);
   }
@@ -169,7 +174,7 @@ export class BackingImageDataSourceController extends Controller {
       });
     }
     if (spec.fileTransferred) {
-      status.currentState = 'ready';
+      status.currentState = transition(FILE_MACHINE, status.currentState ?? '', 'transferred', `data source ${name}`);
       status.ip = '';
       status.storageIP = '';
       await this.cleanup(name);
@@ -178,7 +183,7 @@ export class BackingImageDataSourceController extends Controller {
     const topo = await topology(this.ctx);
     const f = spec.diskUUID ? topo.readyDisk(spec.diskUUID) : undefined;
     if (!f || f.node.name !== spec.nodeID || f.disk.path !== spec.diskPath) {
-      status.currentState = 'unknown';
+      status.currentState = transition(FILE_MACHINE, status.currentState ?? '', 'disk-unavailable', `data source ${name}`);
       return;
     }
 
@@ -198,13 +203,14 @@ export class BackingImageDataSourceController extends Controller {
       const state = status.currentState ?? '';
       if (state !== 'failed' && state !== 'failed-and-cleanup') {
         if (mismatch) {
-          status.currentState = 'failed';
+          status.currentState = transition(FILE_MACHINE, state, 'source-gone', `data source ${name}`);
           status.message = `the data source workload of ${name} runs on node ${w.nodeID} disk ${w.diskUUID} instead of node ${spec.nodeID} disk ${spec.diskUUID}; it will be deleted`;
         } else if (w.phase === 'failed') {
-          status.currentState = 'failed';
+          status.currentState = transition(FILE_MACHINE, state, 'source-gone', `data source ${name}`);
           status.message = `the pod dedicated to prepare the first backing image file failed: ${w.message || 'pod log is not found'}`;
         } else if (['starting', 'in-progress', 'ready-for-transfer', 'ready', 'unknown'].includes(state)) {
-          status.currentState = 'failed';
+          // Also a `ready` first file not yet marked transferred: its data source is gone with it.
+          status.currentState = transition(FILE_MACHINE, state, 'source-gone', `data source ${name}`);
           status.message = NOT_READY_MESSAGE;
         }
       }
@@ -223,7 +229,7 @@ export class BackingImageDataSourceController extends Controller {
       const retry = !isNew && retriable && !this.retryBackoff.isInBackOffSinceUpdate(name);
       if (!isNew && retriable && !retry) this.queue.addAfter(name, this.retryBackoff.remaining(name) + 10);
       if (isNew || retry) {
-        status.currentState = '';
+        status.currentState = transition(FILE_MACHINE, status.currentState ?? '', 'retried', `data source ${name}`);
         status.message = '';
         status.progress = 0;
         status.checksum = '';
@@ -244,7 +250,7 @@ export class BackingImageDataSourceController extends Controller {
         try {
           started = await this.ctx.dataPlane.startDataSource(bids, launch);
         } catch (err) {
-          status.currentState = 'failed';
+          status.currentState = transition(FILE_MACHINE, status.currentState, 'fail', `data source ${name}`);
           status.message = `failed to start the data source: ${errMessage(err)}`;
         }
         if (started === 'deferred') {
@@ -306,7 +312,8 @@ export class BackingImageDataSourceController extends Controller {
       let cur: typeof bids | undefined = bids;
       for (let attempt = 1; cur && cur.status?.ownerID === nodeID && cur.status?.ip; attempt++) {
         if (cur.status?.currentState === 'failed' || cur.status?.currentState === 'failed-and-cleanup') return;
-        const status = { ...cur.status, currentState: info.state as BackingImageDataSourceStatus['currentState'], size: info.size, progress: info.progress, checksum: info.currentChecksum, message: info.message };
+        // The data source owns its file's state: the BIDS mirrors what it reports.
+        const status = { ...cur.status, currentState: transition(FILE_MACHINE, cur.status?.currentState ?? '', { reported: info.state }, `data source ${name}`), size: info.size, progress: info.progress, checksum: info.currentChecksum, message: info.message };
         if (!changed(cur.status, status)) return;
         try {
           await store.updateStatus(BackingImageDataSourceKind, { ...cur, status });

@@ -12,7 +12,7 @@ export { Controller, DEFAULT_TIMING, isResponsibleFor, type ControllerContext, t
 export { BackingImageController } from './backing-image-controller.js';
 export { BackingImageDataSourceController, MAX_MONITOR_RETRY_COUNT } from './data-source-controller.js';
 export { BackingImageManagerController, MAX_MONITOR_RECEIVE_ERRORS } from './manager-controller.js';
-export { BackupBackingImageController, backupStateFromManager, syncBackupTargetBackingImages } from './backup-controller.js';
+export { BackupBackingImageController, syncBackupTargetBackingImages } from './backup-controller.js';
 export { BackupTargetController, parseGoDuration } from './backup-target-controller.js';
 export { NodeController } from './node-controller.js';
 export * from './manager-api.js';

@@ -4,7 +4,7 @@ import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { cidrContains, normalizeBackingImageName } from './actions.js';
 import { Backoff } from './backoff.js';
 import { isResponsibleFor } from './base-controller.js';
-import { backupStateFromManager } from './backup-controller.js';
+import { BACKUP_MACHINE, backupEventForProgress, transition } from '@bis/state-machine';
 import { parseGoDuration } from './backup-target-controller.js';
 import { EventRecorder } from './events.js';
 import type { BackingImageDataSource, BackingImageManager } from './kinds.js';
@@ -76,7 +76,7 @@ describe('names and small parsers', () => {
     expect(cidrContains('::1', '::1')).toBe(true);
   });
   it('maps manager backup states', () => {
-    expect(['in_progress', 'complete', 'error', 'x'].map(backupStateFromManager)).toEqual(['InProgress', 'Completed', 'Error', 'Unknown']);
+    expect(['in_progress', 'complete', 'error', 'x'].map((s) => transition(BACKUP_MACHINE, 'InProgress', backupEventForProgress(s)))).toEqual(['InProgress', 'Completed', 'Error', 'Unknown']);
   });
 });
 

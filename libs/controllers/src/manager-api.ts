@@ -1,5 +1,6 @@
 import { isManagerApiCompatible, type BackingImageResponse, type ListResponse, type ManagerClient } from '@bis/bimrpc';
 import type { BackingImageFileInfo } from '@bis/crd-types';
+import { FILE_MACHINE, transition } from '@bis/state-machine';
 import type { ManagerApi } from './data-plane.js';
 
 /** Adapts a `@bis/bimrpc` ManagerClient to the controllers' ManagerApi (the watch stream becomes callbacks). */
@@ -48,7 +49,8 @@ export function fileInfo(r: BackingImageResponse): BackingImageFileInfo {
     size: Number(r.spec?.size ?? 0),
     virtualSize: Number(r.spec?.virtualSize ?? 0),
     realSize: Number(r.spec?.realSize ?? 0),
-    state: (r.status?.state ?? '') as BackingImageFileInfo['state'],
+    // The manager owns its files' states: the file map mirrors what it reports.
+    state: transition(FILE_MACHINE, '', { reported: r.status?.state ?? '' }, `file ${r.spec?.name ?? ''}`),
     currentChecksum: r.status?.checksum ?? '',
     message: r.status?.errorMsg ?? '',
     sendingReference: r.status?.sendingReference ?? 0,

@@ -1,7 +1,7 @@
 import { isGrpcStatus, MANAGER_API_MIN_VERSION, MANAGER_API_VERSION } from '@bis/bimrpc';
 import type { BackingImageFileInfo, BackingImageManagerStatus } from '@bis/crd-types';
 import { isConflict, type Stored } from '@bis/datastore';
-import { MANAGER_TRANSITIONS, type ManagerEvent, type ManagerState } from '@bis/state-machine';
+import { FILE_MACHINE, IllegalTransitionError, MANAGER_MACHINE, transition, type ManagerEvent } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
@@ -14,6 +14,9 @@ import { NodeSyncLimiter, pickSender } from './rules.js';
 import { SettingName } from './settings.js';
 
 export const MAX_MONITOR_RECEIVE_ERRORS = 10;
+
+/** A file of a manager on the node, as the per-node replenish limit counts it (a read-only view). */
+type NodeFile = { diskUUID: string; biName: string; state: string };
 
 /**
  * How long a Fetch or Sync this controller requested is not requested again while the manager's listed files do not
@@ -207,14 +210,16 @@ export class BackingImageManagerController extends Controller {
 
   private markFilesUnknown(bim: BackingImageManager, status: BackingImageManagerStatus, message: string, addPlaceholders: boolean, biUUIDs: Record<string, string>): void {
     const map = status.backingImageFileMap!;
+    const subject = (bi: string) => `file ${bi} of backing image manager ${bim.metadata.name}`;
     for (const [bi, f] of Object.entries(map)) {
-      if (f.state === 'failed') continue;
+      // A failed file stays failed (Longhorn marks every non-failed file unknown).
+      if (f.state === 'failed' || f.state === 'failed-and-cleanup') continue;
       // Replaced, not edited: the entries are shared with the status read at the start of the reconcile.
-      map[bi] = { ...f, state: 'unknown', ...(message ? { message } : {}) };
+      map[bi] = { ...f, state: transition(FILE_MACHINE, f.state ?? '', 'lost', subject(bi)), ...(message ? { message } : {}) };
     }
     if (addPlaceholders) {
       for (const bi of Object.keys(bim.spec?.backingImages ?? {})) {
-        map[bi] ??= { name: bi, uuid: biUUIDs[bi] ?? '', state: 'unknown', message: '', size: 0, virtualSize: 0, realSize: 0, currentChecksum: '', sendingReference: 0, senderManagerAddress: '', progress: 0 };
+        map[bi] ??= { name: bi, uuid: biUUIDs[bi] ?? '', state: transition(FILE_MACHINE, '', 'lost', subject(bi)), message: '', size: 0, virtualSize: 0, realSize: 0, currentChecksum: '', sendingReference: 0, senderManagerAddress: '', progress: 0 };
       }
     }
   }
@@ -228,7 +233,7 @@ export class BackingImageManagerController extends Controller {
     if (!f || f.node.name !== bim.spec?.nodeID || f.disk.path !== bim.spec?.diskPath) {
       if (status.currentState !== 'unknown') {
         this.event(bim, 'Warning', EventReason.Unknown, `Backing image manager ${name} becomes state unknown: disk ${disk} is not ready or moved`);
-        status.currentState = 'unknown';
+        status.currentState = transition(MANAGER_MACHINE, status.currentState ?? '', 'disk-unavailable', name);
         this.stopMonitor(name);
         this.restartBackoff.reset(name);
         const uuids: Record<string, string> = {};
@@ -243,9 +248,10 @@ export class BackingImageManagerController extends Controller {
     }
 
     const w = await this.ctx.dataPlane.managerStatus(bim);
-    const prev = (status.currentState ?? '') as ManagerState;
-    const next = MANAGER_TRANSITIONS[prev][workloadEvent(w, bim)] ?? prev;
-    status.currentState = next;
+    const prev = status.currentState ?? '';
+    // An illegal move throws: the reconcile fails with the error (manager, state, event), logged as a warning.
+    status.currentState = transition(MANAGER_MACHINE, prev, workloadEvent(w, bim), name);
+    const next = status.currentState;
     if (next === 'running') {
       if (prev !== 'running') this.event(bim, 'Normal', EventReason.Running, 'Backing image manager becomes state running');
       status.ip = w.ip;
@@ -282,7 +288,7 @@ export class BackingImageManagerController extends Controller {
         } else {
           this.restartBackoff.next(name);
           await this.ctx.dataPlane.startManager(bim);
-          status.currentState = 'starting';
+          status.currentState = transition(MANAGER_MACHINE, next, 'workload-created', name);
           this.event(bim, 'Normal', EventReason.Create, `Starting backing image manager ${name} on node ${bim.spec?.nodeID} disk ${bim.spec?.diskUUID}`);
         }
       }
@@ -354,13 +360,13 @@ export class BackingImageManagerController extends Controller {
     const name = bim.metadata.name;
     const disk = bim.spec?.diskUUID ?? '';
     // Computed once per reconcile: the node's files for the per-node limit and the managers for sender selection.
-    let shared: { limit: number; all: Awaited<ReturnType<typeof listManagers>>; nodeFiles: { diskUUID: string; biName: string; state: string }[] } | undefined;
+    let shared: { limit: number; all: Awaited<ReturnType<typeof listManagers>>; nodeFiles: NodeFile[] } | undefined;
     const sharedView = async () => {
       if (shared) return shared;
       const all = await listManagers(this.ctx);
       const nodeFiles = all
         .filter((m) => m.spec?.nodeID === bim.spec?.nodeID)
-        .flatMap((m) => Object.entries(m.status?.backingImageFileMap ?? {}).map(([bn, f]) => ({ diskUUID: m.spec?.diskUUID ?? '', biName: bn, state: f.state ?? '' })));
+        .flatMap((m) => Object.entries(m.status?.backingImageFileMap ?? {}).map(([bn, f]): NodeFile => ({ diskUUID: m.spec?.diskUUID ?? '', biName: bn, state: f.state ?? '' })));
       shared = { limit: await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit), all, nodeFiles };
       this.syncLimiter.refresh(bim.spec?.nodeID ?? '', nodeFiles);
       return shared;
@@ -390,7 +396,7 @@ export class BackingImageManagerController extends Controller {
           } catch (err) {
             if (!isGrpcStatus(err, grpcStatus.NOT_FOUND)) throw err;
           }
-          await store.updateStatus(BackingImageDataSourceKind, { ...bids, status: { ...bids.status, currentState: 'failed-and-cleanup' } });
+          await store.updateStatus(BackingImageDataSourceKind, { ...bids, status: { ...bids.status, currentState: transition(FILE_MACHINE, bids.status.currentState, 'cleaned-up', `data source ${biName}`) } });
           continue;
         }
         const dsAddress = bids.metadata.annotations?.[Annotation.Address];
@@ -581,7 +587,9 @@ export class BackingImageManagerController extends Controller {
       }
     } catch (err) {
       m.dirty = true;
-      this.ctx.log.debug(`backing image manager monitor ${name}: ${errMessage(err)}`);
+      // A state the manager reports that is not a file state is worth a warning; other failures are retried quietly.
+      if (err instanceof IllegalTransitionError) this.ctx.log.warn(`backing image manager monitor ${name}: ${err.message}`);
+      else this.ctx.log.debug(`backing image manager monitor ${name}: ${errMessage(err)}`);
     } finally {
       m.busy = false;
       if (m.dirty && !m.stopped) this.kick(name, m);

@@ -3,6 +3,7 @@
  * BI status, its data source and the managers.
  */
 import type { BackingImageDiskFileStatus, BackingImageState, BackingImageStatus } from '@bis/crd-types';
+import { FILE_MACHINE, transition } from '@bis/state-machine';
 import type { BackingImageDataSource, BackingImageManager } from './kinds.js';
 
 export interface AggregationEvent {
@@ -20,6 +21,11 @@ export interface AggregationInput {
   nowIso: string;
 }
 
+const biSubject = (disk: string) => `copy on disk ${disk}`;
+
+/** A failed copy stays failed when it is found corrupted too. */
+const isFailed = (state: BackingImageState | undefined) => state === 'failed' || state === 'failed-and-cleanup';
+
 function updateWithFileInfo(
   status: BackingImageStatus,
   map: Record<string, BackingImageDiskFileStatus>,
@@ -30,17 +36,17 @@ function updateWithFileInfo(
   progress: number,
   nowIso: string,
 ): void {
-  const e = (map[disk] ??= { dataEngine: 'v1', state: '', progress: 0, message: '', lastStateTransitionTime: '' });
-  if (e.state !== state) {
-    e.state = state;
-    e.lastStateTransitionTime = nowIso;
-  }
+  const e = (map[disk] ??= { dataEngine: 'v1', progress: 0, message: '', lastStateTransitionTime: '' });
+  const prev = e.state ?? '';
+  // The copy's owner (the data source or the manager) reported the state: the BI mirrors it.
+  e.state = transition(FILE_MACHINE, prev, { reported: state }, biSubject(disk));
+  if (e.state !== prev) e.lastStateTransitionTime = nowIso;
   e.progress = progress;
   e.message = message;
   if (checksum) {
     if (!status.checksum) status.checksum = checksum;
-    else if (status.checksum !== checksum && e.state !== 'failed') {
-      e.state = 'failed';
+    else if (status.checksum !== checksum && !isFailed(e.state)) {
+      e.state = transition(FILE_MACHINE, e.state, 'found-corrupted', biSubject(disk));
       // FIX: Longhorn leaves lastStateTransitionTime unchanged here; a failure is a transition, so it is stamped.
       e.lastStateTransitionTime = nowIso;
       e.message = `Backing image recorded checksum ${status.checksum} doesn't match the file checksum ${checksum} in disk ${disk}`;
@@ -77,8 +83,8 @@ export function aggregateFileStatus(input: AggregationInput): AggregationEvent[]
         status.size = size;
         events.push({ type: 'Normal', reason: 'Update', message: `Set size to ${size}` });
       }
-      if (status.size !== size && e.state !== 'failed') {
-        e.state = 'failed';
+      if (status.size !== size && !isFailed(e.state)) {
+        e.state = transition(FILE_MACHINE, e.state ?? '', 'found-corrupted', biSubject(disk));
         e.lastStateTransitionTime = nowIso;
         e.message = `found mismatching size ${size} reported by backing image manager ${bim.metadata.name} in disk ${disk}, the size recorded in status is ${status.size}`;
         events.push({ type: 'Warning', reason: 'Update', message: e.message });
@@ -90,8 +96,8 @@ export function aggregateFileStatus(input: AggregationInput): AggregationEvent[]
         status.virtualSize = vsize;
         events.push({ type: 'Normal', reason: 'Update', message: `Set virtualSize to ${vsize}` });
       }
-      if (status.virtualSize !== vsize && e.state !== 'failed') {
-        e.state = 'failed';
+      if (status.virtualSize !== vsize && !isFailed(e.state)) {
+        e.state = transition(FILE_MACHINE, e.state ?? '', 'found-corrupted', biSubject(disk));
         e.lastStateTransitionTime = nowIso;
         e.message = `found mismatching virtualSize ${vsize} reported by backing image manager ${bim.metadata.name} in disk ${disk}, the virtualSize recorded in status is ${status.virtualSize}`;
         events.push({ type: 'Warning', reason: 'Update', message: e.message });

@@ -41,10 +41,10 @@ export const DISK_TYPES: readonly DiskType[] = Object.values(DiskType);
 
 /**
  * A backing-image file state as stored in BI `status.diskFileStatusMap[*].state`, BIDS `status.currentState` and
- * BIM `status.backingImageFileMap[*].state`: a {@link FileState} or `""` for a file nobody has reported yet.
+ * BIM `status.backingImageFileMap[*].state`: a {@link FileState} (`""` for a file nobody has reported yet).
  */
-export type BackingImageState = FileState | '';
-export const BACKING_IMAGE_STATES: readonly BackingImageState[] = ['', ...FILE_STATES];
+export type BackingImageState = FileState;
+export const BACKING_IMAGE_STATES: readonly BackingImageState[] = FILE_STATES;
 
 export { FILE_STATES, MANAGER_STATES, BACKUP_STATES };
 

@@ -1,4 +1,5 @@
 import type { BackupCreateRequest, BackupStatusResponse } from '@bis/bimrpc';
+import type { BackupProgressState } from '@bis/state-machine';
 
 /** What the manager asks of a backup engine (implemented over `@bis/backupstore` by the composition root). */
 export interface BackupRunner {
@@ -22,7 +23,7 @@ interface Entry {
   progress: number;
   backupUrl: string;
   error: string;
-  state: 'in_progress' | 'complete' | 'error';
+  state: BackupProgressState;
   controller: AbortController;
 }
 

@@ -1,3 +1,5 @@
+import type { Machine } from './machine.js';
+
 /** BackupBackingImage `status.state` (control plane §1.2). */
 export const BackupState = {
   New: '',
@@ -49,20 +51,25 @@ export const BACKUP_TRANSITIONS: { readonly [s in BackupState]: Partial<Readonly
   Unknown: { synced: 'Completed', error: 'Error' },
 };
 
-/** The data plane's backup progress state (BackupStatus RPC) → the event it means for the BackupBackingImage. */
-export function backupEventForManagerState(state: string): BackupEvent {
+/**
+ * The progress of one backup in the data plane, as the manager's BackupStatus RPC and the backup engine report it.
+ * Defined here once; the backup engine, the manager daemon and the controllers use it.
+ */
+export const BackupProgressState = { InProgress: 'in_progress', Complete: 'complete', Error: 'error' } as const;
+export type BackupProgressState = (typeof BackupProgressState)[keyof typeof BackupProgressState];
+
+/** The data plane's backup progress state → the event it means for the BackupBackingImage. */
+export function backupEventForProgress(state: string): BackupEvent {
   switch (state) {
-    case 'in_progress':
+    case BackupProgressState.InProgress:
       return BackupEvent.Progress;
-    case 'complete':
+    case BackupProgressState.Complete:
       return BackupEvent.Completed;
-    case 'error':
+    case BackupProgressState.Error:
       return BackupEvent.Error;
     default:
       return BackupEvent.Unrecognised;
   }
 }
 
-/** Data-plane backup states reported by BackupStatus. */
-export const ManagerBackupState = { InProgress: 'in_progress', Complete: 'complete', Error: 'error' } as const;
-export type ManagerBackupState = (typeof ManagerBackupState)[keyof typeof ManagerBackupState];
+export const BACKUP_MACHINE: Machine<BackupState, BackupEvent> = { name: 'backup backing image', states: BACKUP_STATES, events: BACKUP_EVENTS, table: BACKUP_TRANSITIONS };

@@ -1,83 +1,61 @@
 import { describe, expect, it } from '@jest/globals';
-import {
-  FILE_EVENTS,
-  FILE_STATES,
-  FILE_TRANSITIONS,
-  FileLifecycle,
-  IllegalTransitionError,
-  computeProgress,
-  nextState,
-  type FileEvent,
-  type FileState,
-} from './index.js';
+import { FILE_MACHINE, FILE_STATES, FileLifecycle, IllegalTransitionError, transition, type FileState } from './index.js';
+import { computeProgress } from './progress.js';
 
 // The expected outcome of every (state, event) pair, written out independently of the implementation's table.
-// '-' means the event is illegal in that state.
-const EXPECTED: Record<FileState, Record<FileEvent, FileState | '-'>> = {
-  pending: {
-    'reuse-succeeded': 'ready', prepared: 'starting', progress: '-', processed: '-', 'processed-for-transfer': '-',
-    transferred: '-', modified: '-', verified: '-', fail: 'failed', 'cleaned-up': '-', lost: 'unknown',
-  },
-  starting: {
-    'reuse-succeeded': '-', prepared: '-', progress: 'in-progress', processed: '-', 'processed-for-transfer': '-',
-    transferred: '-', modified: '-', verified: '-', fail: 'failed', 'cleaned-up': '-', lost: 'unknown',
-  },
-  'in-progress': {
-    'reuse-succeeded': '-', prepared: '-', progress: 'in-progress', processed: 'ready',
-    'processed-for-transfer': 'ready-for-transfer', transferred: '-', modified: '-', verified: '-', fail: 'failed',
-    'cleaned-up': '-', lost: 'unknown',
-  },
-  'ready-for-transfer': {
-    'reuse-succeeded': '-', prepared: '-', progress: '-', processed: '-', 'processed-for-transfer': '-',
-    transferred: 'ready', modified: '-', verified: '-', fail: 'failed', 'cleaned-up': '-', lost: 'unknown',
-  },
-  ready: {
-    'reuse-succeeded': '-', prepared: '-', progress: '-', processed: '-', 'processed-for-transfer': '-',
-    transferred: '-', modified: 'unknown', verified: '-', fail: '-', 'cleaned-up': '-', lost: 'unknown',
-  },
-  failed: {
-    'reuse-succeeded': '-', prepared: '-', progress: '-', processed: '-', 'processed-for-transfer': '-',
-    transferred: '-', modified: '-', verified: '-', fail: '-', 'cleaned-up': 'failed-and-cleanup', lost: '-',
-  },
-  'failed-and-cleanup': {
-    'reuse-succeeded': '-', prepared: '-', progress: '-', processed: '-', 'processed-for-transfer': '-',
-    transferred: '-', modified: '-', verified: '-', fail: '-', 'cleaned-up': '-', lost: '-',
-  },
-  unknown: {
-    'reuse-succeeded': '-', prepared: '-', progress: '-', processed: '-', 'processed-for-transfer': '-',
-    transferred: '-', modified: '-', verified: 'ready', fail: 'failed', 'cleaned-up': '-', lost: 'unknown',
-  },
+// '-' means the event is illegal in that state; "new" is the state "".
+// Columns: reuse-succeeded prepared progress processed processed-for-transfer transferred modified verified fail
+//          cleaned-up lost disk-unavailable found-corrupted source-gone deleted retried
+const EXPECTED: Record<string, string> = {
+  new: '- - - - - ready - - failed - unknown unknown failed failed failed new',
+  pending: 'ready starting - - - - - - failed - unknown unknown failed failed failed new',
+  starting: '- - in-progress - - - - - failed - unknown unknown failed failed failed -',
+  'in-progress': '- - in-progress ready ready-for-transfer - - - failed - unknown unknown failed failed failed -',
+  'ready-for-transfer': '- - - - - ready - - failed - unknown unknown failed failed failed -',
+  ready: '- - - - - ready unknown - - - unknown unknown failed failed failed -',
+  failed: '- - - - - - - - - failed-and-cleanup - unknown - - failed new',
+  'failed-and-cleanup': '- - - - - - - - - - - unknown - - - new',
+  unknown: '- - - - - - - ready failed - unknown unknown failed failed failed -',
 };
+const stateOf = (s: string): FileState => (s === 'new' ? '' : (s as FileState));
 
 describe('file state machine', () => {
-  it('knows exactly the eight data-plane states, with their wire spelling', () => {
+  it('knows exactly the nine states, with their wire spelling', () => {
     expect([...FILE_STATES].sort()).toEqual(
-      ['failed', 'failed-and-cleanup', 'in-progress', 'pending', 'ready', 'ready-for-transfer', 'starting', 'unknown'],
+      ['', 'failed', 'failed-and-cleanup', 'in-progress', 'pending', 'ready', 'ready-for-transfer', 'starting', 'unknown'],
     );
   });
 
-  const pairs = FILE_STATES.flatMap((s) => FILE_EVENTS.map((e) => [s, e] as const));
+  const pairs = FILE_STATES.flatMap((s) => FILE_MACHINE.events.map((e, i) => [s, e, i] as const));
   it('covers all (state, event) pairs', () => {
-    expect(pairs).toHaveLength(8 * 11);
-    expect(Object.keys(FILE_TRANSITIONS).sort()).toEqual([...FILE_STATES].sort());
+    expect(pairs).toHaveLength(9 * 16);
+    expect(Object.keys(EXPECTED).map(stateOf).sort()).toEqual([...FILE_STATES].sort());
   });
 
-  it.each(pairs)('%s + %s', (state, event) => {
-    const want = EXPECTED[state][event];
+  it.each(pairs)('"%s" + %s', (state, event, i) => {
+    const want = EXPECTED[state === '' ? 'new' : state]!.split(' ')[i]!;
     if (want === '-') {
-      expect(() => nextState('file', FILE_TRANSITIONS, state, event)).toThrow(IllegalTransitionError);
+      let err: unknown;
       try {
-        nextState('file', FILE_TRANSITIONS, state, event);
+        transition(FILE_MACHINE, state, event, 'image-1');
       } catch (e) {
-        expect(e).toBeInstanceOf(IllegalTransitionError);
-        const err = e as IllegalTransitionError;
-        expect(err.from).toBe(state);
-        expect(err.event).toBe(event);
-        expect(err.message).toContain(`"${event}" is not allowed in state "${state}"`);
+        err = e;
       }
+      expect(err).toBeInstanceOf(IllegalTransitionError);
+      const e = err as IllegalTransitionError;
+      expect([e.from, e.event, e.subject]).toEqual([state, event, 'image-1']);
+      expect(e.message).toBe(`file image-1: illegal transition: event "${event}" is not allowed in state "${state}"`);
     } else {
-      expect(nextState('file', FILE_TRANSITIONS, state, event)).toBe(want);
+      expect(transition(FILE_MACHINE, state, event)).toBe(stateOf(want));
     }
+  });
+
+  it('a reported state is taken as it is, if it is a state', () => {
+    expect(transition(FILE_MACHINE, 'starting', { reported: 'ready-for-transfer' })).toBe('ready-for-transfer');
+    expect(transition(FILE_MACHINE, 'failed', { reported: '' })).toBe('');
+    expect(() => transition(FILE_MACHINE, 'starting', { reported: 'done' }, 'image-1')).toThrow(
+      'file image-1: illegal transition: event "reported "done"" is not allowed in state "starting"',
+    );
   });
 });
 
@@ -123,7 +101,7 @@ describe('progress rules', () => {
     const f = new FileLifecycle({ size: 10 });
     f.fire('fail', 'failed to process sync file: boom');
     expect(() => f.fire('fail', 'second')).toThrow(IllegalTransitionError);
-    expect(f.tryFire('prepared')).toBe(false);
+    expect(() => f.fire('prepared')).toThrow(IllegalTransitionError);
     expect(f.message).toBe('failed to process sync file: boom');
     f.fire('cleaned-up');
     expect(f.state).toBe('failed-and-cleanup');

@@ -1,10 +1,14 @@
+import type { Machine } from './machine.js';
+
 /**
- * The state of one backing-image file (a Copy on a Disk, or the DataSource's first file).
+ * The state of one backing-image file: a copy on a disk (sync service, manager daemon, BackingImageManager file map,
+ * BackingImage `diskFileStatusMap`) or the data source's first file (data source, BackingImageDataSource
+ * `currentState`). `""` is a file nobody has reported yet (Longhorn's zero value).
  *
- * This is the only place where file states and their transitions are defined. The sync service, the
- * data source, the manager daemon and the controllers all move files through {@link FileStateMachine}.
+ * This is the only place where file states and their transitions are defined.
  */
 export const FileState = {
+  New: '',
   Pending: 'pending',
   Starting: 'starting',
   InProgress: 'in-progress',
@@ -17,24 +21,29 @@ export const FileState = {
 export type FileState = (typeof FileState)[keyof typeof FileState];
 export const FILE_STATES: readonly FileState[] = Object.values(FileState);
 
-export function isFileState(value: unknown): value is FileState {
-  return typeof value === 'string' && (FILE_STATES as readonly string[]).includes(value);
-}
-
 /**
- * What can happen to a file.
- *
+ * What can happen to a file. Data plane:
  * - `reuse-succeeded`: the pending record found a valid existing file on disk (size, checksum) → ready.
  * - `prepared`: the pending record found nothing to reuse and cleaned the place → starting.
  * - `progress`: bytes were written (or a position was reached) → in-progress.
  * - `processed`: all bytes are in and the checksum matched → ready.
  * - `processed-for-transfer`: a data source finished its file; it waits for a manager to take it → ready-for-transfer.
- * - `transferred`: a manager took the data source's file over → ready.
  * - `modified`: a ready file changed or vanished on disk; it must be verified again → unknown.
  * - `verified`: the re-verification of an unknown file succeeded → ready.
- * - `fail`: anything went wrong (bad input, I/O, checksum, cancellation, timeout) → failed.
- * - `cleaned-up`: the control plane removed the leftovers of a failed first file → failed-and-cleanup.
- * - `lost`: the owner of the file (a manager) is unreachable; the file's fate is unknown → unknown.
+ * - `fail`: anything went wrong (bad input, I/O, checksum, cancellation, timeout, the process could not start) → failed.
+ *
+ * Control plane:
+ * - `transferred`: a manager took the data source's file over (BIDS `spec.fileTransferred`) → ready.
+ * - `cleaned-up`: the manager removed the leftovers of a failed first file → failed-and-cleanup.
+ * - `lost`: the manager that owns the file is not running or its disk is gone; the file's fate is unknown → unknown.
+ * - `disk-unavailable`: the disk the file is on is not ready, or moved (Longhorn marks the file unknown whatever it
+ *   was) → unknown.
+ * - `found-corrupted`: the control plane found the copy's checksum, size or virtual size differs from the image's →
+ *   failed (also from ready: the copy is bad).
+ * - `source-gone`: the data source process of the first file failed, vanished, or runs on the wrong node or disk →
+ *   failed (also from ready: a first file not yet marked transferred is lost with its process).
+ * - `deleted`: the image is deleted; the manager must remove the first file's leftovers → failed.
+ * - `retried`: the data source of the first file is started again (a new attempt, a retried download) → "".
  */
 export const FileEvent = {
   ReuseSucceeded: 'reuse-succeeded',
@@ -48,69 +57,93 @@ export const FileEvent = {
   Fail: 'fail',
   CleanedUp: 'cleaned-up',
   Lost: 'lost',
+  DiskUnavailable: 'disk-unavailable',
+  FoundCorrupted: 'found-corrupted',
+  SourceGone: 'source-gone',
+  Deleted: 'deleted',
+  Retried: 'retried',
 } as const;
 export type FileEvent = (typeof FileEvent)[keyof typeof FileEvent];
 export const FILE_EVENTS: readonly FileEvent[] = Object.values(FileEvent);
 
-type TransitionTable<S extends string, E extends string> = { readonly [state in S]: Partial<Readonly<Record<E, S>>> };
+/** Events that apply to every file that is not failed yet. */
+const whileAlive = {
+  'disk-unavailable': 'unknown',
+  'found-corrupted': 'failed',
+  deleted: 'failed',
+  lost: 'unknown',
+} as const;
 
 /**
  * Every legal transition. A (state, event) pair that is not listed is illegal and raises
  * {@link IllegalTransitionError}.
  *
- * Notes on choices that differ from Longhorn (documented in docs/state-machine.md):
- * - a `ready` file never goes to `failed` directly: it must first be noticed as modified (`unknown`) and fail its
- *   re-verification, so that a late error from a finished transfer cannot destroy a good copy;
- * - `progress` on an in-progress file is a self-transition (the progress value changes, the state does not).
+ * Choices that differ from Longhorn (documented in docs/state-machine.md):
+ * - a `ready` file never `fail`s: a late error of a finished transfer cannot destroy a good copy. It becomes failed
+ *   only when the control plane finds it corrupted (`found-corrupted`), when the first file's data source is gone
+ *   before the file was marked transferred (`source-gone`), when the image is deleted, or when its re-verification
+ *   fails (`modified`, then `fail` from `unknown`);
+ * - a failed file never becomes healthy again: only a new attempt (`retried`, back to `""`) or a lost disk
+ *   (`disk-unavailable`) moves it.
  */
-export const FILE_TRANSITIONS: TransitionTable<FileState, FileEvent> = {
+export const FILE_TRANSITIONS: { readonly [s in FileState]: Partial<Readonly<Record<FileEvent, FileState>>> } = {
+  '': {
+    ...whileAlive,
+    transferred: 'ready',
+    fail: 'failed',
+    'source-gone': 'failed',
+    retried: '',
+  },
   pending: {
+    ...whileAlive,
     'reuse-succeeded': 'ready',
     prepared: 'starting',
     fail: 'failed',
-    lost: 'unknown',
+    'source-gone': 'failed',
+    retried: '',
   },
   starting: {
+    ...whileAlive,
     progress: 'in-progress',
     fail: 'failed',
-    lost: 'unknown',
+    'source-gone': 'failed',
   },
   'in-progress': {
+    ...whileAlive,
     progress: 'in-progress',
     processed: 'ready',
     'processed-for-transfer': 'ready-for-transfer',
     fail: 'failed',
-    lost: 'unknown',
+    'source-gone': 'failed',
   },
   'ready-for-transfer': {
+    ...whileAlive,
     transferred: 'ready',
     fail: 'failed',
-    lost: 'unknown',
+    'source-gone': 'failed',
   },
   ready: {
+    ...whileAlive,
     modified: 'unknown',
-    lost: 'unknown',
+    transferred: 'ready',
+    'source-gone': 'failed',
   },
   failed: {
     'cleaned-up': 'failed-and-cleanup',
+    'disk-unavailable': 'unknown',
+    deleted: 'failed',
+    retried: '',
   },
-  'failed-and-cleanup': {},
+  'failed-and-cleanup': {
+    'disk-unavailable': 'unknown',
+    retried: '',
+  },
   unknown: {
+    ...whileAlive,
     verified: 'ready',
     fail: 'failed',
-    lost: 'unknown',
+    'source-gone': 'failed',
   },
 };
 
-/** States in which no more work happens on the file. */
-export const TERMINAL_FILE_STATES: ReadonlySet<FileState> = new Set<FileState>(['failed', 'failed-and-cleanup']);
-
-/** States in which the file's bytes are complete and verified. */
-export function isFileUsable(state: FileState): boolean {
-  return state === 'ready' || state === 'ready-for-transfer';
-}
-
-/** States that count as "being prepared" (used by the per-node replenish limit). */
-export function isFileInProgress(state: FileState): boolean {
-  return state === 'pending' || state === 'starting' || state === 'in-progress';
-}
+export const FILE_MACHINE: Machine<FileState, FileEvent> = { name: 'file', states: FILE_STATES, events: FILE_EVENTS, table: FILE_TRANSITIONS };

@@ -1,57 +1,78 @@
-/** Raised when an event is not allowed in the current state. */
-export class IllegalTransitionError<S extends string = string, E extends string = string> extends Error {
+/**
+ * The one transition function of the code base. Every state a status or record holds is the result of
+ * {@link transition}; a test (state-writes.spec.ts) checks that no code outside this library writes a state field
+ * any other way.
+ */
+
+/** Raised when an event is not allowed in the current state; names the machine, the object, the state and the event. */
+export class IllegalTransitionError extends Error {
   override readonly name = 'IllegalTransitionError';
   constructor(
     readonly machine: string,
-    readonly from: S,
-    readonly event: E,
+    readonly from: string,
+    readonly event: string,
+    readonly subject?: string,
   ) {
-    super(`${machine}: illegal transition: event "${event}" is not allowed in state "${from}"`);
+    super(`${machine}${subject ? ` ${subject}` : ''}: illegal transition: event "${event}" is not allowed in state "${from}"`);
   }
 }
 
+/** For each state, the events it allows and the state each leads to. A pair that is not listed is illegal. */
 export type Transitions<S extends string, E extends string> = { readonly [state in S]: Partial<Readonly<Record<E, S>>> };
 
-/** Pure transition function over a table: returns the next state or throws {@link IllegalTransitionError}. */
-export function nextState<S extends string, E extends string>(
-  machine: string,
-  table: Transitions<S, E>,
-  from: S,
-  event: E,
-): S {
-  const row = table[from];
-  if (row === undefined) {
-    throw new IllegalTransitionError(machine, from, event);
+/** A state machine: its name (used in errors), its states, its events and its table. */
+export interface Machine<S extends string, E extends string> {
+  readonly name: string;
+  readonly states: readonly S[];
+  readonly events: readonly E[];
+  readonly table: Transitions<S, E>;
+}
+
+/**
+ * The owner of a state (a data-plane process for a file, a manager for a backup) reported it; the record that
+ * mirrors it takes the reported state, which must be one of the machine's states. The owner is the authority: a
+ * report may skip states the mirror never saw (polling), so any state of the machine may be reported.
+ */
+export interface Reported {
+  readonly reported: string;
+}
+
+/**
+ * Returns the state `event` leads to from `from`, or throws {@link IllegalTransitionError}. `subject` names the
+ * object in the error (e.g. `backing image manager bim-1`).
+ */
+export function transition<S extends string, E extends string>(machine: Machine<S, E>, from: S, event: E | Reported, subject?: string): S {
+  if (typeof event === 'object') {
+    const to = machine.states.find((s) => s === event.reported);
+    if (to === undefined) throw new IllegalTransitionError(machine.name, from, `reported "${event.reported}"`, subject);
+    return to;
   }
-  const to = row[event];
-  if (to === undefined) {
-    throw new IllegalTransitionError(machine, from, event);
-  }
+  const to = machine.table[from]?.[event];
+  if (to === undefined) throw new IllegalTransitionError(machine.name, from, event, subject);
   return to;
 }
 
-export function canTransition<S extends string, E extends string>(table: Transitions<S, E>, from: S, event: E): boolean {
-  return table[from]?.[event] !== undefined;
+/** Whether `event` is allowed in state `from`. */
+export function canTransition<S extends string, E extends string>(machine: Machine<S, E>, from: S, event: E): boolean {
+  return machine.table[from]?.[event] !== undefined;
 }
 
 export interface TransitionRecord<S extends string, E extends string> {
   from: S;
   event: E;
   to: S;
-  at: Date;
 }
 
 /**
- * A small stateful wrapper: holds the current state, applies events through the table and tells listeners.
- * Listeners run synchronously after the state has changed.
+ * Holds a current state and applies events through {@link transition}; tells listeners (synchronously, after the
+ * state changed).
  */
 export class StateMachine<S extends string, E extends string> {
   #state: S;
   #listeners = new Set<(t: TransitionRecord<S, E>) => void>();
 
   constructor(
-    readonly machine: string,
-    readonly table: Transitions<S, E>,
+    readonly machine: Machine<S, E>,
     initial: S,
   ) {
     this.#state = initial;
@@ -62,24 +83,16 @@ export class StateMachine<S extends string, E extends string> {
   }
 
   can(event: E): boolean {
-    return canTransition(this.table, this.#state, event);
+    return canTransition(this.machine, this.#state, event);
   }
 
   /** Applies the event; throws {@link IllegalTransitionError} when it is not allowed. */
   fire(event: E): S {
     const from = this.#state;
-    const to = nextState(this.machine, this.table, from, event);
+    const to = transition(this.machine, from, event);
     this.#state = to;
-    const record: TransitionRecord<S, E> = { from, event, to, at: new Date() };
-    for (const l of this.#listeners) l(record);
+    for (const l of this.#listeners) l({ from, event, to });
     return to;
-  }
-
-  /** Applies the event only when it is allowed; returns whether it was applied. */
-  tryFire(event: E): boolean {
-    if (!this.can(event)) return false;
-    this.fire(event);
-    return true;
   }
 
   onTransition(listener: (t: TransitionRecord<S, E>) => void): () => void {

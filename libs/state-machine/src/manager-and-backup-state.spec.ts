@@ -1,18 +1,14 @@
 import { describe, expect, it } from '@jest/globals';
 import {
-  BACKUP_EVENTS,
+  BACKUP_MACHINE,
   BACKUP_STATES,
-  BACKUP_TRANSITIONS,
   IllegalTransitionError,
-  MANAGER_EVENTS,
+  MANAGER_MACHINE,
   MANAGER_STATES,
-  MANAGER_TRANSITIONS,
-  StateMachine,
-  backupEventForManagerState,
-  nextState,
-  type BackupEvent,
+  backupEventForProgress,
+  transition,
   type BackupState,
-  type ManagerEvent,
+  type Machine,
   type ManagerState,
 } from './index.js';
 
@@ -37,22 +33,17 @@ const BACKUP_EXPECTED: Record<BackupState, string> = {
   Unknown: '- - - Error - Completed',
 };
 
-function expectTable<S extends string, E extends string>(
-  name: string,
-  table: { readonly [s in S]: Partial<Readonly<Record<E, S>>> },
-  states: readonly S[],
-  events: readonly E[],
-  expected: Record<S, string>,
-): void {
-  for (const s of states) {
+function expectTable<S extends string, E extends string>(machine: Machine<S, E>, expected: Record<S, string>): void {
+  const events = machine.events;
+  for (const s of machine.states) {
     const cols = expected[s].split(' ');
     expect(cols).toHaveLength(events.length);
     events.forEach((e, i) => {
       const want = cols[i];
       if (want === '-') {
-        expect(() => nextState(name, table, s, e)).toThrow(IllegalTransitionError);
+        expect(() => transition(machine, s, e)).toThrow(IllegalTransitionError);
       } else {
-        expect([s, e, nextState(name, table, s, e)]).toEqual([s, e, want]);
+        expect([s, e, transition(machine, s, e)]).toEqual([s, e, want]);
       }
     });
   }
@@ -63,11 +54,12 @@ describe('manager states', () => {
     expect([...MANAGER_STATES].sort()).toEqual(['', 'error', 'running', 'starting', 'stopped', 'unknown']);
   });
   it('follow the workload/disk mapping for every (state, event) pair', () => {
-    expectTable<ManagerState, ManagerEvent>('manager', MANAGER_TRANSITIONS, MANAGER_STATES, MANAGER_EVENTS, MANAGER_EXPECTED);
+    expectTable(MANAGER_MACHINE, MANAGER_EXPECTED);
   });
   it('a running manager cannot be "created" again', () => {
-    const m = new StateMachine<ManagerState, ManagerEvent>('manager', MANAGER_TRANSITIONS, 'running');
-    expect(() => m.fire('workload-created')).toThrow('illegal transition');
+    expect(() => transition(MANAGER_MACHINE, 'running', 'workload-created', 'bim-1')).toThrow(
+      'backing image manager bim-1: illegal transition: event "workload-created" is not allowed in state "running"',
+    );
   });
 });
 
@@ -76,12 +68,12 @@ describe('backup states', () => {
     expect([...BACKUP_STATES].sort()).toEqual(['', 'Completed', 'Error', 'InProgress', 'Pending', 'Unknown']);
   });
   it('follow the table for every (state, event) pair', () => {
-    expectTable<BackupState, BackupEvent>('backup', BACKUP_TRANSITIONS, BACKUP_STATES, BACKUP_EVENTS, BACKUP_EXPECTED);
+    expectTable(BACKUP_MACHINE, BACKUP_EXPECTED);
   });
   it('maps the data plane backup states', () => {
-    expect(backupEventForManagerState('in_progress')).toBe('progress');
-    expect(backupEventForManagerState('complete')).toBe('completed');
-    expect(backupEventForManagerState('error')).toBe('error');
-    expect(backupEventForManagerState('weird')).toBe('unrecognised');
+    expect(backupEventForProgress('in_progress')).toBe('progress');
+    expect(backupEventForProgress('complete')).toBe('completed');
+    expect(backupEventForProgress('error')).toBe('error');
+    expect(backupEventForProgress('weird')).toBe('unrecognised');
   });
 });

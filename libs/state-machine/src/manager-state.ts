@@ -1,3 +1,5 @@
+import type { Machine } from './machine.js';
+
 /**
  * BackingImageManager (per-disk daemon) states, as stored in `status.currentState`.
  * The empty string is the state of a manager that was never observed.
@@ -93,3 +95,5 @@ export const MANAGER_TRANSITIONS: { readonly [s in ManagerState]: Partial<Readon
     stopped: 'stopped',
   },
 };
+
+export const MANAGER_MACHINE: Machine<ManagerState, ManagerEvent> = { name: 'backing image manager', states: MANAGER_STATES, events: MANAGER_EVENTS, table: MANAGER_TRANSITIONS };

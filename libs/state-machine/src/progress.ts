@@ -1,4 +1,4 @@
-import { FileEvent, FileState, FILE_TRANSITIONS } from './file-state.js';
+import { FileEvent, FileState, FILE_MACHINE } from './file-state.js';
 import { StateMachine, type TransitionRecord } from './machine.js';
 
 /**
@@ -34,7 +34,7 @@ export class FileLifecycle {
   #message = '';
 
   constructor(opts: { size?: number; initial?: FileState } = {}) {
-    this.#machine = new StateMachine<FileState, FileEvent>('file', FILE_TRANSITIONS, opts.initial ?? FileState.Pending);
+    this.#machine = new StateMachine<FileState, FileEvent>(FILE_MACHINE, opts.initial ?? FileState.Pending);
     this.#size = opts.size ?? 0;
     if (this.#machine.state === FileState.Ready) this.#progress = 100;
   }

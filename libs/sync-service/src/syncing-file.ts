@@ -61,15 +61,12 @@ export class SyncingFile {
       expectedChecksum: this.expectedChecksum,
       filePath: this.filePath,
       uuid: this.uuid,
-      size: l.size,
+      // state, size, processedSize, progress and message, as the lifecycle holds them
+      ...l.snapshot(),
       virtualSize: this.virtualSize,
       realSize: this.realSize,
-      state: l.state,
-      progress: l.progress,
-      processedSize: l.processedSize,
       modificationTime: this.modificationTime,
       currentChecksum: this.currentChecksum,
-      message: l.message,
       sendingReference: this.sendingReference,
     };
   }

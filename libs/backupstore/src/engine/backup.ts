@@ -1,6 +1,7 @@
 import { promises as fs } from 'node:fs';
 import { getDataExtents, mapBlocks, type BlockMapping } from '@bis/block-mapping';
 import type { Sha512Chain } from '@bis/sha512-chain';
+import type { BackupProgressState } from '@bis/state-machine';
 import { compressBlock } from '../compression.js';
 import { createWholeImageHash, encodeImageChain, type WholeImageHash } from '../image-chain.js';
 import { BlockWorkerPool, SlotPool, writeStoredFramePieces, type PreparedBlock, type Slot } from '../pipeline.js';
@@ -69,10 +70,8 @@ export interface BackupProgress {
   zeroBlocks: number;
 }
 
-export type BackupState = 'in_progress' | 'complete' | 'error';
-
 export interface BackupStatus extends BackupProgress {
-  state: BackupState;
+  state: BackupProgressState;
   backupUrl: string;
   /** '' unless state is `error`. */
   error: string;
