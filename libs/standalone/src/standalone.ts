@@ -15,7 +15,7 @@ import {
 } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { EmbeddedDatastore, isNotFound } from '@bis/datastore';
-import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources, type BackingImageApi } from '@bis/api-resources';
+import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources, SecretService, secretResource, type BackingImageApi } from '@bis/api-resources';
 import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
 import { LocalProcessRuntime } from '@bis/runtime';
 import { uiServerPlugin } from '@bis/ui-server';
@@ -130,10 +130,13 @@ async function ensureNode(store: EmbeddedDatastore, disks: StandaloneDisk[]): Pr
   await store.updateStatus(NodeKind, { ...saved, status });
 }
 
+/**
+ * Creates the default backup target with the command line's URL when it does not exist yet. An existing target is
+ * kept as the user last set it (URL, credential secret, poll interval): a restart changes nothing.
+ */
 async function ensureBackupTarget(store: EmbeddedDatastore, url: string): Promise<void> {
   try {
-    const t = await store.get(BackupTargetKind, 'default', STANDALONE_NAMESPACE);
-    if (t.spec?.backupTargetURL !== url) await store.update(BackupTargetKind, { ...t, spec: { ...t.spec, backupTargetURL: url } });
+    await store.get(BackupTargetKind, 'default', STANDALONE_NAMESPACE);
   } catch (err) {
     if (!isNotFound(err)) throw err;
     await store.create(BackupTargetKind, {
@@ -176,7 +179,8 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   };
   try {
     const settings = new SettingsService({ store, namespace: STANDALONE_NAMESPACE });
-    await settings.ensureDefaults();
+    // One node: no more copies than disks can ever exist (only when the setting is created; a user's value stays).
+    await settings.ensureDefaults({ [SettingName.DefaultMinNumberOfBackingImageCopies]: String(Math.min(3, diskCount)) });
     await settings.set(SettingName.DefaultBackingImageManagerImage, STANDALONE_MANAGER_IMAGE, { system: true });
     await ensureNode(store, disks);
     const backupTargetURL = `vfs://${backupsDir}`;
@@ -207,6 +211,8 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
       endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
       downloadUrlPolicy: { allowedHosts: (opts.allowSourceHosts ?? []).filter((h) => !h.includes('/')).map((h) => h.toLowerCase()) },
     });
+    // Standalone keeps credential secrets (backup targets' `credentialSecret`) in its store: `/v1/secrets`.
+    registry.addResource(secretResource(new SecretService(store, STANDALONE_NAMESPACE), store, STANDALONE_NAMESPACE));
     opts.registerResources?.(registry, system);
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
     await app.register(backingImageHttpPlugin, { api });
