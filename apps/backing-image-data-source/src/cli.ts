@@ -26,6 +26,31 @@ const SOURCE_KINDS: Record<DataSourceType, readonly FileSourceKind[]> = {
   'export-from-volume': ['upload'],
 };
 
+/**
+ * The credential of a data source (JSON object of strings) comes by this environment variable, so it never shows on
+ * a command line (`ps`); `--credential k=v` flags (Longhorn's) are still accepted and win over it.
+ */
+export const CREDENTIAL_ENV = 'BACKING_IMAGE_DATA_SOURCE_CREDENTIAL';
+
+/** Parses {@link CREDENTIAL_ENV}; an invalid value is a configuration error that never echoes the value. */
+export function credentialFromEnv(env: NodeJS.ProcessEnv): Record<string, string> {
+  const raw = env[CREDENTIAL_ENV];
+  if (raw === undefined || raw === '') return {};
+  let v: unknown;
+  try {
+    v = JSON.parse(raw);
+  } catch {
+    throw new DataSourceConfigError(`invalid ${CREDENTIAL_ENV}: not JSON`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new DataSourceConfigError(`invalid ${CREDENTIAL_ENV}: not a JSON object`);
+  const out: Record<string, string> = {};
+  for (const [k, val] of Object.entries(v)) {
+    if (typeof val !== 'string') throw new DataSourceConfigError(`invalid ${CREDENTIAL_ENV}: the value of ${k} is not a string`);
+    out[k] = val;
+  }
+  return out;
+}
+
 const REPEATED = new Set(['parameters', 'credential']);
 const SINGLE = new Set([
   'listen', 'sync-listen', 'disk-path', 'name', 'uuid', 'source-type', 'checksum', 'allow-source-hosts', 'ca-bundle',
@@ -116,12 +141,15 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
       uuid: args.single['uuid'],
       sourceType: args.single['source-type'],
       parameters: parseKeyValues('--parameters', args.repeated['parameters']!),
-      credential: parseKeyValues('--credential', args.repeated['credential']!),
+      credential: { ...credentialFromEnv(process.env), ...parseKeyValues('--credential', args.repeated['credential']!) },
       checksum: args.single['checksum'],
     });
   } catch (e) {
     process.stderr.write(`backing-image-data-source: ${(e as Error).message}\n`);
     return 2;
+  } finally {
+    // Not passed on to anything this process starts.
+    delete process.env[CREDENTIAL_ENV];
   }
   const s = args.single;
   const tokenFile = s['internal-token-file'];

@@ -4,7 +4,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { parse as parseYaml } from 'yaml';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ControllerManager, EventRecorder, SettingName, SettingsReader, type Logger } from '@bis/controllers';
-import { DEFAULT_MANAGER_POD_SELECTOR, KubeDataPlane, KubeDatastore, NodeDiskReporter, NodeHealthMonitor, podSettingsFromStore } from '@bis/kube';
+import { DEFAULT_MANAGER_POD_SELECTOR, KubeDataPlane, KubeDatastore, KubeSecretStore, NodeDiskReporter, NodeHealthMonitor, podSettingsFromStore } from '@bis/kube';
 import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources } from '@bis/api-resources';
 import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
 import type { CliIo } from './cli.js';
@@ -122,7 +122,8 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const disks = new NodeDiskReporter({ store, namespace, nodeID, defaultDataPath: values['default-data-path'] ?? defaults['default-data-path'] ?? '/var/lib/longhorn/', intervalMs: interval * 1000, log });
   const health = new NodeHealthMonitor({ kubeConfig, store, namespace, managerPodSelector: values['manager-pod-selector'], log });
   const events = new EventRecorder(5000, (l) => log.info(l));
-  const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events });
+  const secrets = new KubeSecretStore({ kubeConfig, namespace });
+  const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events, secrets });
   let app: FastifyInstance | undefined;
   const cleanup = async () => {
     await app?.close().catch(() => undefined);

@@ -8,3 +8,4 @@ export * from './nodes.js';
 export * from './backup-targets.js';
 export * from './replicas.js';
 export * from './register.js';
+export { SECRET_SCHEMA, SecretService, checkSecretData, secretResource } from './secrets.js';

@@ -4,6 +4,7 @@ import { changed, clone, errMessage, getOrUndefined, listManagers, nodeDownCheck
 import { EventSource } from './events.js';
 import { BackingImageKind, BackupBackingImageKind, BackupTargetKind, type BackupBackingImage, type BackupTarget } from './kinds.js';
 import { Annotation, backupBackingImageName, FINALIZER, Label, rfc3339 } from './names.js';
+import { backupTargetCredential, redactSecrets } from './secrets.js';
 import { SettingName } from './settings.js';
 import type { BackupBackingImageStatus } from '@bis/crd-types';
 import { BACKUP_MACHINE, backupEventForProgress, transition, type BackupEvent } from '@bis/state-machine';
@@ -69,7 +70,7 @@ export class BackupBackingImageController extends Controller {
     if (remote) {
       const biName = bbi.spec?.backingImage || bbi.status?.backingImage || '';
       const url = this.ctx.dataPlane.backupTarget.backingImageURL(target.spec!.backupTargetURL!, biName);
-      await this.ctx.dataPlane.backupTarget.deleteBackingImage(url, {});
+      await this.ctx.dataPlane.backupTarget.deleteBackingImage(url, await backupTargetCredential(this.ctx.secrets, target));
     }
     this.stopMonitor(name);
     if (bbi.status?.state === 'Error' || bbi.status?.state === 'Unknown') {
@@ -97,7 +98,9 @@ export class BackupBackingImageController extends Controller {
       status.checksum = bi.status?.checksum ?? '';
       let mon = this.monitors.get(name);
       if (!mon) {
+        let credential: Record<string, string> = {};
         try {
+          credential = await backupTargetCredential(this.ctx.secrets, target);
           const bim = (await listManagers(this.ctx)).find(
             (m) => !m.metadata.deletionTimestamp && !!bi.spec?.diskFileSpecMap?.[m.spec?.diskUUID ?? ''] && m.status?.backingImageFileMap?.[biName]?.uuid === bi.status?.uuid && m.status?.backingImageFileMap?.[biName]?.state === 'ready' && m.status?.currentState === 'running',
           );
@@ -112,7 +115,7 @@ export class BackupBackingImageController extends Controller {
               checksum: bi.status?.checksum ?? '',
               backupTarget: target.spec?.backupTargetURL ?? '',
               labels: Object.entries(bbi.spec?.labels ?? {}).map(([k, v]) => `${k}=${v}`),
-              credential: {},
+              credential,
               compressionMethod: compression,
               concurrentLimit,
               parameters: { secret: bi.spec?.secret ?? '', 'secret-namespace': bi.spec?.secretNamespace ?? '' },
@@ -122,7 +125,7 @@ export class BackupBackingImageController extends Controller {
           status.compressionMethod = compression as BackupBackingImageStatus['compressionMethod'];
           mon = this.startMonitor(name, address, biName);
         } catch (err) {
-          status.error = errMessage(err);
+          status.error = redactSecrets(errMessage(err), credential);
           status.state = transition(BACKUP_MACHINE, state, 'error', `backup ${name}`);
           status.lastSyncedAt = rfc3339(this.ctx.now());
           return;
@@ -146,7 +149,7 @@ export class BackupBackingImageController extends Controller {
     if (status.lastSyncedAt && !(bbi.spec?.syncRequestedAt && Date.parse(bbi.spec.syncRequestedAt) > Date.parse(status.lastSyncedAt))) return;
     try {
       const url = status.url || this.ctx.dataPlane.backupTarget.backingImageURL(target.spec?.backupTargetURL ?? '', biName);
-      const info = await this.ctx.dataPlane.backupTarget.inspectBackingImage(url, {});
+      const info = await this.ctx.dataPlane.backupTarget.inspectBackingImage(url, await backupTargetCredential(this.ctx.secrets, target));
       Object.assign(status, {
         state: transition(BACKUP_MACHINE, status.state ?? '', 'synced', `backup ${name}`),
         backingImage: info.name,
@@ -204,7 +207,7 @@ export class BackupBackingImageController extends Controller {
 export async function syncBackupTargetBackingImages(ctx: ControllerContext, target: Stored<BackupTarget>): Promise<void> {
   const { store, namespace } = ctx;
   const tname = target.metadata.name;
-  const remote = new Set(await ctx.dataPlane.backupTarget.listBackingImages(target.spec?.backupTargetURL ?? '', {}));
+  const remote = new Set(await ctx.dataPlane.backupTarget.listBackingImages(target.spec?.backupTargetURL ?? '', await backupTargetCredential(ctx.secrets, target)));
   const bbis = (await store.list(BackupBackingImageKind, { namespace, labelSelector: { matchLabels: { [Label.BackupTarget]: tname } } })).items;
   const known = new Set(bbis.map((b) => b.spec?.backingImage ?? ''));
   for (const biName of remote) {

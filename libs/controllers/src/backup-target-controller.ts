@@ -2,6 +2,7 @@ import { Controller, type ControllerContext } from './base-controller.js';
 import { errMessage, getOrUndefined } from './common.js';
 import { syncBackupTargetBackingImages } from './backup-controller.js';
 import { BackupTargetKind } from './kinds.js';
+import { backupTargetCredential, redactSecrets } from './secrets.js';
 import { rfc3339 } from './names.js';
 
 /** Parses a Go duration such as `5m0s`, `300s`, `1h`. Returns milliseconds, or undefined when malformed. */
@@ -41,7 +42,8 @@ export class BackupTargetController extends Controller {
         await syncBackupTargetBackingImages(this.ctx, t);
         available = true;
       } catch (err) {
-        message = errMessage(err);
+        const credential = await backupTargetCredential(this.ctx.secrets, t).catch(() => ({}));
+        message = redactSecrets(errMessage(err), credential);
         this.ctx.log.warn(`backup target ${name} is not available: ${message}`);
       }
     }

@@ -1,6 +1,7 @@
 import { Controller as Reconciler, isNotFound, type Datastore, type RateLimiterOptions, type SharedInformers, type WorkQueue } from '@bis/datastore';
 import type { DataPlane } from './data-plane.js';
 import type { EventRecorder } from './events.js';
+import type { SecretStore } from './secrets.js';
 import type { SettingsReader } from './settings.js';
 
 export interface Logger {
@@ -19,6 +20,8 @@ export interface ControllerContext {
   dataPlane: DataPlane;
   events: EventRecorder;
   settings: SettingsReader;
+  /** Credential secrets (backup targets): the embedded store's or the Kubernetes API's. */
+  secrets: SecretStore;
   informers: SharedInformers;
   log: Logger;
   now: () => Date;

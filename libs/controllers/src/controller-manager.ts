@@ -9,6 +9,7 @@ import { BackingImageDataSourceController } from './data-source-controller.js';
 import { EventRecorder } from './events.js';
 import { BackingImageManagerController } from './manager-controller.js';
 import { NodeController } from './node-controller.js';
+import { DatastoreSecretStore, type SecretStore } from './secrets.js';
 import { SettingsReader, type SettingName } from './settings.js';
 
 export interface ControllerManagerOptions {
@@ -27,6 +28,8 @@ export interface ControllerManagerOptions {
   allowSourceHosts?: readonly string[];
   log?: Logger;
   events?: EventRecorder;
+  /** Where credential secrets are read (default: `Secret` objects in `store`). */
+  secrets?: SecretStore;
 }
 
 const quietLogger: Logger = { info() {}, warn() {}, error() {}, debug() {} };
@@ -65,6 +68,7 @@ export class ControllerManager {
       dataPlane: opts.dataPlane,
       events: this.events,
       settings: new SettingsReader(opts.store, namespace, opts.settingDefaults),
+      secrets: opts.secrets ?? new DatastoreSecretStore(opts.store, namespace),
       informers: this.informers,
       log,
       now: () => new Date(),

@@ -52,7 +52,14 @@ export interface DataSourceApi {
   get(): Promise<DataSourceFileInfo>;
 }
 
-/** What the data source must be started with (Longhorn's BIDS pod command line). */
+/**
+ * The environment variable that carries a data source's credential (a JSON object of strings) to its process. Longhorn
+ * passes `--credential k=v` flags; here they never reach a command line, which any local user can read with `ps`.
+ * The data source (`backing-image-data-source`) reads the same name.
+ */
+export const DATA_SOURCE_CREDENTIAL_ENV = 'BACKING_IMAGE_DATA_SOURCE_CREDENTIAL';
+
+/** What the data source must be started with (Longhorn's BIDS pod command line; `credentials` go by environment). */
 export interface DataSourceLaunch {
   name: string;
   uuid: string;

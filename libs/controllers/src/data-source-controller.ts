@@ -7,8 +7,9 @@ import { Controller, isResponsibleFor, type ControllerContext } from './base-con
 import { changed, clone, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
 import type { DataSourceLaunch } from './data-plane.js';
 import { EventSource } from './events.js';
-import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImageDataSource } from './kinds.js';
+import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupTargetKind, NodeKind, type BackingImageDataSource } from './kinds.js';
 import { Annotation, FINALIZER } from './names.js';
+import { backupTargetCredential } from './secrets.js';
 import { SettingName } from './settings.js';
 
 /** After this many consecutive failed polls the monitor stops (the reconcile restarts it while the workload is ready). */
@@ -248,6 +249,7 @@ export class BackingImageDataSourceController extends Controller {
         status.runningParameters = launch.parameters;
         let started: 'started' | 'deferred' = 'started';
         try {
+          launch.credentials = await this.launchCredentials(launch);
           started = await this.ctx.dataPlane.startDataSource(bids, launch);
         } catch (err) {
           status.currentState = transition(FILE_MACHINE, status.currentState, 'fail', `data source ${name}`);
@@ -265,6 +267,14 @@ export class BackingImageDataSourceController extends Controller {
     } else if (w.phase !== 'ready') {
       this.queue.addAfter(name, 500);
     }
+  }
+
+  /** A restore reads its backup target's credential secret (Longhorn passes it as the data source's credential). */
+  private async launchCredentials(launch: DataSourceLaunch): Promise<Record<string, string>> {
+    if (launch.sourceType !== 'restore') return {};
+    const targetName = launch.parameters['backup-target-name'] || 'default';
+    const target = await getOrUndefined(this.ctx.store.get(BackupTargetKind, targetName, this.ctx.namespace));
+    return backupTargetCredential(this.ctx.secrets, target);
   }
 
   private async runningParameters(bids: BackingImageDataSource): Promise<Record<string, string>> {

@@ -18,3 +18,15 @@ export { NodeController } from './node-controller.js';
 export * from './manager-api.js';
 export * from './actions.js';
 export * from './controller-manager.js';
+export {
+  BACKUP_TARGET_CREDENTIAL_KEYS,
+  DatastoreSecretStore,
+  SecretKind,
+  SecretNotFoundError,
+  backupTargetCredential,
+  decodeSecretData,
+  encodeSecretData,
+  redactSecrets,
+  type Secret,
+  type SecretStore,
+} from './secrets.js';

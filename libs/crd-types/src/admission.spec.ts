@@ -276,15 +276,18 @@ describe('BackupBackingImage create', () => {
     expect(validateBackupBackingImageCreate(bbi(), { otherBackupBackingImages: [other], backupTarget: fullBackupTarget() })).toEqual([]);
   });
 
-  it('rejects a missing, URL-less or unavailable target', () => {
-    const msg = ['metadata.labels[backup-target]: backup target default is not available'];
-    expect(messages(validateBackupBackingImageCreate(bbi(), { otherBackupBackingImages: [] }))).toEqual(msg);
+  it('rejects a missing, URL-less or unavailable target, with the target\'s own message', () => {
+    const msg = (why: string) => [`metadata.labels[backup-target]: backup target default is not available: ${why}`];
+    expect(messages(validateBackupBackingImageCreate(bbi(), { otherBackupBackingImages: [] }))).toEqual(msg('it does not exist'));
     const noUrl = fullBackupTarget();
     noUrl.spec!.backupTargetURL = '';
-    expect(messages(validateBackupBackingImageCreate(bbi(), { otherBackupBackingImages: [], backupTarget: noUrl }))).toEqual(msg);
+    expect(messages(validateBackupBackingImageCreate(bbi(), { otherBackupBackingImages: [], backupTarget: noUrl }))).toEqual(msg('it has no URL'));
     const down = fullBackupTarget();
     down.status!.available = false;
-    expect(messages(validateBackupBackingImageCreate(bbi(), { otherBackupBackingImages: [], backupTarget: down }))).toEqual(msg);
+    down.status!.conditions = [{ type: 'Unavailable', status: 'True', reason: 'Unavailable', message: 'S3 (HTTP 403): The AWS Access Key Id you provided does not exist', lastProbeTime: '', lastTransitionTime: '' }];
+    expect(messages(validateBackupBackingImageCreate(bbi(), { otherBackupBackingImages: [], backupTarget: down }))).toEqual(
+      msg('S3 (HTTP 403): The AWS Access Key Id you provided does not exist'),
+    );
   });
 
   it('rejects backing up a v2 image and schema errors', () => {

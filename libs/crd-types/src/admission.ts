@@ -344,7 +344,10 @@ export function validateBackupBackingImageCreate(
   const labelTarget = bbi.metadata.labels?.[LabelKey.BackupTarget] ?? '';
   const bt = ctx.backupTarget;
   if (!bt || (bt.spec?.backupTargetURL ?? '') === '' || !bt.status?.available) {
-    out.push(issue(`metadata.labels[${LabelKey.BackupTarget}]`, 'reference', `backup target ${labelTarget || target} is not available`));
+    // The target's own message (its last poll's error) is the real cause: it goes with the refusal.
+    const why = bt?.status?.conditions?.find((c) => c.type === 'Unavailable' && c.status === 'True')?.message ?? '';
+    const reason = !bt ? 'it does not exist' : (bt.spec?.backupTargetURL ?? '') === '' ? 'it has no URL' : why;
+    out.push(issue(`metadata.labels[${LabelKey.BackupTarget}]`, 'reference', `backup target ${labelTarget || target} is not available${reason ? `: ${reason}` : ''}`));
   }
   return out;
 }

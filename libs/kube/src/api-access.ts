@@ -37,6 +37,8 @@ export const API_RESOURCE_USES: readonly ApiResourceUse[] = [
   ]),
   { group: '', version: 'v1', resource: 'pods', verbs: ['get', 'list', 'watch', 'create', 'delete'], usedBy: 'KubePodRuntime' },
   { group: '', version: 'v1', resource: 'pods/log', verbs: ['get'], usedBy: 'KubePodRuntime' },
+  // Backup targets' credential secrets, read by name in the system's namespace (never listed, never watched).
+  { group: '', version: 'v1', resource: 'secrets', verbs: ['get'], usedBy: 'KubeSecretStore' },
   { group: '', version: 'v1', resource: 'pods', verbs: ['list', 'watch'], usedBy: 'NodeHealthMonitor' },
   { group: '', version: 'v1', resource: 'nodes', verbs: ['get', 'list', 'watch'], usedBy: 'NodeHealthMonitor', scope: 'cluster' },
 ];

@@ -9,3 +9,4 @@ export * from './chart/rbac-template.js';
 export * from './kube-data-plane.js';
 export * from './node-disks.js';
 export * from './node-health.js';
+export { KubeSecretStore, type KubeSecretStoreOptions } from './kube-secret-store.js';

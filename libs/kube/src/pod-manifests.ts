@@ -1,4 +1,5 @@
 import type { V1Container, V1Pod, V1Toleration, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
+import { DATA_SOURCE_CREDENTIAL_ENV } from '@bis/controllers';
 import {
   LONGHORN_API_VERSION,
   backingImageDataSourcePodLabels,
@@ -144,7 +145,6 @@ export function dataSourcePodManifest(ds: DataSourcePodInput, s: PodSettings): V
   for (const [k, v] of Object.entries(ds.parameters)) cmd.push('--parameters', `${k}=${v}`);
   if (ds.dataEngine === 'v2') cmd.push('--parameters', 'data-engine=v2');
   if (ds.checksum) cmd.push('--checksum', ds.checksum);
-  for (const [k, v] of Object.entries(ds.credentials)) cmd.push('--credential', `${k}=${v}`);
   if (ds.maxImageSize !== undefined) cmd.push('--max-size', String(ds.maxImageSize));
   if (ds.storageReserved !== undefined) cmd.push('--storage-reserved', String(ds.storageReserved));
   const c = container(BIDS_CONTAINER, ds.image, cmd, s, [
@@ -152,6 +152,8 @@ export function dataSourcePodManifest(ds: DataSourcePodInput, s: PodSettings): V
     { name: 'host-dev', mountPath: '/dev' },
     { name: 'host-proc', mountPath: '/host/proc' },
   ]);
+  // Deviation from Longhorn (`--credential k=v`): the credential goes by environment, never on the command line.
+  if (Object.keys(ds.credentials).length > 0) c.env = [...(c.env ?? []), { name: DATA_SOURCE_CREDENTIAL_ENV, value: JSON.stringify(ds.credentials) }];
   return commonPod(backingImageDataSourcePodName(ds.name), backingImageDataSourcePodLabels(ds.name, ds.nodeID, ds.diskUUID), { kind: 'BackingImageDataSource', name: ds.name, uid: ds.uid }, ds.nodeID, s, c, [
     diskVolume(ds.diskPath),
     { name: 'host-dev', hostPath: { path: '/dev' } },

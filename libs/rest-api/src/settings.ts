@@ -118,15 +118,18 @@ export class SettingsService {
     }
   }
 
-  /** Creates a CR with the default value for every setting that has none (at controller-manager start). */
-  async ensureDefaults(): Promise<void> {
+  /**
+   * Creates a CR with the default value for every setting that has none (at controller-manager start). `initial`
+   * replaces the built-in default of a setting created now (a deployment's own default); existing ones are kept.
+   */
+  async ensureDefaults(initial: Partial<Record<SettingName, string>> = {}): Promise<void> {
     for (const name of SETTING_NAMES) {
       try {
         await this.opts.store.create(SettingKind, {
           apiVersion: SettingKind.apiVersion,
           kind: SettingKind.kind,
           metadata: { name, namespace: this.opts.namespace },
-          value: settingDefaultValue(name),
+          value: initial[name] ?? settingDefaultValue(name),
         });
       } catch (err) {
         if ((err as { reason?: string }).reason !== 'AlreadyExists') throw err;

@@ -11,6 +11,7 @@ import {
   type BackupTargetApi,
   type DataPlane,
   type DataSourceApi,
+  DATA_SOURCE_CREDENTIAL_ENV,
   type DataSourceLaunch,
   type ManagerApi,
   type WorkloadStatus,
@@ -182,7 +183,7 @@ export class ProcessDataPlane implements DataPlane {
     return ['--internal-token-file', a.tokenFile, ...(a.allowUnauthenticated ? ['--allow-unauthenticated-internal-calls'] : [])];
   }
 
-  private async start(name: string, args: string[], ports: number[], labels: Record<string, string>): Promise<void> {
+  private async start(name: string, args: string[], ports: number[], labels: Record<string, string>, env?: Record<string, string>): Promise<void> {
     await mkdir(this.o.logsDir, { recursive: true });
     const logFile = path.join(this.o.logsDir, `${name}.log`);
     await appendFile(logFile, `--- ${new Date().toISOString()} starting ${name}: ${args.join(' ')}\n`);
@@ -195,6 +196,7 @@ export class ProcessDataPlane implements DataPlane {
       readinessPorts: ports,
       restartPolicy: { kind: 'Never' },
       terminationGracePeriodMs: 10_000,
+      ...(env ? { env } : {}),
     });
   }
 
@@ -270,17 +272,17 @@ export class ProcessDataPlane implements DataPlane {
       '--source-type', launch.sourceType,
       ...Object.entries(launch.parameters).flatMap(([k, v]) => ['--parameters', `${k}=${v}`]),
       ...(launch.checksum ? ['--checksum', launch.checksum] : []),
-      ...Object.entries(launch.credentials).flatMap(([k, v]) => ['--credential', `${k}=${v}`]),
       ...(this.o.allowSourceHosts?.length ? ['--allow-source-hosts', this.o.allowSourceHosts.join(',')] : []),
       '--max-size', String(launch.maxImageSize),
       '--storage-reserved', String(launch.storageReserved),
       ...this.authArgs(),
     ];
+    const env = Object.keys(launch.credentials).length > 0 ? { [DATA_SOURCE_CREDENTIAL_ENV]: JSON.stringify(launch.credentials) } : undefined;
     await this.start(name, args, [http], {
       [COMPONENT]: 'backing-image-data-source',
       'longhorn.io/backing-image-data-source': bids.metadata.name,
       'longhorn.io/disk-uuid': ep.diskUUID,
-    });
+    }, env);
     return 'started';
   }
 

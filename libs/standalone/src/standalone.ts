@@ -15,7 +15,15 @@ import {
 } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { EmbeddedDatastore, isNotFound } from '@bis/datastore';
-import { annotationEndpoints, backingImageHttpPlugin, downloadUrlPolicyFor, registerBackingImageResources, type BackingImageApi } from '@bis/api-resources';
+import {
+  annotationEndpoints,
+  backingImageHttpPlugin,
+  downloadUrlPolicyFor,
+  registerBackingImageResources,
+  SecretService,
+  secretResource,
+  type BackingImageApi,
+} from '@bis/api-resources';
 import { ensureTokenFile } from '@bis/internal-auth';
 import { ApiRegistry, isLoopbackHost, restApiPlugin, restAuthHook, settingsResource, SettingsService } from '@bis/rest-api';
 import { endRecordedProcesses, LocalProcessRuntime } from '@bis/runtime';
@@ -164,10 +172,13 @@ async function ensureNode(store: EmbeddedDatastore, disks: StandaloneDisk[]): Pr
   await store.updateStatus(NodeKind, { ...saved, status });
 }
 
+/**
+ * Creates the default backup target with the command line's URL when it does not exist yet. An existing target is
+ * kept as the user last set it (URL, credential secret, poll interval): a restart changes nothing.
+ */
 async function ensureBackupTarget(store: EmbeddedDatastore, url: string): Promise<void> {
   try {
-    const t = await store.get(BackupTargetKind, 'default', STANDALONE_NAMESPACE);
-    if (t.spec?.backupTargetURL !== url) await store.update(BackupTargetKind, { ...t, spec: { ...t.spec, backupTargetURL: url } });
+    await store.get(BackupTargetKind, 'default', STANDALONE_NAMESPACE);
   } catch (err) {
     if (!isNotFound(err)) throw err;
     await store.create(BackupTargetKind, {
@@ -235,7 +246,8 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   };
   try {
     const settings = new SettingsService({ store, namespace: STANDALONE_NAMESPACE });
-    await settings.ensureDefaults();
+    // One node: no more copies than disks can ever exist (only when the setting is created; a user's value stays).
+    await settings.ensureDefaults({ [SettingName.DefaultMinNumberOfBackingImageCopies]: String(Math.min(3, diskCount)) });
     await settings.set(SettingName.DefaultBackingImageManagerImage, STANDALONE_MANAGER_IMAGE, { system: true });
     await ensureNode(store, disks);
     const backupTargetURL = `vfs://${backupsDir}`;
@@ -267,6 +279,8 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
       downloadUrlPolicy: downloadUrlPolicyFor(opts.allowSourceHosts ?? []),
       internalToken,
     });
+    // Standalone keeps credential secrets (backup targets' `credentialSecret`) in its store: `/v1/secrets`.
+    registry.addResource(secretResource(new SecretService(store, STANDALONE_NAMESPACE), store, STANDALONE_NAMESPACE));
     opts.registerResources?.(registry, system);
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
     app.addHook('onRequest', restAuthHook(opts.authToken));

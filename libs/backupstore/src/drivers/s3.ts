@@ -9,7 +9,12 @@ import {
   ListObjectsV2Command,
   PutObjectCommand,
   S3Client,
+  type DeleteObjectCommandOutput,
+  type DeleteObjectsCommandOutput,
+  type GetObjectCommandOutput,
+  type HeadObjectCommandOutput,
   type ListObjectsV2CommandOutput,
+  type PutObjectCommandOutput,
 } from '@aws-sdk/client-s3';
 import { HttpProxyAgent, HttpsProxyAgent } from 'hpagent';
 import { BackupStoreError, throwIfAborted } from '../names.js';
@@ -18,8 +23,14 @@ import type { S3TargetLocation } from '../url.js';
 import type { BackupCredential, BackupStoreDriver } from './driver.js';
 
 export interface S3DriverOptions {
-  /** Attempts per request (first try included); retries use the SDK's standard backoff on throttling, 5xx and network errors. Default 10. */
+  /** Attempts per request inside the SDK (first try included), before the driver's own retry window. Default 3. */
   maxAttempts?: number;
+  /**
+   * How long the driver keeps retrying a request that fails with a transient error (network errors, throttling,
+   * HTTP 5xx), with exponential backoff from 250 ms to 10 s, before the operation fails. Default: the
+   * `BACKUPSTORE_S3_RETRY_WINDOW_SECONDS` environment variable, else 120 s. 0 disables it.
+   */
+  retryWindowMs?: number;
   /** Socket pool size per driver. Default 32. */
   maxSockets?: number;
 }
@@ -31,6 +42,42 @@ function httpStatus(err: unknown): number | undefined {
 function isNotFound(err: unknown): boolean {
   const name = (err as { name?: string })?.name;
   return name === 'NotFound' || name === 'NoSuchKey' || httpStatus(err) === 404;
+}
+
+const TRANSIENT_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ECONNABORTED', 'UND_ERR_SOCKET']);
+const TRANSIENT_NAMES = new Set(['TimeoutError', 'RequestTimeout', 'RequestTimeoutException', 'SlowDown', 'Throttling', 'ThrottlingException', 'TooManyRequestsException', 'InternalError', 'ServiceUnavailable']);
+
+/** Network errors, throttling and HTTP 5xx: worth retrying while the retry window lasts. */
+export function isTransientS3Error(err: unknown): boolean {
+  const status = httpStatus(err);
+  if (status !== undefined) return status >= 500 || status === 429;
+  const e = err as { code?: string; name?: string; cause?: unknown; errno?: string };
+  if ((e?.code && TRANSIENT_CODES.has(e.code)) || (e?.errno && TRANSIENT_CODES.has(e.errno))) return true;
+  if (e?.name && TRANSIENT_NAMES.has(e.name)) return true;
+  // The SDK wraps errors from another realm ("AWS SDK error wrapper for Error: connect ECONNREFUSED …") without a code.
+  const message = (err as Error)?.message ?? '';
+  if (/\b(ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|socket hang up)\b/.test(message)) return true;
+  return e?.cause !== undefined && e.cause !== err ? isTransientS3Error(e.cause) : false;
+}
+
+/** The default retry window: `BACKUPSTORE_S3_RETRY_WINDOW_SECONDS` or 120 s. */
+export function defaultS3RetryWindowMs(env: NodeJS.ProcessEnv = process.env): number {
+  const v = Number(env['BACKUPSTORE_S3_RETRY_WINDOW_SECONDS']);
+  return env['BACKUPSTORE_S3_RETRY_WINDOW_SECONDS'] !== undefined && Number.isFinite(v) && v >= 0 ? v * 1000 : 120_000;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal?.reason ?? new Error('aborted'));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 function isAbort(err: unknown): boolean {
@@ -52,7 +99,10 @@ export class S3Driver implements BackupStoreDriver {
   /** The proxy in use (`scheme://host:port`, no credentials), or '' for direct connections. */
   readonly proxy: string;
 
+  private readonly retryWindowMs: number;
+
   constructor(location: S3TargetLocation, credential: BackupCredential, options: S3DriverOptions = {}) {
+    this.retryWindowMs = options.retryWindowMs ?? defaultS3RetryWindowMs();
     this.bucket = location.bucket;
     this.prefix = location.prefix;
     this.url = `s3://${location.bucket}${location.region ? '@' + location.region : ''}/${location.prefix}`;
@@ -108,13 +158,35 @@ export class S3Driver implements BackupStoreDriver {
         secretAccessKey,
         ...(credential['AWS_SESSION_TOKEN'] ? { sessionToken: credential['AWS_SESSION_TOKEN'] } : {}),
       },
-      maxAttempts: options.maxAttempts ?? 10,
+      maxAttempts: options.maxAttempts ?? 3,
       retryMode: 'standard',
       // No aws-chunked uploads with CRC trailers: Longhorn computes checksums only when required, too.
       requestChecksumCalculation: 'WHEN_REQUIRED',
       responseChecksumValidation: 'WHEN_REQUIRED',
       requestHandler: useHttp ? { httpAgent: this.agent as HttpAgent } : { httpsAgent: this.agent as HttpsAgent },
     });
+  }
+
+  /**
+   * Sends a command; a transient failure is retried with exponential backoff until the retry window, counted from
+   * the first failure, has passed.
+   */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any S3 command; the caller names its output type
+  private async send<T>(make: () => any, signal?: AbortSignal): Promise<T> {
+    let firstFailure: number | undefined;
+    let delay = 250;
+    for (;;) {
+      try {
+        return (await this.client.send(make() as GetObjectCommand, { abortSignal: signal })) as unknown as T;
+      } catch (err) {
+        if (signal?.aborted || isAbort(err) || !isTransientS3Error(err)) throw err;
+        const now = Date.now();
+        firstFailure ??= now;
+        if (now - firstFailure >= this.retryWindowMs) throw err;
+        await sleep(Math.min(delay, Math.max(0, firstFailure + this.retryWindowMs - now)), signal);
+        delay = Math.min(delay * 2, 10_000);
+      }
+    }
   }
 
   private key(p: string): string {
@@ -136,7 +208,7 @@ export class S3Driver implements BackupStoreDriver {
   async read(p: string, signal?: AbortSignal): Promise<Buffer> {
     throwIfAborted(signal);
     try {
-      const out = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), { abortSignal: signal });
+      const out = await this.send<GetObjectCommandOutput>(() => new GetObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), signal);
       if (!out.Body) throw new BackupStoreError('Io', `s3 get ${this.key(p)}: empty response body`);
       const bytes = await out.Body.transformToByteArray();
       return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -149,7 +221,7 @@ export class S3Driver implements BackupStoreDriver {
   async readInto(p: string, target: Uint8Array, signal?: AbortSignal): Promise<number> {
     throwIfAborted(signal);
     try {
-      const out = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), { abortSignal: signal });
+      const out = await this.send<GetObjectCommandOutput>(() => new GetObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), signal);
       if (!out.Body) throw new BackupStoreError('Io', `s3 get ${this.key(p)}: empty response body`);
       if (out.ContentLength !== undefined && out.ContentLength > target.byteLength) {
         (out.Body as unknown as { destroy?: () => void }).destroy?.();
@@ -174,10 +246,7 @@ export class S3Driver implements BackupStoreDriver {
     throwIfAborted(signal);
     const body = typeof data === 'string' ? Buffer.from(data) : Array.isArray(data) ? Buffer.concat(data as readonly Uint8Array[]) : (data as Uint8Array);
     try {
-      await this.client.send(
-        new PutObjectCommand({ Bucket: this.bucket, Key: this.key(p), Body: body, ContentLength: body.byteLength }),
-        { abortSignal: signal },
-      );
+      await this.send<PutObjectCommandOutput>(() => new PutObjectCommand({ Bucket: this.bucket, Key: this.key(p), Body: body, ContentLength: body.byteLength }), signal);
     } catch (err) {
       this.fail('put', p, err, signal);
     }
@@ -185,7 +254,7 @@ export class S3Driver implements BackupStoreDriver {
 
   async exists(p: string, signal?: AbortSignal): Promise<boolean> {
     try {
-      await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), { abortSignal: signal });
+      await this.send<HeadObjectCommandOutput>(() => new HeadObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), signal);
       return true;
     } catch (err) {
       if (isNotFound(err)) return false;
@@ -197,10 +266,7 @@ export class S3Driver implements BackupStoreDriver {
     const pages: ListObjectsV2CommandOutput[] = [];
     let token: string | undefined;
     do {
-      const page = await this.client.send(
-        new ListObjectsV2Command({ Bucket: this.bucket, Prefix: prefix, Delimiter: delimiter, ContinuationToken: token }),
-        { abortSignal: signal },
-      );
+      const page = await this.send<ListObjectsV2CommandOutput>(() => new ListObjectsV2Command({ Bucket: this.bucket, Prefix: prefix, Delimiter: delimiter, ContinuationToken: token }), signal);
       pages.push(page);
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (token);
@@ -223,7 +289,7 @@ export class S3Driver implements BackupStoreDriver {
 
   async modificationTime(p: string, signal?: AbortSignal): Promise<Date> {
     try {
-      const out = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), { abortSignal: signal });
+      const out = await this.send<HeadObjectCommandOutput>(() => new HeadObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), signal);
       if (!out.LastModified) throw new BackupStoreError('Io', `s3 head ${this.key(p)}: no LastModified`);
       return out.LastModified;
     } catch (err) {
@@ -235,17 +301,14 @@ export class S3Driver implements BackupStoreDriver {
   /** Deletes the object `path` and every object under `path/`. */
   async remove(p: string, signal?: AbortSignal): Promise<void> {
     try {
-      await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), { abortSignal: signal });
+      await this.send<DeleteObjectCommandOutput>(() => new DeleteObjectCommand({ Bucket: this.bucket, Key: this.key(p) }), signal);
       const keys: string[] = [];
       for (const page of await this.listKeys(this.key(p).replace(/\/+$/, '') + '/', undefined, signal)) {
         for (const o of page.Contents ?? []) if (o.Key) keys.push(o.Key);
       }
       for (let i = 0; i < keys.length; i += 1000) {
         const batch = keys.slice(i, i + 1000);
-        const out = await this.client.send(
-          new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }),
-          { abortSignal: signal },
-        );
+        const out = await this.send<DeleteObjectsCommandOutput>(() => new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }), signal);
         if (out.Errors && out.Errors.length > 0) {
           const first = out.Errors[0];
           throw new BackupStoreError('Io', `s3 delete failed for ${out.Errors.length} objects, e.g. ${first?.Key}: ${first?.Message}`);

@@ -92,7 +92,7 @@ describe('S3 outage', () => {
     const name = 'outage';
     const op = startBackup({
       target: TARGET, name, filePath: image, compression: 'gzip', concurrency: 1, credential: cred, lockTiming: FAST_LOCKS,
-      driverOptions: { s3: { maxAttempts: 3 } },
+      driverOptions: { s3: { maxAttempts: 3, retryWindowMs: 0 } },
     });
     while (op.status().uploadedBlocks < 3 && op.status().state === 'in_progress') await new Promise((r) => setTimeout(r, 5));
     await s.stop();
@@ -122,6 +122,49 @@ describe('S3 outage', () => {
     } finally {
       await s.stop();
     }
+  });
+});
+
+describe('S3 outages within the retry window', () => {
+  it('a server stopped mid-backup for a moment and restarted on the same port and directory gives a completed backup', async () => {
+    const dir = path.join(work, 's3-blip');
+    let s = await startS3Server(dir, 'backups');
+    const port = s.port;
+    const cred = { ...S3_TEST_CREDENTIAL, AWS_ENDPOINTS: s.endpoint };
+    const image = path.join(work, 'blip.img');
+    const src = await writeImage(image, Array.from({ length: 16 }, (_, i) => ({ kind: 'data', seed: 500 + i }) as Piece));
+    const op = startBackup({
+      target: TARGET, name: 'blip', filePath: image, compression: 'gzip', concurrency: 1, credential: cred, lockTiming: FAST_LOCKS,
+      driverOptions: { s3: { maxAttempts: 1, retryWindowMs: 60_000 } },
+    });
+    while (op.status().uploadedBlocks < 3 && op.status().state === 'in_progress') await new Promise((r) => setTimeout(r, 5));
+    await s.stop();
+    const uploadedAtStop = op.status().uploadedBlocks;
+    await new Promise((r) => setTimeout(r, 1500));
+    // Nothing can have been written while the server was down.
+    expect(op.status().uploadedBlocks).toBe(uploadedAtStop);
+    expect(op.status().state).toBe('in_progress');
+    s = await startS3Server(dir, 'backups', port);
+    try {
+      const r = await op.done;
+      expect(r.sha512).toBe(src.sha512);
+      expect(r.uploadedBlocks + r.reusedBlocks).toBe(16);
+      const out = path.join(work, 'blip.out');
+      expect((await restoreBackup({ backupUrl: r.backupUrl, output: out, credential: cred, lockTiming: FAST_LOCKS })).sha512).toBe(src.sha512);
+    } finally {
+      await s.stop();
+    }
+  });
+
+  it('does not retry what cannot succeed (HTTP 403), and retries network errors only for the window', async () => {
+    const wrong = { ...credential, AWS_ACCESS_KEY_ID: 'NOT-A-KEY' };
+    await expect(listBackingImageBackups(TARGET, { credential: wrong, driverOptions: { s3: { retryWindowMs: 60_000 } } })).rejects.toMatchObject({
+      message: expect.stringMatching(/HTTP 403/),
+    });
+    const down = { ...S3_TEST_CREDENTIAL, AWS_ENDPOINTS: 'http://127.0.0.1:1' };
+    const started = Date.now();
+    await expect(listBackingImageBackups(TARGET, { credential: down, driverOptions: { s3: { maxAttempts: 1, retryWindowMs: 700 } } })).rejects.toThrow(/ECONNREFUSED|connect/);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(700);
   });
 });
 

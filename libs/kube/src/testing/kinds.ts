@@ -7,6 +7,7 @@ import {
   BackupTargetKind,
   NodeKind,
   ReplicaKind,
+  SecretKind,
   SettingKind,
 } from '@bis/controllers';
 
@@ -38,6 +39,7 @@ export const CONTROLLER_KINDS: readonly ResourceKind[] = [
   NodeKind,
   ReplicaKind,
   SettingKind,
+  SecretKind,
   TestPodKind,
   TestKubeNodeKind,
 ] as ResourceKind[];
