@@ -4,6 +4,7 @@ import { once } from 'node:events';
 import path from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import { FileState } from '@bis/state-machine';
+import { assertNoEscapingLinks, resolveDiskPath } from '@bis/disk-path';
 import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service/service';
 import { DEFAULT_EXPORT_RECEIVER_PORT, exportType, type DataSourceConfig } from './config.js';
 
@@ -85,7 +86,8 @@ export class DataSource {
 
   constructor(o: DataSourceOptions) {
     this.#o = o;
-    this.filePath = path.join(o.diskPath, 'tmp', `${o.config.name}-${o.config.uuid}`);
+    // `<disk>/tmp/<name>-<uuid>` through @bis/disk-path: a name or uuid that breaks the rules throws DiskPathError
+    this.filePath = resolveDiskPath({ root: o.diskPath, kind: 'data-source-file', name: o.config.name, uuid: o.config.uuid }).path;
   }
 
   get config(): DataSourceConfig {
@@ -95,6 +97,8 @@ export class DataSource {
   /** Creates `<disk>/tmp`, launches the source and starts the begin watchdog. */
   async start(): Promise<void> {
     const { config: c, sync } = this.#o;
+    // a `<disk>/tmp` (or file) that is a link leading out of the disk is refused before anything is created
+    await assertNoEscapingLinks(this.#o.diskPath, this.filePath, 'name');
     await mkdir(path.dirname(this.filePath), { recursive: true });
     const base = {
       filePath: this.filePath,

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import multipart from '@fastify/multipart';
 import { createGzip } from 'node:zlib';
 import { Readable } from 'node:stream';
+import { isDiskPathError } from '@bis/disk-path';
 import { SyncServiceError, errorMessage } from './errors.js';
 import type { SyncService } from './sync-service.js';
 import type { DataEngine } from './syncing-file.js';
@@ -66,7 +67,8 @@ function credential(body: unknown): Record<string, string> {
 }
 
 async function sendError(reply: FastifyReply, err: unknown): Promise<void> {
-  const status = err instanceof SyncServiceError ? err.httpStatus : 500;
+  // a refused path (`@bis/disk-path` DiskPathError) is a 400 naming the parameter
+  const status = err instanceof SyncServiceError || isDiskPathError(err) ? err.httpStatus : 500;
   await reply.code(status).type('text/plain; charset=utf-8').send(`${errorMessage(err)}\n`);
 }
 
