@@ -219,11 +219,28 @@ export function resolveDiskPath(req: DiskPathRequest): DiskPath {
     if (entry.length > ENTRY_NAME_MAX_LENGTH) {
       throw new DiskPathError(p.filePath, 'too-long', fp, `its entry is ${entry.length} characters long, more than ${ENTRY_NAME_MAX_LENGTH}`);
     }
-    if (!/^[a-z0-9][a-z0-9_.-]+-[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(entry)) {
-      throw new DiskPathError(p.filePath, 'invalid-name', fp, `its entry ${entry} is not <name>-<uuid>`);
+    if (!splitsIntoNameAndUUID(entry)) {
+      throw new DiskPathError(p.filePath, 'invalid-name', fp, `its entry ${entry} is not <name>-<uuid> with a valid name and uuid`);
     }
   }
   return { path: fp, kind, entry };
+}
+
+/** Whether some `-` splits `entry` into a valid backing-image name and a valid uuid (the uuid itself may hold dashes). */
+function splitsIntoNameAndUUID(entry: string): boolean {
+  for (let i = entry.indexOf('-'); i > 0; i = entry.indexOf('-', i + 1)) {
+    const name = entry.slice(0, i);
+    const uuid = entry.slice(i + 1);
+    if (
+      name.length <= BACKING_IMAGE_NAME_MAX_LENGTH &&
+      BACKING_IMAGE_NAME_PATTERN.test(name) &&
+      uuid.length <= BACKING_IMAGE_UUID_MAX_LENGTH &&
+      BACKING_IMAGE_UUID_PATTERN.test(uuid)
+    ) {
+      return true;
+    }
+  }
+  return false;
 }
 
 function layoutText(root: string, kind: DiskFileKind | 'any'): string {

@@ -193,7 +193,7 @@ export class ManagerService {
   async get(req: GetRequest): Promise<BackingImageResponse> {
     if (!req.name || !req.uuid) throw invalid();
     try {
-      return toBackingImageResponse(this.#o.sync.get(this.#path(req.name, req.uuid)));
+      return toBackingImageResponse(this.#o.sync.get(await this.#confined(req.name, req.uuid)));
     } catch (err) {
       if (err instanceof SyncFileNotFoundError) {
         throw new RpcError(status.NOT_FOUND, `cannot find backing image ${req.name}(${req.uuid})`);
@@ -330,7 +330,7 @@ export class ManagerService {
 
   async send(req: SendRequest): Promise<Empty> {
     if (!req.name || !req.uuid || !req.toAddress) throw invalid();
-    await this.#o.sync.sendToPeer(this.#path(req.name, req.uuid), req.toAddress);
+    await this.#o.sync.sendToPeer(await this.#confined(req.name, req.uuid), req.toAddress);
     return {};
   }
 
@@ -358,7 +358,7 @@ export class ManagerService {
     const runner = this.#o.backup;
     if (!runner) throw new RpcError(status.FAILED_PRECONDITION, 'backups are not configured on this manager');
     if (!req.name || !req.uuid) throw invalid();
-    const filePath = this.#path(req.name, req.uuid);
+    const filePath = await this.#confined(req.name, req.uuid);
     let info;
     try {
       info = this.#o.sync.get(filePath);

@@ -27,7 +27,7 @@ export function encodeFileId(filePath: string): string {
   return encodeURIComponent(filePath).replace(/%20/g, '+');
 }
 
-function fileIdFromRequest(req: FastifyRequest): string {
+function rawFileId(req: FastifyRequest): string {
   const rawPath = (req.raw.url ?? '').split('?')[0]!;
   const m = /^\/v1\/files\/([^/]+)/.exec(rawPath);
   if (!m) throw new SyncServiceError('missing file id', 400);
@@ -75,6 +75,8 @@ async function sendError(reply: FastifyReply, err: unknown): Promise<void> {
 /** Longhorn's `/v1/files` routes as an encapsulated fastify plugin. */
 export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: FastifyInstance, opts) => {
   const svc = opts.service;
+  // every `{id}` is confined to the disk (`@bis/disk-path`) before anything is looked up, changed or removed
+  const fileIdFromRequest = (req: FastifyRequest): Promise<string> => svc.confineFileId(rawFileId(req));
   await app.register(multipart, { limits: { fileSize: Number.MAX_SAFE_INTEGER, files: 16 } });
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
@@ -92,7 +94,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
 
   app.get('/v1/files/:id', async (req, reply) => {
     try {
-      return svc.get(fileIdFromRequest(req));
+      return svc.get(await fileIdFromRequest(req));
     } catch (err) {
       return sendError(reply, err);
     }
@@ -100,7 +102,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
 
   app.delete('/v1/files/:id', async (req, reply) => {
     try {
-      await svc.delete(fileIdFromRequest(req));
+      await svc.delete(await fileIdFromRequest(req));
       return reply.code(200).send();
     } catch (err) {
       return sendError(reply, err);
@@ -110,7 +112,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
   const download = async (req: FastifyRequest, reply: FastifyReply) => {
     try {
       const q = req.query as Query;
-      const h = await svc.openDownload(fileIdFromRequest(req));
+      const h = await svc.openDownload(await fileIdFromRequest(req));
       reply.header('Content-Type', 'application/octet-stream');
       if (q['forV2Creation'] === 'true') {
         reply.header('Content-Length', String(h.size));
@@ -134,7 +136,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
   app.post('/v1/files/:id', async (req, reply) => {
     try {
       const q = req.query as Query;
-      const id = fileIdFromRequest(req);
+      const id = await fileIdFromRequest(req);
       switch (q['action']) {
         case 'forget':
           await svc.forget(id);

@@ -1,4 +1,5 @@
 import Fastify, { type FastifyInstance } from 'fastify';
+import { PATH_MAX_LENGTH } from '@bis/disk-path';
 import { lazySchemaCompilers } from './fastify-schema-compilers.js';
 import { syncRoutes } from './routes.js';
 import type { SyncService } from './sync-service.js';
@@ -7,7 +8,15 @@ export { lazySchemaCompilers } from './fastify-schema-compilers.js';
 
 /** A fastify server with only the sync routes (plus `GET /` for startup probes). */
 export async function startSyncServer(service: SyncService, listen: { host: string; port: number }): Promise<FastifyInstance> {
-  const app = Fastify({ logger: false, bodyLimit: 1 << 20, forceCloseConnections: true, schemaController: lazySchemaCompilers() });
+  // A `{id}` is a whole percent-encoded file path: fastify's default limit (100 characters) answered 414 to ids of
+  // legitimate paths under a long disk path; ids up to PATH_MAX (encoded) reach the routes, which confine them.
+  const app = Fastify({
+    logger: false,
+    bodyLimit: 1 << 20,
+    forceCloseConnections: true,
+    maxParamLength: 3 * PATH_MAX_LENGTH,
+    schemaController: lazySchemaCompilers(),
+  });
   app.get('/', async () => ({}));
   await app.register(syncRoutes, { service });
   await app.listen({ host: listen.host, port: listen.port });

@@ -212,6 +212,16 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     return r.path;
   }
 
+  /**
+   * A `/v1/files/{id}` path as the HTTP routes check it before any action: confined to the disk's layout, and no
+   * symbolic link leading out of the root (a `DiskPathError`, HTTP 400, otherwise).
+   */
+  async confineFileId(filePath: string): Promise<string> {
+    const p = this.#confineId(filePath);
+    await assertNoEscapingLinks(this.#root, p, 'file id');
+    return p;
+  }
+
   /** A `/v1/files/{id}` path: lexically confined to the disk's layout (records only exist for confined paths). */
   #confineId(filePath: string): string {
     return resolveDiskPath({ root: this.#root, kind: 'any', filePath, parameters: { filePath: 'file id' } }).path;
