@@ -88,12 +88,15 @@ async function waitState(url: string, states: string[], ms = 20_000): Promise<Re
 
 describe('backing-image-data-source CLI (built binary)', () => {
   it.each([
-    [['--name', 'a', '--uuid', 'b', '--source-type', 'download'], 'missing parameter "url"'],
-    [['--name', 'a', '--uuid', 'b', '--source-type', 'ftp'], 'unknown --source-type "ftp"'],
-    [['--name', 'a', '--uuid', 'b', '--source-type', 'download', '--parameters', 'url'], 'invalid --parameters value "url": expected key=value'],
-    [['--name', 'a', '--uuid', 'b', '--source-type', 'restore', '--parameters', 'backup-url=s3://x', '--parameters', 'concurrent-limit=zero'], 'invalid parameter "concurrent-limit" value "zero"'],
-    [['--name', 'a', '--uuid', 'b', '--source-type', 'clone', '--parameters', 'backing-image=x', '--parameters', 'backing-image-uuid=y', '--parameters', 'encryption=encrypt'], 'missing --credential'],
-    [['--name', 'a', '--uuid', 'b', '--source-type', 'upload', '--bogus', '1'], 'unknown flag --bogus'],
+    [['--name', 'ab', '--uuid', 'b', '--source-type', 'download'], 'missing parameter "url"'],
+    [['--name', 'ab', '--uuid', 'b', '--source-type', 'ftp'], 'unknown --source-type "ftp"'],
+    [['--name', 'ab', '--uuid', 'b', '--source-type', 'download', '--parameters', 'url'], 'invalid --parameters value "url": expected key=value'],
+    [['--name', 'ab', '--uuid', 'b', '--source-type', 'restore', '--parameters', 'backup-url=s3://x', '--parameters', 'concurrent-limit=zero'], 'invalid parameter "concurrent-limit" value "zero"'],
+    [['--name', 'ab', '--uuid', 'b', '--source-type', 'clone', '--parameters', 'backing-image=xy', '--parameters', 'backing-image-uuid=y', '--parameters', 'encryption=encrypt'], 'missing --credential'],
+    [['--name', 'ab', '--uuid', 'b', '--source-type', 'upload', '--bogus', '1'], 'unknown flag --bogus'],
+    [['--name', '../../victim', '--uuid', 'x', '--source-type', 'upload'], 'invalid --name "../../victim": a backing image name must match'],
+    [['--name', 'ab', '--uuid', 'x/../..', '--source-type', 'upload'], 'invalid --uuid "x/../..": a backing image uuid must match'],
+    [['--name', 'ab', '--uuid', 'b', '--source-type', 'clone', '--parameters', 'backing-image=../../x', '--parameters', 'backing-image-uuid=y', '--parameters', 'encryption=ignore'], 'invalid parameter "backing-image" "../../x"'],
   ])('exits with status 2 naming the problem: %j', async (args, message) => {
     const r = await runToExit(args);
     expect(r.code).toBe(2);

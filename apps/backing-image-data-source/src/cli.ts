@@ -212,6 +212,7 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
       const r = await restoreBackup({
         backupUrl: a.backupUrl,
         output: a.output,
+        root: diskPath, // the restore destination is confined to the disk
         concurrency: a.concurrency,
         credential: a.credential,
         signal: a.signal,

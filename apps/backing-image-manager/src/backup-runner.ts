@@ -5,6 +5,8 @@ import type { BackupRunner } from '@bis/manager';
 export interface BackupstoreRunnerOptions {
   /** Backupstore lock timing (default Longhorn's: 150 s expiry, 60 s refresh, 2 s check wait). */
   lockTiming?: LockTiming;
+  /** The disk root restores are confined to (their output must lie inside it). */
+  root?: string;
 }
 
 /**
@@ -45,6 +47,7 @@ export function backupstoreRestore(opts: BackupstoreRunnerOptions = {}): Restore
     const r = await restoreBackup({
       backupUrl: a.backupUrl,
       output: a.output,
+      root: opts.root,
       concurrency: a.concurrency,
       credential: a.credential,
       lockTiming: opts.lockTiming,

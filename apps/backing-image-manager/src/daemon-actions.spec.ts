@@ -174,10 +174,14 @@ describe('backing-image-manager daemon: backups, sources, download, Watch (real 
     expect(noTarget.details).toContain('missing input parameter: backup target');
     const badLabel = await grpcError(d.client.backupCreate({ ...base, labels: ['nolabel'] }));
     expect(badLabel.details).toContain('invalid label "nolabel"');
-    // a one-character name is a valid backing-image file here but not a valid backup name
-    await readyImage(d, 'x', 'ux', 'd');
-    const badName = await grpcError(d.client.backupCreate({ ...base, name: 'x', uuid: 'ux' }));
-    expect(badName.details).toContain('invalid backing image name x');
+    // a 65-character name is a valid backing-image name but not a valid backup name (at most 64)
+    const long = 'x'.repeat(65);
+    await readyImage(d, long, 'ux', 'd');
+    const badName = await grpcError(d.client.backupCreate({ ...base, name: long, uuid: 'ux' }));
+    expect(badName.details).toContain(`invalid backing image name ${long}`);
+    // a one-character name breaks Longhorn's backing-image name rule: refused before the image is looked up
+    const oneChar = await grpcError(d.client.backupCreate({ ...base, name: 'x', uuid: 'ux' }));
+    expect(oneChar).toEqual({ code: status.INVALID_ARGUMENT, details: 'invalid name "x": a backing image name must match ^[a-z0-9][a-z0-9_.-]+$' });
     // a failed image cannot be backed up
     await readyImage(d, 'broken', 'uk', 'd', 'ab'.repeat(64));
     expect((await d.client.get('broken', 'uk')).status!.state).toBe('failed');

@@ -85,31 +85,36 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
   });
 
   it('answers every validation error with the reference status codes and texts', async () => {
-    const a = await start(await makeDisk(root, 'val'));
+    const disk = await makeDisk(root, 'val');
+    const a = await start(disk);
     const v = await a.client.versionGet();
     expect(v.backingImageManagerApiVersion).toBe(3);
     expect(v.backingImageManagerApiMinVersion).toBe(3);
     expect(await grpcCode(a.client.get('', 'u'))).toEqual({ code: status.INVALID_ARGUMENT, details: 'missing required argument' });
-    expect((await grpcCode(a.client.get('x', 'u'))).details).toBe('cannot find backing image x(u)');
-    expect((await grpcCode(a.client.get('x', 'u'))).code).toBe(status.NOT_FOUND);
+    expect((await grpcCode(a.client.get('xy', 'u'))).details).toBe('cannot find backing image xy(u)');
+    expect((await grpcCode(a.client.get('xy', 'u'))).code).toBe(status.NOT_FOUND);
+    // a name breaking Longhorn's name rule (here: one character) is refused, not looked up
+    expect(await grpcCode(a.client.get('x', 'u'))).toEqual({ code: status.INVALID_ARGUMENT, details: 'invalid name "x": a backing image name must match ^[a-z0-9][a-z0-9_.-]+$' });
     expect((await grpcCode(a.client.fetch({ dataSourceAddress: '' }))).code).toBe(status.INVALID_ARGUMENT);
     expect((await grpcCode(a.client.sync({ fromAddress: a.grpcAddress }))).code).toBe(status.INVALID_ARGUMENT);
-    const spec = { name: 'v', uuid: 'u1', size: 0, checksum: '', virtualSize: 0, realSize: 0 };
+    const spec = { name: 'vm', uuid: 'u1', size: 0, checksum: '', virtualSize: 0, realSize: 0 };
     expect((await grpcCode(a.client.sync({ spec, fromAddress: a.grpcAddress }))).code).toBe(status.INVALID_ARGUMENT);
     expect((await grpcCode(a.client.sync({ spec: { ...spec, size: 1024 }, fromAddress: '' }))).code).toBe(status.INVALID_ARGUMENT);
-    expect((await grpcCode(a.client.send('v', 'u1', ''))).code).toBe(status.INVALID_ARGUMENT);
+    expect((await grpcCode(a.client.send('vm', 'u1', ''))).code).toBe(status.INVALID_ARGUMENT);
     expect((await grpcCode(a.client.delete('', ''))).code).toBe(status.INVALID_ARGUMENT);
     expect((await grpcCode(a.client.prepareDownload('', 'u'))).code).toBe(status.INVALID_ARGUMENT);
     expect((await grpcCode(a.client.backupStatus(''))).details).toContain('empty backing image name');
     const odd = await grpcCode(a.client.fetch({ spec: { ...spec, size: 1000 }, dataSourceAddress: '' }));
     expect(odd.code).toBe(status.UNKNOWN);
     expect(odd.details).toContain('should be a multiple of 512 bytes');
-    const send = await grpcCode(a.client.send('v', 'u1', '127.0.0.1:1'));
+    const send = await grpcCode(a.client.send('vm', 'u1', '127.0.0.1:1'));
     expect(send.details).toContain('can not find sync file');
     const badSum = await grpcCode(a.client.fetch({ spec: { ...spec, size: 1024, checksum: 'sha256:xyz' }, dataSourceAddress: '' }));
     expect(badSum.details).toContain('invalid checksum');
     // the HTTP sync service: unknown file, bad action
-    await expect(a.sync.get('/nope')).rejects.toThrow('can not find sync file /nope');
+    await expect(a.sync.get('/nope')).rejects.toThrow('invalid file id "/nope": it is outside the disk root');
+    const unknown = path.join(disk, 'backing-images', 'nope-u', 'backing');
+    await expect(a.sync.get(unknown)).rejects.toThrow(`can not find sync file ${unknown}`);
     await expect(a.sync.receiveFromPeer({ filePath: '/x/y', uuid: 'z', size: 1024, port: 1, fileType: 'vmdk' })).rejects.toThrow('invalid file type');
   });
 

@@ -59,7 +59,7 @@ export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
     diskPath: cfg.diskPath,
     sources: createFileSources({
       allowSourceHosts: cfg.allowSourceHosts,
-      restoreBackup: backupstoreRestore({ lockTiming: cfg.backupLockTiming }),
+      restoreBackup: backupstoreRestore({ lockTiming: cfg.backupLockTiming, root: cfg.diskPath }),
     }),
     receiverHost: cfg.advertiseHost === '0.0.0.0' ? undefined : cfg.advertiseHost,
     monitorIntervalMs: cfg.monitorIntervalMs,

@@ -72,6 +72,21 @@ describe('backup-engine CLI', () => {
     expect(JSON.parse(r.stdout)).toEqual({ name: 'disk', size: data.length, sha512, blockCount: 3, verification: 'sha512-chain' });
     expect((await fs.readFile(out)).equals(data)).toBe(true);
 
+    // --root confines the output: inside it (relative or absolute) works, outside is refused before anything is written
+    const disk = path.join(work, 'disk');
+    await fs.mkdir(disk);
+    const inside = await run(['restore', '--backup-url', `${target}?backingImage=disk`, '--root', disk, '--output', 'restored.img']);
+    expect(inside.code).toBe(0);
+    expect((await fs.readFile(path.join(disk, 'restored.img'))).equals(data)).toBe(true);
+    const escape = await run(['restore', '--backup-url', `${target}?backingImage=disk`, '--root', disk, '--output', '../escaped.img']);
+    expect(escape.code).toBe(1);
+    expect(escape.stderr).toContain('invalid output "../escaped.img": it must not contain "." or ".." segments');
+    await expect(fs.stat(path.join(work, 'escaped.img'))).rejects.toThrow('ENOENT');
+    const outside = await run(['restore', '--backup-url', `${target}?backingImage=disk`, '--root', disk, '--output', path.join(work, 'escaped.img')]);
+    expect(outside.code).toBe(1);
+    expect(outside.stderr).toContain('outside the disk root');
+    await expect(fs.stat(path.join(work, 'escaped.img'))).rejects.toThrow('ENOENT');
+
     const gc = await run(['gc', '--target', target, '--dry-run', '--json']);
     expect(JSON.parse(gc.stdout)).toMatchObject({ swept: true, dryRun: true, removedBlocks: [], totalBlocks: 3 });
 

@@ -36,7 +36,9 @@ export const USAGE = `usage: backup-engine <command> [options]
 commands:
   backup  --target <url> --name <name> --file <path> [--compression lz4|gzip|none] [--concurrency N]
           [--label k=v]... [--checksum <sha512>] [--secret s] [--secret-namespace ns]
-  restore --backup-url <url> --output <file> [--concurrency N]
+  restore --backup-url <url> --output <file> [--root <dir>] [--concurrency N]
+          --root confines --output to <dir> (relative to it, or an absolute path inside it; no "..", no link
+          leading out of it)
   ls      --target <url>
   inspect --backup-url <url>
   rm      --backup-url <url>
@@ -77,6 +79,7 @@ const OPTIONS = {
   'secret-namespace': { type: 'string' },
   'backup-url': { type: 'string' },
   output: { type: 'string' },
+  root: { type: 'string' },
   'dry-run': { type: 'boolean' },
   credential: { type: 'string', multiple: true },
   json: { type: 'boolean' },
@@ -85,7 +88,7 @@ const OPTIONS = {
 
 const ALLOWED: Record<string, readonly (keyof typeof OPTIONS)[]> = {
   backup: ['target', 'name', 'file', 'compression', 'concurrency', 'label', 'checksum', 'secret', 'secret-namespace'],
-  restore: ['backup-url', 'output', 'concurrency'],
+  restore: ['backup-url', 'output', 'root', 'concurrency'],
   ls: ['target'],
   inspect: ['backup-url'],
   rm: ['backup-url'],
@@ -202,7 +205,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
         const backupUrl = required(values['backup-url'], 'backup-url');
         const bar = tty ? new ProgressBar(io, 'restore') : undefined;
         const result = await restoreBackup({
-          ...common, backupUrl, output: required(values.output, 'output'), concurrency: concurrencyOf(values.concurrency),
+          ...common, backupUrl, output: required(values.output, 'output'), root: values.root, concurrency: concurrencyOf(values.concurrency),
           onProgress: bar ? (p) => bar.update(p.processedBytes, p.totalBytes, p.progress === 100) : undefined,
         });
         bar?.finish();

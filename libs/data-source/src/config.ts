@@ -1,3 +1,15 @@
+import { DiskPathError, ENTRY_NAME_MAX_LENGTH, checkBackingImageName, checkBackingImageUUID } from '@bis/disk-path';
+
+/** Runs a @bis/disk-path check; its refusal becomes a DataSourceConfigError with the same message. */
+function diskName(check: () => unknown): void {
+  try {
+    check();
+  } catch (e) {
+    if (e instanceof DiskPathError) throw new DataSourceConfigError(e.message);
+    throw e;
+  }
+}
+
 /** Data-source source types (`--source-type`). */
 export const SOURCE_TYPES = ['download', 'upload', 'export-from-volume', 'restore', 'clone'] as const;
 export type DataSourceType = (typeof SOURCE_TYPES)[number];
@@ -50,6 +62,12 @@ export function validateDataSourceConfig(c: {
   credential?: Record<string, string>;
 }): DataSourceConfig {
   if (!c.name || !c.uuid) throw new DataSourceConfigError('the backing image name or uuid is not specified (--name, --uuid)');
+  // the work file is `<disk>/tmp/<name>-<uuid>`: names and uuids are confined by @bis/disk-path's rules
+  diskName(() => checkBackingImageName(c.name!, '--name'));
+  diskName(() => checkBackingImageUUID(c.uuid!, '--uuid'));
+  if (`${c.name}-${c.uuid}`.length > ENTRY_NAME_MAX_LENGTH) {
+    throw new DataSourceConfigError(`invalid --name/--uuid: "<name>-<uuid>" is longer than ${ENTRY_NAME_MAX_LENGTH} characters`);
+  }
   if (!SOURCE_TYPES.includes(c.sourceType as DataSourceType)) {
     throw new DataSourceConfigError(
       `unknown --source-type "${c.sourceType ?? ''}": expected one of ${SOURCE_TYPES.join(', ')}`,
@@ -82,8 +100,11 @@ export function validateDataSourceConfig(c: {
       break;
     }
     case 'clone': {
-      requireParam(cfg, 'backing-image', 'the source backing image name');
-      requireParam(cfg, 'backing-image-uuid', 'the source backing image uuid');
+      const src = requireParam(cfg, 'backing-image', 'the source backing image name');
+      const srcUUID = requireParam(cfg, 'backing-image-uuid', 'the source backing image uuid');
+      // the source is `<disk>/backing-images/<backing-image>-<backing-image-uuid>/backing`
+      diskName(() => checkBackingImageName(src, 'parameter "backing-image"'));
+      diskName(() => checkBackingImageUUID(srcUUID, 'parameter "backing-image-uuid"'));
       const enc = cfg.parameters['encryption'] ?? '';
       if (!['encrypt', 'decrypt', 'ignore'].includes(enc)) {
         throw new DataSourceConfigError(`invalid parameter "encryption": encryption operation ${enc || '(empty)'} is not specified (encrypt, decrypt or ignore)`);

@@ -187,14 +187,14 @@ describe('data source', () => {
 
 describe('data source configuration', () => {
   it('names the missing or bad parameter', () => {
-    expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'ftp' })).toThrow(/unknown --source-type "ftp"/);
-    expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'download', parameters: {} })).toThrow(/missing parameter "url"/);
-    expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'restore', parameters: { 'backup-url': 's3://x' } })).toThrow(/missing parameter "concurrent-limit"/);
-    expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'restore', parameters: { 'backup-url': 's3://x', 'concurrent-limit': '0' } })).toThrow(/"concurrent-limit" value "0"/);
-    expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'clone', parameters: { 'backing-image': 'x', 'backing-image-uuid': 'y' } })).toThrow(/"encryption"/);
-    expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'clone', parameters: { 'backing-image': 'x', 'backing-image-uuid': 'y', encryption: 'encrypt' } })).toThrow(/secret is not provided/);
-    expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'export-from-volume', parameters: { 'snapshot-name': 's', 'sender-address': 'h:1', 'volume-size': '1000' } })).toThrow(/"volume-size"/);
-    expect(() => validateDataSourceConfig({ name: 'a', uuid: 'b', sourceType: 'export-from-volume', parameters: { 'snapshot-name': 's', 'sender-address': 'h:1', 'volume-size': '1024', 'export-type': 'vmdk' } })).toThrow('invalid parameter "export-type" value "vmdk": expected raw or qcow2');
+    expect(() => validateDataSourceConfig({ name: 'ab', uuid: 'b', sourceType: 'ftp' })).toThrow(/unknown --source-type "ftp"/);
+    expect(() => validateDataSourceConfig({ name: 'ab', uuid: 'b', sourceType: 'download', parameters: {} })).toThrow(/missing parameter "url"/);
+    expect(() => validateDataSourceConfig({ name: 'ab', uuid: 'b', sourceType: 'restore', parameters: { 'backup-url': 's3://x' } })).toThrow(/missing parameter "concurrent-limit"/);
+    expect(() => validateDataSourceConfig({ name: 'ab', uuid: 'b', sourceType: 'restore', parameters: { 'backup-url': 's3://x', 'concurrent-limit': '0' } })).toThrow(/"concurrent-limit" value "0"/);
+    expect(() => validateDataSourceConfig({ name: 'ab', uuid: 'b', sourceType: 'clone', parameters: { 'backing-image': 'xy', 'backing-image-uuid': 'y' } })).toThrow(/"encryption"/);
+    expect(() => validateDataSourceConfig({ name: 'ab', uuid: 'b', sourceType: 'clone', parameters: { 'backing-image': 'xy', 'backing-image-uuid': 'y', encryption: 'encrypt' } })).toThrow(/secret is not provided/);
+    expect(() => validateDataSourceConfig({ name: 'ab', uuid: 'b', sourceType: 'export-from-volume', parameters: { 'snapshot-name': 's', 'sender-address': 'h:1', 'volume-size': '1000' } })).toThrow(/"volume-size"/);
+    expect(() => validateDataSourceConfig({ name: 'ab', uuid: 'b', sourceType: 'export-from-volume', parameters: { 'snapshot-name': 's', 'sender-address': 'h:1', 'volume-size': '1024', 'export-type': 'vmdk' } })).toThrow('invalid parameter "export-type" value "vmdk": expected raw or qcow2');
     expect(() => validateDataSourceConfig({ uuid: 'b', sourceType: 'upload' })).toThrow(/name or uuid is not specified/);
   });
 

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import type { InternalAuth } from '@bis/internal-auth';
 import { FileState } from '@bis/state-machine';
+import { assertNoEscapingLinks, resolveDiskPath } from '@bis/disk-path';
 import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service/service';
 import { imageSizeLimit, type SizeLimitPolicy } from '@bis/file-sources/core';
 import { DEFAULT_EXPORT_RECEIVER_PORT, exportType, type DataSourceConfig } from './config.js';
@@ -94,7 +95,8 @@ export class DataSource {
 
   constructor(o: DataSourceOptions) {
     this.#o = o;
-    this.filePath = path.join(o.diskPath, 'tmp', `${o.config.name}-${o.config.uuid}`);
+    // `<disk>/tmp/<name>-<uuid>` through @bis/disk-path: a name or uuid that breaks the rules throws DiskPathError
+    this.filePath = resolveDiskPath({ root: o.diskPath, kind: 'data-source-file', name: o.config.name, uuid: o.config.uuid }).path;
   }
 
   get config(): DataSourceConfig {
@@ -104,6 +106,8 @@ export class DataSource {
   /** Creates `<disk>/tmp`, launches the source and starts the begin watchdog. */
   async start(): Promise<void> {
     const { config: c, sync } = this.#o;
+    // a `<disk>/tmp` (or file) that is a link leading out of the disk is refused before anything is created
+    await assertNoEscapingLinks(this.#o.diskPath, this.filePath, 'name');
     await mkdir(path.dirname(this.filePath), { recursive: true });
     const base = {
       filePath: this.filePath,

@@ -8,7 +8,9 @@ export interface DataSourceRoutesOptions {
 }
 
 function statusOf(err: unknown): number {
-  const code = (err as { statusCode?: unknown }).statusCode;
+  // DataSourceError carries statusCode; a refused path (`@bis/disk-path` DiskPathError) carries httpStatus 400
+  const e = err as { statusCode?: unknown; httpStatus?: unknown };
+  const code = e.statusCode ?? e.httpStatus;
   return typeof code === 'number' && code >= 400 && code < 600 ? code : 500;
 }
 

@@ -29,14 +29,12 @@ import {
   type VersionResponse,
 } from '@bis/bimrpc';
 import { FileState } from '@bis/state-machine';
+import { confineDiskPath, isDiskPathError, normalizeRoot, resolveDiskPath, type DiskFileKind } from '@bis/disk-path';
 import {
   PortAllocator,
   SyncFileNotFoundError,
   SyncService,
-  backingFilePath,
-  backingImageDir,
   backingImageNameFromPath,
-  dataSourceFilePath,
   errorMessage,
   tmpPathOf,
 } from '@bis/sync-service';
@@ -86,7 +84,8 @@ function unary<Req, Res>(fn: (req: Req) => Promise<Res>): Unary<Req, Res> {
     fn(call.request).then(
       (res) => cb(null, res),
       (err: unknown) => {
-        const code = err instanceof RpcError ? err.code : status.UNKNOWN;
+        // a refused name, uuid or path (`@bis/disk-path`) is the caller's error
+        const code = err instanceof RpcError ? err.code : isDiskPathError(err) ? status.INVALID_ARGUMENT : status.UNKNOWN;
         cb(grpcError(code, errorMessage(err)));
       },
     );
@@ -117,14 +116,27 @@ export class ManagerService {
   readonly #background = new Set<Promise<void>>();
   readonly #stop = new AbortController();
 
+  readonly #root: string;
+
   constructor(opts: ManagerServiceOptions) {
     this.#o = opts;
+    this.#root = normalizeRoot(opts.diskPath);
     this.#backups = new BackupTracker();
     opts.sync.on('change', this.#onChange);
   }
 
-  #path(name: string, uuid: string): string {
-    return backingFilePath(this.#o.diskPath, name, uuid);
+  /**
+   * `<disk>/backing-images/<name>-<uuid>/backing` (or the entry's directory, or `<disk>/tmp/<name>-<uuid>`) through
+   * `@bis/disk-path`: a name breaking Longhorn's name rule, a bad uuid, `..`, `/` or NUL is refused (DiskPathError →
+   * INVALID_ARGUMENT) before anything is looked up.
+   */
+  #path(name: string, uuid: string, kind: DiskFileKind = 'backing-file'): string {
+    return resolveDiskPath({ root: this.#root, kind, name, uuid }).path;
+  }
+
+  /** {@link #path} plus the symlink check, for the RPCs that create, change or remove files. */
+  async #confined(name: string, uuid: string, kind: DiskFileKind = 'backing-file'): Promise<string> {
+    return (await confineDiskPath({ root: this.#root, kind, name, uuid })).path;
   }
 
   #log(m: string): void {
@@ -186,7 +198,7 @@ export class ManagerService {
   async get(req: GetRequest): Promise<BackingImageResponse> {
     if (!req.name || !req.uuid) throw invalid();
     try {
-      return toBackingImageResponse(this.#o.sync.get(this.#path(req.name, req.uuid)));
+      return toBackingImageResponse(this.#o.sync.get(await this.#confined(req.name, req.uuid)));
     } catch (err) {
       if (err instanceof SyncFileNotFoundError) {
         throw new RpcError(status.NOT_FOUND, `cannot find backing image ${req.name}(${req.uuid})`);
@@ -197,7 +209,7 @@ export class ManagerService {
 
   async list(): Promise<ListResponse> {
     const backingImages: ListResponse['backingImages'] = {};
-    const root = path.join(this.#o.diskPath, 'backing-images');
+    const root = path.join(this.#root, 'backing-images');
     for (const info of Object.values(this.#o.sync.list())) {
       if (path.dirname(path.dirname(info.filePath)) !== root) continue;
       backingImages[backingImageNameFromPath(info.filePath, info.uuid)] = toBackingImageResponse(info);
@@ -207,7 +219,10 @@ export class ManagerService {
 
   async delete(req: DeleteRequest): Promise<Empty> {
     if (!req.name || !req.uuid) throw invalid();
-    const filePath = this.#path(req.name, req.uuid);
+    // every path is confined before anything is removed
+    const filePath = await this.#confined(req.name, req.uuid);
+    const entryDir = await this.#confined(req.name, req.uuid, 'backing-dir');
+    const dataSourceTmp = tmpPathOf(await this.#confined(req.name, req.uuid, 'data-source-file'));
     let failure: unknown;
     try {
       await this.#o.sync.delete(filePath);
@@ -215,8 +230,8 @@ export class ManagerService {
       failure = err;
     }
     // Always, like Longhorn: remove the directory and a data-source leftover in <disk>/tmp.
-    await fsp.rm(backingImageDir(this.#o.diskPath, req.name, req.uuid), { recursive: true, force: true });
-    await fsp.rm(tmpPathOf(dataSourceFilePath(this.#o.diskPath, req.name, req.uuid)), { force: true });
+    await fsp.rm(entryDir, { recursive: true, force: true });
+    await fsp.rm(dataSourceTmp, { force: true });
     if (failure) throw failure;
     return {};
   }
@@ -225,10 +240,10 @@ export class ManagerService {
     const spec = req.spec;
     if (!spec) throw invalid('missing required argument: spec');
     if (!spec.name || !spec.uuid) throw invalid();
-    const dst = this.#path(spec.name, spec.uuid);
+    const dst = await this.#confined(spec.name, spec.uuid);
     let src = dst;
     if (req.dataSourceAddress) {
-      const want = dataSourceFilePath(this.#o.diskPath, spec.name, spec.uuid);
+      const want = await this.#confined(spec.name, spec.uuid, 'data-source-file');
       const ds = await getDataSourceFile(req.dataSourceAddress, this.#o.internalToken);
       if (ds.filePath !== want || ds.uuid !== spec.uuid || (ds.state !== 'ready' && ds.state !== 'ready-for-transfer')) {
         throw new RpcError(
@@ -255,7 +270,7 @@ export class ManagerService {
     if (!spec) throw invalid('missing required argument: spec');
     if (!spec.name || !spec.uuid || !req.fromAddress) throw invalid();
     if (!(spec.size > 0)) throw invalid(`invalid size ${spec.size} for syncing backing image ${spec.name}`);
-    const filePath = this.#path(spec.name, spec.uuid);
+    const filePath = await this.#confined(spec.name, spec.uuid);
     const port = this.#o.ports.allocate();
     try {
       await this.#o.sync.receiveFromPeer({
@@ -320,7 +335,7 @@ export class ManagerService {
 
   async send(req: SendRequest): Promise<Empty> {
     if (!req.name || !req.uuid || !req.toAddress) throw invalid();
-    await this.#o.sync.sendToPeer(this.#path(req.name, req.uuid), req.toAddress);
+    await this.#o.sync.sendToPeer(await this.#confined(req.name, req.uuid), req.toAddress);
     return {};
   }
 
@@ -348,7 +363,7 @@ export class ManagerService {
     const runner = this.#o.backup;
     if (!runner) throw new RpcError(status.FAILED_PRECONDITION, 'backups are not configured on this manager');
     if (!req.name || !req.uuid) throw invalid();
-    const filePath = this.#path(req.name, req.uuid);
+    const filePath = await this.#confined(req.name, req.uuid);
     let info;
     try {
       info = this.#o.sync.get(filePath);

@@ -1,3 +1,4 @@
+import { WRITE_NOFOLLOW } from '@bis/disk-path';
 import { promises as fsp } from 'node:fs';
 import {
   computeFileChain,
@@ -33,7 +34,8 @@ export async function writeChainFile(filePath: string, chain: Sha512Chain, modif
   const header = Buffer.from(`${CHAIN_FILE_HEADER} ${JSON.stringify({ modificationTime })}\n`, 'utf8');
   const target = chainPathOf(filePath);
   const tmp = `${target}.tmp`;
-  await fsp.writeFile(tmp, Buffer.concat([header, encodeChain(chain)]));
+  // O_NOFOLLOW: the predictable temporary name must not be a planted link that makes us write outside the disk
+  await fsp.writeFile(tmp, Buffer.concat([header, encodeChain(chain)]), { flag: WRITE_NOFOLLOW });
   await fsp.rename(tmp, target);
 }
 

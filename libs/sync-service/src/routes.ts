@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import multipart from '@fastify/multipart';
 import { createGzip } from 'node:zlib';
 import { Readable } from 'node:stream';
+import { isDiskPathError } from '@bis/disk-path';
 import { SyncServiceError, errorMessage } from './errors.js';
 import type { SyncService } from './sync-service.js';
 import type { DataEngine } from './syncing-file.js';
@@ -26,7 +27,7 @@ export function encodeFileId(filePath: string): string {
   return encodeURIComponent(filePath).replace(/%20/g, '+');
 }
 
-function fileIdFromRequest(req: FastifyRequest): string {
+function rawFileId(req: FastifyRequest): string {
   const rawPath = (req.raw.url ?? '').split('?')[0]!;
   const m = /^\/v1\/files\/([^/]+)/.exec(rawPath);
   if (!m) throw new SyncServiceError('missing file id', 400);
@@ -66,13 +67,16 @@ function credential(body: unknown): Record<string, string> {
 }
 
 async function sendError(reply: FastifyReply, err: unknown): Promise<void> {
-  const status = err instanceof SyncServiceError ? err.httpStatus : 500;
+  // a refused path (`@bis/disk-path` DiskPathError) is a 400 naming the parameter
+  const status = err instanceof SyncServiceError || isDiskPathError(err) ? err.httpStatus : 500;
   await reply.code(status).type('text/plain; charset=utf-8').send(`${errorMessage(err)}\n`);
 }
 
 /** Longhorn's `/v1/files` routes as an encapsulated fastify plugin. */
 export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: FastifyInstance, opts) => {
   const svc = opts.service;
+  // every `{id}` is confined to the disk (`@bis/disk-path`) before anything is looked up, changed or removed
+  const fileIdFromRequest = (req: FastifyRequest): Promise<string> => svc.confineFileId(rawFileId(req));
   await app.register(multipart, { limits: { fileSize: Number.MAX_SAFE_INTEGER, files: 16 } });
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
@@ -90,7 +94,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
 
   app.get('/v1/files/:id', async (req, reply) => {
     try {
-      return svc.get(fileIdFromRequest(req));
+      return svc.get(await fileIdFromRequest(req));
     } catch (err) {
       return sendError(reply, err);
     }
@@ -98,7 +102,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
 
   app.delete('/v1/files/:id', async (req, reply) => {
     try {
-      await svc.delete(fileIdFromRequest(req));
+      await svc.delete(await fileIdFromRequest(req));
       return reply.code(200).send();
     } catch (err) {
       return sendError(reply, err);
@@ -108,7 +112,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
   const download = async (req: FastifyRequest, reply: FastifyReply) => {
     try {
       const q = req.query as Query;
-      const h = await svc.openDownload(fileIdFromRequest(req));
+      const h = await svc.openDownload(await fileIdFromRequest(req));
       reply.header('Content-Type', 'application/octet-stream');
       if (q['forV2Creation'] === 'true') {
         reply.header('Content-Length', String(h.size));
@@ -132,7 +136,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
   app.post('/v1/files/:id', async (req, reply) => {
     try {
       const q = req.query as Query;
-      const id = fileIdFromRequest(req);
+      const id = await fileIdFromRequest(req);
       switch (q['action']) {
         case 'forget':
           await svc.forget(id);

@@ -1,5 +1,6 @@
 import { httpAuthHook, type InternalAuth } from '@bis/internal-auth';
 import Fastify, { type FastifyInstance } from 'fastify';
+import { PATH_MAX_LENGTH } from '@bis/disk-path';
 import { lazySchemaCompilers } from './fastify-schema-compilers.js';
 import { syncRoutes } from './routes.js';
 import type { SyncService } from './sync-service.js';
@@ -15,7 +16,15 @@ export async function startSyncServer(
   listen: { host: string; port: number },
   opts: { auth?: InternalAuth } = {},
 ): Promise<FastifyInstance> {
-  const app = Fastify({ logger: false, bodyLimit: 1 << 20, forceCloseConnections: true, schemaController: lazySchemaCompilers() });
+  // A `{id}` is a whole percent-encoded file path: fastify's default limit (100 characters) answered 414 to ids of
+  // legitimate paths under a long disk path; ids up to PATH_MAX (encoded) reach the routes, which confine them.
+  const app = Fastify({
+    logger: false,
+    bodyLimit: 1 << 20,
+    forceCloseConnections: true,
+    maxParamLength: 3 * PATH_MAX_LENGTH,
+    schemaController: lazySchemaCompilers(),
+  });
   app.addHook('onRequest', httpAuthHook(opts.auth, { openPaths: ['/'] }));
   app.get('/', async () => ({}));
   await app.register(syncRoutes, { service });

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { InternalAuth } from '@bis/internal-auth';
-import { createReadStream, promises as fsp } from 'node:fs';
+import { createReadStream, openSync, promises as fsp } from 'node:fs';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { FileEvent, FileState } from '@bis/state-machine';
@@ -18,13 +18,14 @@ import {
 import { readSyncingFileConfig, writeSyncingFileConfig } from './backing-cfg.js';
 import { SyncFileNotFoundError, SyncServiceError, errorMessage } from './errors.js';
 import { hashFile, readVirtualSize, removeFile, statFile, statFileIfExists } from './file-util.js';
-import { DEFAULT_DISK_PATH, backingFilePath, cfgPathOf, tmpPathOf } from './layout.js';
+import { DEFAULT_DISK_PATH, cfgPathOf, tmpPathOf } from './layout.js';
 import { SyncingFile, type DataEngine, type FileInfo } from './syncing-file.js';
 import type { SendFileOptions } from './ssync/sender.js';
 import type { Sha512Chain } from '@bis/sha512-chain';
 import { chainPathOf, removeChainFile } from './chain-path.js';
 import { loadBlockMapping, loadChainFile, loadQemuImg, loadSha512Chain, loadSsyncReceiver, loadSsyncSender } from './lazy-modules.js';
 import type { FileLayoutProvider, HolePuncher } from './ssync/layout.js';
+import { READ_NOFOLLOW, assertNoEscapingLinks, normalizeRoot, resolveDiskPath, type DiskFileKind } from '@bis/disk-path';
 
 export const SENDING_LIMIT = 3;
 const FAILURE_PREFIX = 'failed to process sync file: ';
@@ -141,6 +142,8 @@ function requireMultipleOf512(size: number, what = 'file'): void {
  */
 export class SyncService extends EventEmitter<SyncServiceEvents> {
   readonly diskPath: string;
+  /** The disk root every file path is confined to (`diskPath` normalised). */
+  readonly #root: string;
   readonly #files = new Map<string, SyncingFile>();
   readonly #opts: SyncServiceOptions;
   readonly #verifying = new Set<string>();
@@ -152,6 +155,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     super();
     this.#opts = opts;
     this.diskPath = opts.diskPath ?? DEFAULT_DISK_PATH;
+    this.#root = normalizeRoot(this.diskPath);
     const every = opts.monitorIntervalMs ?? 2000;
     if (every > 0) {
       this.#monitor = setInterval(() => void this.checkReadyFiles(), every);
@@ -176,7 +180,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   }
 
   get(filePath: string): FileInfo {
-    return this.#record(filePath).info();
+    return this.#record(this.#confineId(filePath)).info();
   }
 
   has(filePath: string): boolean {
@@ -203,6 +207,32 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     f.controller.abort(new SyncServiceError(reason));
   }
 
+  /**
+   * Confines a launch's file path parameter to the disk (`@bis/disk-path`): absolute, inside the disk root, a file of
+   * Longhorn's layout whose entry is `<name>-<uuid>` for this uuid, and no symbolic link leading out of the root.
+   * Throws a `DiskPathError` (HTTP 400) before anything is created, changed or removed.
+   */
+  async #confine(filePath: string, uuid: string, parameter: string, kind: DiskFileKind | 'any' = 'any'): Promise<string> {
+    const r = resolveDiskPath({ root: this.#root, kind, filePath, uuid, parameters: { filePath: parameter } });
+    await assertNoEscapingLinks(this.#root, r.path, parameter);
+    return r.path;
+  }
+
+  /**
+   * A `/v1/files/{id}` path as the HTTP routes check it before any action: confined to the disk's layout, and no
+   * symbolic link leading out of the root (a `DiskPathError`, HTTP 400, otherwise).
+   */
+  async confineFileId(filePath: string): Promise<string> {
+    const p = this.#confineId(filePath);
+    await assertNoEscapingLinks(this.#root, p, 'file id');
+    return p;
+  }
+
+  /** A `/v1/files/{id}` path: lexically confined to the disk's layout (records only exist for confined paths). */
+  #confineId(filePath: string): string {
+    return resolveDiskPath({ root: this.#root, kind: 'any', filePath, parameters: { filePath: 'file id' } }).path;
+  }
+
   #record(filePath: string): SyncingFile {
     const f = this.#files.get(filePath);
     if (!f) throw new SyncFileNotFoundError(filePath);
@@ -217,7 +247,12 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       throw new SyncServiceError('no srcFilePath/dstFilePath/uuid/diskUUID for existing file fetch');
     }
     requireMultipleOf512(p.size);
-    if (path.resolve(p.srcFilePath) === path.resolve(p.filePath)) {
+    p = {
+      ...p,
+      filePath: await this.#confine(p.filePath, p.uuid, 'dst-file-path'),
+      srcFilePath: await this.#confine(p.srcFilePath, p.uuid, 'src-file-path'),
+    };
+    if (p.srcFilePath === p.filePath) {
       this.#launch(p, p.size, 'reuse-only', async () => {
         throw new SyncServiceError('unreachable: reuse-only fetch has no work');
       });
@@ -251,6 +286,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 
   async downloadFromURL(p: DownloadFromURLParams): Promise<void> {
     if (!p.filePath || !p.uuid || !p.url) throw new SyncServiceError('no file path, uuid or url for downloading from URL');
+    p = { ...p, filePath: await this.#confine(p.filePath, p.uuid, 'file-path') };
     const sources = this.#sources();
     this.#launch(p, 0, 'reuse-or-replace', async (f, sink) =>
       fromSource(
@@ -269,6 +305,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   async upload(p: UploadParams): Promise<void> {
     if (!p.filePath || !p.uuid) throw new SyncServiceError('no file path or uuid for uploading');
     requireMultipleOf512(p.size, 'uploaded file');
+    p = { ...p, filePath: await this.#confine(p.filePath, p.uuid, 'file-path') };
     const sources = this.#sources();
     const f = this.#launch(p, p.size, 'reuse-or-replace', async (rec, sink) =>
       fromSource(
@@ -296,6 +333,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     if (!Number.isSafeInteger(p.port) || p.port < 0 || p.port > 65535) {
       throw new SyncServiceError(`invalid port ${p.port} for receiving`);
     }
+    p = { ...p, filePath: await this.#confine(p.filePath, p.uuid, 'file-path') };
     this.#launch(p, p.size, 'reuse-or-replace', async (f, sink) => {
       const receiver = await (await loadSsyncReceiver()).startSsyncReceiver({
         port: p.port,
@@ -359,6 +397,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     if (!Number.isSafeInteger(p.concurrentLimit) || p.concurrentLimit < 1) {
       throw new SyncServiceError(`invalid concurrent limit ${p.concurrentLimit}: must be at least 1`);
     }
+    p = { ...p, filePath: await this.#confine(p.filePath, p.uuid, 'file-path') };
     const sources = this.#sources();
     this.#launch(p, 0, 'reuse-or-replace', async (f, sink) =>
       fromSource(
@@ -382,8 +421,17 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     if (!['ignore', 'encrypt', 'decrypt'].includes(p.encryption)) {
       throw new SyncServiceError(`invalid encryption operation "${p.encryption}": must be ignore, encrypt or decrypt`);
     }
+    p = { ...p, filePath: await this.#confine(p.filePath, p.uuid, 'file-path') };
+    const source = resolveDiskPath({
+      root: this.#root,
+      kind: 'backing-file',
+      name: p.backingImage,
+      uuid: p.backingImageUUID,
+      parameters: { name: 'backing-image', uuid: 'backing-image-uuid' },
+    });
+    await assertNoEscapingLinks(this.#root, source.path, 'backing-image');
+    const sourcePath = source.path;
     const sources = this.#sources();
-    const sourcePath = backingFilePath(this.diskPath, p.backingImage, p.backingImageUUID);
     this.#launch(p, 0, 'reuse-or-replace', async (f, sink) =>
       fromSource(
         await sources.clone({
@@ -408,6 +456,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 
   /** Starts sending a ready file to a peer receiver; resolves once the send started. */
   async sendToPeer(filePath: string, toAddress: string): Promise<void> {
+    filePath = this.#confineId(filePath);
     const f = this.#files.get(filePath);
     if (!f) throw new SyncServiceError(`can not find sync file ${filePath} for sending`);
     if (!toAddress) throw new SyncServiceError(`no to-address for sending sync file ${filePath}`);
@@ -455,6 +504,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 
   /** A ready file's bytes for the download endpoint. */
   async openDownload(filePath: string): Promise<DownloadHandle> {
+    filePath = this.#confineId(filePath);
     const f = this.#files.get(filePath);
     if (!f) throw new SyncServiceError(`nil sync file ${filePath}`);
     await this.#checkReady(f);
@@ -464,11 +514,13 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     const st = await statFile(filePath);
     const dir = path.basename(path.dirname(filePath));
     const name = dir.endsWith(`-${f.uuid}`) ? dir.slice(0, -(f.uuid.length + 1)) : dir;
-    return { size: st.size, fileName: name, open: () => createReadStream(filePath, { highWaterMark: 1 << 20 }) };
+    // O_NOFOLLOW: a ready file replaced by a symbolic link is never served in its target's place
+    return { size: st.size, fileName: name, open: () => createReadStream(filePath, { fd: openSync(filePath, READ_NOFOLLOW), highWaterMark: 1 << 20 }) };
   }
 
   /** Drops the record, cancels its work and removes `<path>`, `<path>.tmp`, `<path>.cfg`. No-op for an unknown path. */
   async delete(filePath: string): Promise<void> {
+    filePath = this.#confineId(filePath);
     const f = this.#files.get(filePath);
     if (!f) return;
     this.#files.delete(filePath);
@@ -483,6 +535,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 
   /** Drops the record and keeps finished files (work still running is cancelled and its `.tmp` removed). */
   async forget(filePath: string): Promise<void> {
+    filePath = this.#confineId(filePath);
     const f = this.#files.get(filePath);
     if (!f) return;
     this.#files.delete(filePath);
@@ -504,7 +557,6 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 
   #launch(p: LaunchParams, size: number, mode: 'reuse-only' | 'reuse-or-replace', work: Work): SyncingFile {
     if (this.#closed) throw new SyncServiceError('the sync service is shutting down');
-    if (!path.isAbsolute(p.filePath)) throw new SyncServiceError(`invalid file path ${p.filePath}: must be absolute`);
     let expected: ExpectedChecksum | undefined;
     try {
       expected = parseExpectedChecksum(p.expectedChecksum);

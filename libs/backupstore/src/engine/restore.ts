@@ -21,6 +21,7 @@ import {
   throwIfAborted,
 } from '../names.js';
 import { parseBackupUrl } from '../url.js';
+import { DiskPathError, confineToRoot } from '@bis/disk-path';
 import { usableImageChain } from '../image-chain.js';
 import { Semaphore } from '../semaphore.js';
 import { assertConcurrency, throttle, withDriver, type StoreAccessOptions } from './common.js';
@@ -30,6 +31,12 @@ export interface RestoreBackupOptions extends StoreAccessOptions {
   backupUrl: string;
   /** The file to produce. It is written beside it under a temporary name and renamed into place when verified. */
   output: string;
+  /**
+   * Confine `output` to this directory (a disk root): it must lie inside it (a relative `output` is taken relative to
+   * it), without `.`/`..` segments, NUL bytes or a symbolic link leading out of it, and must not be a link itself
+   * (`@bis/disk-path` `confineToRoot`). A refusal (`DiskPathError`) comes before anything is read or written.
+   */
+  root?: string;
   /** Blocks fetched and decompressed at once. Default 2. */
   concurrency?: number;
   onProgress?: (progress: RestoreProgress) => void;
@@ -160,6 +167,8 @@ export async function restoreBackup(opts: RestoreBackupOptions): Promise<Restore
   const concurrency = opts.concurrency ?? 2;
   assertConcurrency(concurrency);
   const { name, targetUrl } = parseBackupUrl(opts.backupUrl);
+  if (opts.root !== undefined) opts = { ...opts, output: await confineToRoot(opts.root, opts.output, 'output') };
+  else if (opts.output === '' || opts.output.includes('\0')) throw new DiskPathError('output', opts.output === '' ? 'empty' : 'nul-byte', opts.output, 'not a file path');
   const report = throttle(opts.onProgress);
   try {
     return await withDriver(targetUrl, opts, async (driver) => {
