@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { BackingImageManagerKind, NodeKind, backingImageManagerName } from '@bis/controllers';
+import { BackingImageManagerKind, NodeKind, SecretKind, backingImageManagerName } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { eventually } from '@bis/datastore/testing';
 import { CONTROLLER_KINDS, KubeApiDouble, TestKubeNodeKind, TestPodKind } from '@bis/kube/testing';
@@ -22,7 +22,9 @@ describe('controller-manager daemon: usage', () => {
     expect(await runDaemonCli(['--datastore', 'embedded', '--node-id', 'n', '--backing-image-manager-image', 'i'], io)).toBe(2);
     expect(await runDaemonCli(['--node-id', 'n'], io)).toBe(2);
     expect(await runDaemonCli(['--node-id', 'n', '--backing-image-manager-image', 'i', '--log-format', 'xml'], io)).toBe(2);
+    expect(await runDaemonCli(['--node-id', 'n', '--backing-image-manager-image', 'i', '--internal-token-secret', 'Not_A_Name'], io)).toBe(2);
     const text = err.join('\n');
+    expect(text).toContain('invalid --internal-token-secret "Not_A_Name"');
     expect(text).toContain('unsupported --datastore "embedded"');
     expect(text).toContain('--backing-image-manager-image is required');
     expect(text).toContain('invalid --log-format "xml"');
@@ -132,6 +134,13 @@ describe('controller-manager daemon as a process against the API double', () => 
     expect(pod.spec.nodeName).toBe('node-1');
     expect(pod.spec.containers[0]!.image).toBe(IMAGE);
     expect((pod.spec as { serviceAccountName?: string }).serviceAccountName).toBe('bis-sa');
+    // The internal token: the Secret the daemon created at start, mounted into the pod, passed by file.
+    const secret = (await store.get(SecretKind, 'backing-image-system-internal-token', NS)) as unknown as { data: { token: string } };
+    expect(Buffer.from(secret.data.token, 'base64').toString()).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(pod.spec.containers[0]!.command.slice(-2)).toEqual(['--internal-token-file', '/etc/backing-image-system/internal-auth/token']);
+    expect(pod.spec.volumes).toContainEqual(expect.objectContaining({ name: 'internal-auth', secret: expect.objectContaining({ secretName: 'backing-image-system-internal-token', defaultMode: 0o400 }) }));
+    expect(stderr).toContain('internal token created in secret backing-image-system-internal-token');
+    expect(stderr).not.toContain(Buffer.from(secret.data.token, 'base64').toString());
     await eventually(async () => (await store.get(BackingImageManagerKind, bim1.metadata.name, NS)).status?.ownerID === 'node-1', 10_000, 'BIM owned by node-1');
 
     // The REST API answers on --listen, with the settings from the default-settings file and the image flag.

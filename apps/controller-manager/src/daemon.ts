@@ -4,7 +4,18 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { parse as parseYaml } from 'yaml';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ControllerManager, EventRecorder, SettingName, SettingsReader, type Logger } from '@bis/controllers';
-import { DEFAULT_MANAGER_POD_SELECTOR, KubeDataPlane, KubeDatastore, KubeSecretStore, NodeDiskReporter, NodeHealthMonitor, podSettingsFromStore } from '@bis/kube';
+import { readTokenFile } from '@bis/internal-auth';
+import {
+  DEFAULT_MANAGER_POD_SELECTOR,
+  INTERNAL_TOKEN_SECRET,
+  KubeDataPlane,
+  KubeDatastore,
+  KubeSecretStore,
+  NodeDiskReporter,
+  NodeHealthMonitor,
+  ensureInternalTokenSecret,
+  podSettingsFromStore,
+} from '@bis/kube';
 import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources } from '@bis/api-resources';
 import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
 import type { CliIo } from './cli.js';
@@ -12,12 +23,20 @@ import type { CliIo } from './cli.js';
 export const DAEMON_USAGE = `usage: controller-manager daemon --datastore kubernetes --namespace <ns> --node-id <node>
        --backing-image-manager-image <image> [--listen 0.0.0.0:9500] [--service-account <sa>]
        [--default-settings <file>] [--default-data-path <dir>] [--log-format plain|json] [--kubeconfig <file>] [--disk-check-interval <seconds>]
-       [--manager-pod-selector <label selector>]
+       [--manager-pod-selector <label selector>] [--internal-token-secret <name>] [--internal-token-file <file>]
+       [--allow-unauthenticated-internal-calls]
 
 Runs the controllers of one node in Kubernetes mode (the chart's DaemonSet): objects in the Kubernetes API, manager
 and data-source pods, this node's disks reported, every Longhorn node marked down or up from its Kubernetes node and
 manager pod (--manager-pod-selector, default ${DEFAULT_MANAGER_POD_SELECTOR}), the REST API on --listen. Without --kubeconfig the in-cluster
-service account (or $KUBECONFIG) is used.`;
+service account (or $KUBECONFIG) is used.
+
+Internal calls (to manager and data-source pods) carry the system's internal token, kept in the Secret
+--internal-token-secret (default ${INTERNAL_TOKEN_SECRET}, key "token") of --namespace: created with a random token
+when missing, mounted read-only into every manager and data-source pod. --internal-token-file reads the controller's
+copy of the token from a file instead (the Secret is then neither read nor created, and must hold the same token).
+--allow-unauthenticated-internal-calls (or the setting allow-unauthenticated-internal-calls=true) lets new pods also
+admit callers that send no token (Longhorn's Go components).`;
 
 export interface DaemonHandle {
   url: string;
@@ -82,6 +101,9 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         kubeconfig: { type: 'string' },
         'disk-check-interval': { type: 'string', default: '30' },
         'manager-pod-selector': { type: 'string', default: DEFAULT_MANAGER_POD_SELECTOR },
+        'internal-token-secret': { type: 'string', default: INTERNAL_TOKEN_SECRET },
+        'internal-token-file': { type: 'string' },
+        'allow-unauthenticated-internal-calls': { type: 'boolean', default: false },
       },
       strict: true,
     }));
@@ -102,6 +124,8 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   if (format !== 'plain' && format !== 'json') return usage(`invalid --log-format "${format}": plain or json`);
   const interval = Number(values['disk-check-interval']);
   if (!Number.isFinite(interval) || interval <= 0) return usage(`invalid --disk-check-interval "${values['disk-check-interval']}": seconds > 0`);
+  const tokenSecret = values['internal-token-secret']!;
+  if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(tokenSecret) || tokenSecret.length > 253) return usage(`invalid --internal-token-secret "${tokenSecret}": a Kubernetes object name`);
   const listen = parseListen(values.listen!);
   const namespace = values.namespace!;
   const log = makeLogger(format, io);
@@ -110,13 +134,25 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   if (values.kubeconfig) kubeConfig.loadFromFile(values.kubeconfig);
   else kubeConfig.loadFromDefault();
   const defaults = await readDefaultSettings(values['default-settings']!);
+  let internalToken: string;
+  if (values['internal-token-file']) {
+    internalToken = await readTokenFile(values['internal-token-file']);
+    log.info(`internal token read from ${values['internal-token-file']}; pods mount secret ${tokenSecret}, which must hold the same token`);
+  } else {
+    const s = await ensureInternalTokenSecret({ kubeConfig, namespace, name: tokenSecret });
+    log.info(`internal token ${s.created ? 'created in' : 'read from'} secret ${tokenSecret} in namespace ${namespace}`);
+    internalToken = s.token;
+  }
+  const allowUnauthenticated = values['allow-unauthenticated-internal-calls']!;
+  if (allowUnauthenticated) log.warn('--allow-unauthenticated-internal-calls: manager and data-source pods admit internal callers that send no token');
 
   const store = new KubeDatastore({ kubeConfig, defaultNamespace: namespace });
   const dataPlane = new KubeDataPlane({
     kubeConfig,
-    settings: { namespace, serviceAccountName: values['service-account']! },
+    settings: { namespace, serviceAccountName: values['service-account']!, internalTokenSecret: tokenSecret, allowUnauthenticatedInternalCalls: allowUnauthenticated },
     settingsProvider: podSettingsFromStore(store, namespace),
     managerImage: image,
+    internalToken,
   });
   const settings = new SettingsService({ store, namespace });
   const disks = new NodeDiskReporter({ store, namespace, nodeID, defaultDataPath: values['default-data-path'] ?? defaults['default-data-path'] ?? '/var/lib/longhorn/', intervalMs: interval * 1000, log });
@@ -157,6 +193,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
       settings: new SettingsReader(store, namespace),
       endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
       downloadUrlPolicy: { allowedHosts: [] },
+      internalToken,
     });
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
     await app.register(backingImageHttpPlugin, { api });

@@ -3,7 +3,8 @@ import { backupsPage } from './page-backups.js';
 import { createPage } from './page-create.js';
 import { detailPage } from './page-detail.js';
 import { listPage } from './page-list.js';
-import { changed, onChange, startLiveUpdates, state } from './store.js';
+import { tokenForm } from './page-token.js';
+import { changed, onChange, restartLiveUpdates, state } from './store.js';
 import './styles.css';
 
 function route(): { page: string; arg: string } {
@@ -14,7 +15,9 @@ function route(): { page: string; arg: string } {
 
 function view() {
   const r = route();
-  const body = r.page === 'create' ? createPage() : r.page === 'images' && r.arg ? detailPage(r.arg) : r.page === 'backups' ? backupsPage() : listPage();
+  const body = state.auth.required
+    ? tokenForm()
+    : r.page === 'create' ? createPage() : r.page === 'images' && r.arg ? detailPage(r.arg) : r.page === 'backups' ? backupsPage() : listPage();
   const nav = (href: string, label: string, active: boolean) => html`<a href=${href} class=${active ? 'active' : ''}>${label}</a>`;
   return html`
     <header>
@@ -28,7 +31,7 @@ function view() {
       <span class="live ${state.live ? 'on' : 'off'}" id="live" title=${state.live ? 'live updates connected' : 'live updates disconnected'}>${state.live ? '● live' : '○ offline'}</span>
     </header>
     ${state.banner ? html`<div class="banner">${state.banner}</div>` : ''}
-    <main data-page=${r.page}>${body}</main>`;
+    <main data-page=${state.auth.required ? 'token' : r.page}>${body}</main>`;
 }
 
 const root = document.getElementById('app')!;
@@ -36,5 +39,5 @@ onChange(() => render(view(), root));
 window.addEventListener('hashchange', changed);
 // Progress rates and ETAs change with time as well as with data.
 setInterval(changed, 1000);
-startLiveUpdates(new AbortController().signal);
+restartLiveUpdates();
 changed();

@@ -214,6 +214,16 @@ export const SETTINGS = {
     max: 120,
     unit: 'seconds',
   }),
+  'allow-unauthenticated-internal-calls': def({
+    type: 'bool',
+    displayName: 'Allow Unauthenticated Internal Calls',
+    description:
+      'Manager and data-source pods created from now on also admit internal callers that send no token (Longhorn\'s Go components); a caller with a wrong token is still refused. The controller flag --allow-unauthenticated-internal-calls turns it on as well.',
+    category: 'danger zone',
+    readOnly: false,
+    required: true,
+    default: false,
+  }),
 } as const satisfies Record<string, SettingDefinition>;
 
 export type SettingName = keyof typeof SETTINGS;

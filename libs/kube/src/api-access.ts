@@ -39,6 +39,9 @@ export const API_RESOURCE_USES: readonly ApiResourceUse[] = [
   { group: '', version: 'v1', resource: 'pods/log', verbs: ['get'], usedBy: 'KubePodRuntime' },
   // Backup targets' credential secrets, read by name in the system's namespace (never listed, never watched).
   { group: '', version: 'v1', resource: 'secrets', verbs: ['get'], usedBy: 'KubeSecretStore' },
+  // The internal token's Secret, created at start when missing (RBAC cannot restrict `create` by resourceNames: the
+  // name is not known when the request is authorized). Its `get` is the one above.
+  { group: '', version: 'v1', resource: 'secrets', verbs: ['create'], usedBy: 'ensureInternalTokenSecret' },
   { group: '', version: 'v1', resource: 'pods', verbs: ['list', 'watch'], usedBy: 'NodeHealthMonitor' },
   { group: '', version: 'v1', resource: 'nodes', verbs: ['get', 'list', 'watch'], usedBy: 'NodeHealthMonitor', scope: 'cluster' },
 ];

@@ -16,6 +16,9 @@ import {
 } from '@bis/controllers';
 import { isNotFound, type Datastore } from '@bis/datastore';
 import type { PodSettings } from './pod-manifests.js';
+
+/** The setting that turns on `--allow-unauthenticated-internal-calls` for new manager and data-source pods. */
+export const ALLOW_UNAUTHENTICATED_INTERNAL_CALLS_SETTING = 'allow-unauthenticated-internal-calls';
 import { KubePodRuntime, type KubePodRuntimeOptions } from './pod-runtime.js';
 
 export interface KubeDataPlaneOptions extends KubePodRuntimeOptions {
@@ -23,6 +26,11 @@ export interface KubeDataPlaneOptions extends KubePodRuntimeOptions {
   managerImage: string;
   /** Timeout of each manager gRPC call. Default 60 s. */
   callTimeoutMs?: number;
+  /**
+   * The system's internal token, sent as `authorization: Bearer <token>` to the managers (gRPC metadata) and the
+   * data sources (HTTP). The pods get it from the Secret named in `settings.internalTokenSecret`.
+   */
+  internalToken?: string;
 }
 
 /**
@@ -61,7 +69,7 @@ export class KubeDataPlane implements DataPlane {
 
   managerClient(address: string): ManagerApi {
     let c = this.clients.get(address);
-    if (!c) this.clients.set(address, (c = new ManagerClient(address, { callTimeoutMs: this.opts.callTimeoutMs ?? 60_000 })));
+    if (!c) this.clients.set(address, (c = new ManagerClient(address, { callTimeoutMs: this.opts.callTimeoutMs ?? 60_000, token: this.opts.internalToken })));
     return managerApiFromClient(c);
   }
 
@@ -95,7 +103,7 @@ export class KubeDataPlane implements DataPlane {
   }
 
   dataSourceClient(address: string): DataSourceApi {
-    return httpDataSourceClient(address);
+    return httpDataSourceClient(address, this.opts.internalToken);
   }
 
   readonly backupTarget: BackupTargetApi = backupstoreTargetApi;
@@ -168,6 +176,8 @@ export function podSettingsFromStore(store: Datastore, namespace: string): () =>
     if (pull === 'always' || pull === 'never' || pull === 'if-not-present') out.imagePullPolicy = pull;
     const net = await read('storage-network');
     if (net !== undefined) out.storageNetwork = net;
+    // The opt-in is on when the daemon flag or the setting says so (the setting never turns the flag off).
+    if ((await read(ALLOW_UNAUTHENTICATED_INTERNAL_CALLS_SETTING))?.trim().toLowerCase() === 'true') out.allowUnauthenticatedInternalCalls = true;
     return out;
   };
 }

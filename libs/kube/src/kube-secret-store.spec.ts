@@ -35,12 +35,13 @@ describe('KubeSecretStore (against the Kubernetes API double)', () => {
     await expect(secrets.get('nope')).rejects.toThrow('secret nope not found in namespace longhorn-system');
   });
 
-  it('the RBAC table grants exactly get on secrets in the namespace, nothing cluster-wide', () => {
+  it('the RBAC table grants get on secrets in the namespace (plus create for the internal token), nothing cluster-wide', () => {
     expect(API_RESOURCE_USES.filter((u) => u.resource === 'secrets')).toEqual([
       { group: '', version: 'v1', resource: 'secrets', verbs: ['get'], usedBy: 'KubeSecretStore' },
+      { group: '', version: 'v1', resource: 'secrets', verbs: ['create'], usedBy: 'ensureInternalTokenSecret' },
     ]);
     const rules = rbacRules().filter((r) => r.resources.includes('secrets'));
-    expect(rules.map((r) => ({ apiGroups: r.apiGroups, verbs: r.verbs }))).toEqual([{ apiGroups: [''], verbs: ['get'] }]);
+    expect(rules.map((r) => ({ apiGroups: r.apiGroups, verbs: r.verbs }))).toEqual([{ apiGroups: [''], verbs: ['get', 'create'] }]);
     expect(rbacRules(undefined, 'cluster').some((r) => r.resources.includes('secrets'))).toBe(false);
     expect(new ApiAccess().allows('', 'secrets', 'list')).toBe(false);
   });

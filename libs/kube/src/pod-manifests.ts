@@ -35,7 +35,20 @@ export interface PodSettings {
   imagePullPolicy?: 'if-not-present' | 'always' | 'never';
   /** `storage-network` setting (`<namespace>/<NetworkAttachmentDefinition>`); empty = pod network. */
   storageNetwork?: string;
+  /**
+   * The Secret holding the internal token (key `token`): mounted read-only into every pod and passed as
+   * `--internal-token-file`, so the pod's servers refuse callers without it. Unset: the pods check nothing.
+   */
+  internalTokenSecret?: string;
+  /** `--allow-unauthenticated-internal-calls`: the pods also admit callers that send no token (Longhorn's Go components). */
+  allowUnauthenticatedInternalCalls?: boolean;
 }
+
+/** Where the internal token's Secret is mounted in manager and data-source pods. */
+export const INTERNAL_AUTH_MOUNT = '/etc/backing-image-system/internal-auth';
+/** The token file in that mount (the Secret's key `token`). */
+export const INTERNAL_TOKEN_FILE = `${INTERNAL_AUTH_MOUNT}/token`;
+const INTERNAL_AUTH_VOLUME = 'internal-auth';
 
 /** The fields of a BackingImageManager the pod is made from. */
 export interface ManagerPodInput {
@@ -127,14 +140,22 @@ function container(name: string, image: string, command: string[], s: PodSetting
 
 const diskVolume = (diskPath: string): V1Volume => ({ name: 'disk-path', hostPath: { path: diskPath } });
 
+/** Adds the internal token (secret volume, read-only mount, flags) to a pod's container and volumes. */
+function withInternalAuth(c: V1Container, volumes: V1Volume[], s: PodSettings): void {
+  if (!s.internalTokenSecret) return;
+  c.command = [...(c.command ?? []), '--internal-token-file', INTERNAL_TOKEN_FILE, ...(s.allowUnauthenticatedInternalCalls ? ['--allow-unauthenticated-internal-calls'] : [])];
+  c.volumeMounts = [...(c.volumeMounts ?? []), { name: INTERNAL_AUTH_VOLUME, mountPath: INTERNAL_AUTH_MOUNT, readOnly: true }];
+  volumes.push({ name: INTERNAL_AUTH_VOLUME, secret: { secretName: s.internalTokenSecret, items: [{ key: 'token', path: 'token' }], defaultMode: 0o400 } });
+}
+
 /** Longhorn's backing-image-manager pod: one per (image, disk), pinned to the node, the disk at `/data/`. */
 export function managerPodManifest(bim: ManagerPodInput, s: PodSettings): V1Pod {
   const c = container(BIM_CONTAINER, bim.image, [MANAGER_BINARY, '--debug', 'daemon', '--listen', `:${DATA_PLANE_PORT}`, '--sync-listen', `:${SYNC_PORT}`], s, [
     { name: 'disk-path', mountPath: '/data/' },
   ]);
-  return commonPod(backingImageManagerPodName(bim.name), backingImageManagerLabels(bim.nodeID, bim.diskUUID), { kind: 'BackingImageManager', name: bim.name, uid: bim.uid }, bim.nodeID, s, c, [
-    diskVolume(bim.diskPath),
-  ]);
+  const volumes = [diskVolume(bim.diskPath)];
+  withInternalAuth(c, volumes, s);
+  return commonPod(backingImageManagerPodName(bim.name), backingImageManagerLabels(bim.nodeID, bim.diskUUID), { kind: 'BackingImageManager', name: bim.name, uid: bim.uid }, bim.nodeID, s, c, volumes);
 }
 
 /** Longhorn's data-source pod `backing-image-ds-<name>` producing the first file of a backing image. */
@@ -154,9 +175,7 @@ export function dataSourcePodManifest(ds: DataSourcePodInput, s: PodSettings): V
   ]);
   // Deviation from Longhorn (`--credential k=v`): the credential goes by environment, never on the command line.
   if (Object.keys(ds.credentials).length > 0) c.env = [...(c.env ?? []), { name: DATA_SOURCE_CREDENTIAL_ENV, value: JSON.stringify(ds.credentials) }];
-  return commonPod(backingImageDataSourcePodName(ds.name), backingImageDataSourcePodLabels(ds.name, ds.nodeID, ds.diskUUID), { kind: 'BackingImageDataSource', name: ds.name, uid: ds.uid }, ds.nodeID, s, c, [
-    diskVolume(ds.diskPath),
-    { name: 'host-dev', hostPath: { path: '/dev' } },
-    { name: 'host-proc', hostPath: { path: '/proc' } },
-  ]);
+  const volumes: V1Volume[] = [diskVolume(ds.diskPath), { name: 'host-dev', hostPath: { path: '/dev' } }, { name: 'host-proc', hostPath: { path: '/proc' } }];
+  withInternalAuth(c, volumes, s);
+  return commonPod(backingImageDataSourcePodName(ds.name), backingImageDataSourcePodLabels(ds.name, ds.nodeID, ds.diskUUID), { kind: 'BackingImageDataSource', name: ds.name, uid: ds.uid }, ds.nodeID, s, c, volumes);
 }

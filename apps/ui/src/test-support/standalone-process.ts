@@ -7,6 +7,6 @@ export type { StandaloneProcess };
 export const UI_DIST = join(resolve(import.meta.dirname, '../..'), 'dist');
 
 /** The real standalone system serving this web UI (see `@bis/standalone/testing`). */
-export function startStandaloneProcess(opts: { disks?: number; allowSourceHosts?: string; uiDir?: string } = {}): Promise<StandaloneProcess> {
+export function startStandaloneProcess(opts: { disks?: number; allowSourceHosts?: string; uiDir?: string; extraArgs?: readonly string[] } = {}): Promise<StandaloneProcess> {
   return startSystem({ ...opts, uiDir: opts.uiDir ?? UI_DIST });
 }

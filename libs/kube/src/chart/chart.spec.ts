@@ -66,6 +66,8 @@ describe('chart charts/backing-image-system', () => {
       'ClusterRoleBinding/backing-image-system',
       'ConfigMap/backing-image-system-default-setting',
       'DaemonSet/backing-image-system-manager',
+      'NetworkPolicy/backing-image-data-source',
+      'NetworkPolicy/backing-image-manager',
       'PriorityClass/backing-image-system-critical',
       'Role/backing-image-system',
       'RoleBinding/backing-image-system',
@@ -82,6 +84,45 @@ describe('chart charts/backing-image-system', () => {
     // The node's default disk is the data path the DaemonSet mounts.
     expect(c.command[c.command.indexOf('--default-data-path') + 1]).toBe('/var/lib/longhorn/');
     expect(ds.spec.template.spec.priorityClassName).toBe('backing-image-system-critical');
+    // Internal calls need the token by default: no opt-in flag.
+    expect(c.command).not.toContain('--allow-unauthenticated-internal-calls');
+  });
+
+  type Policy = Doc & { spec: { podSelector: { matchLabels: Record<string, string> }; policyTypes: string[]; ingress: { from: { podSelector: { matchLabels: Record<string, string> } }[]; ports?: unknown }[] } };
+  const SYSTEM_PEERS = [
+    { app: 'backing-image-system-manager', 'app.kubernetes.io/instance': 'bis' },
+    { 'longhorn.io/managed-by': 'longhorn-manager', 'longhorn.io/component': 'backing-image-manager' },
+    { 'longhorn.io/managed-by': 'longhorn-manager', 'longhorn.io/component': 'backing-image-data-source' },
+  ];
+
+  it('admits to manager and data-source pods only the release controller and the data-plane pods (NetworkPolicy on by default)', async () => {
+    const all = await docs({});
+    for (const component of ['backing-image-manager', 'backing-image-data-source']) {
+      const p = find(all, 'NetworkPolicy', component) as Policy;
+      expect(p.metadata.namespace).toBe('longhorn-system');
+      expect(p.spec.podSelector).toEqual({ matchLabels: { 'longhorn.io/component': component } });
+      expect(p.spec.policyTypes).toEqual(['Ingress']);
+      // One rule, over every port of the pod, from exactly the system's own pods (same namespace: no namespaceSelector).
+      expect(p.spec.ingress).toHaveLength(1);
+      expect(p.spec.ingress[0].ports).toBeUndefined();
+      expect(p.spec.ingress[0].from.map((f) => f.podSelector.matchLabels)).toEqual(SYSTEM_PEERS);
+      expect(p.spec.ingress[0].from.every((f) => Object.keys(f).length === 1)).toBe(true);
+    }
+    // Off on request.
+    expect((await docs({ networkPolicies: { enabled: false } })).filter((d) => d.kind === 'NetworkPolicy')).toEqual([]);
+  });
+
+  it('internalAuth.allowUnauthenticated passes the opt-in flag and admits Longhorn components to the data plane', async () => {
+    const all = await docs({ internalAuth: { allowUnauthenticated: true } });
+    const ds = find(all, 'DaemonSet') as Doc & { spec: { template: { spec: { containers: { command: string[] }[] } } } };
+    expect(ds.spec.template.spec.containers[0].command).toContain('--allow-unauthenticated-internal-calls');
+    for (const component of ['backing-image-manager', 'backing-image-data-source']) {
+      const p = find(all, 'NetworkPolicy', component) as Policy;
+      expect(p.spec.ingress.map((r) => r.from.map((f) => f.podSelector.matchLabels))).toEqual([
+        SYSTEM_PEERS,
+        [{ app: 'longhorn-manager' }, { 'longhorn.io/component': 'instance-manager' }],
+      ]);
+    }
   });
 
   it('renders valid YAML with every option set (ci/full-values.yaml)', async () => {
