@@ -3,6 +3,7 @@ import { backupsPage } from './page-backups.js';
 import { createPage } from './page-create.js';
 import { detailPage } from './page-detail.js';
 import { listPage } from './page-list.js';
+import { targetsPage } from './page-targets.js';
 import { changed, onChange, startLiveUpdates, state } from './store.js';
 import './styles.css';
 
@@ -14,7 +15,7 @@ function route(): { page: string; arg: string } {
 
 function view() {
   const r = route();
-  const body = r.page === 'create' ? createPage() : r.page === 'images' && r.arg ? detailPage(r.arg) : r.page === 'backups' ? backupsPage() : listPage();
+  const body = r.page === 'create' ? createPage() : r.page === 'images' && r.arg ? detailPage(r.arg) : r.page === 'backups' ? backupsPage() : r.page === 'targets' ? targetsPage() : listPage();
   const nav = (href: string, label: string, active: boolean) => html`<a href=${href} class=${active ? 'active' : ''}>${label}</a>`;
   return html`
     <header>
@@ -23,6 +24,7 @@ function view() {
         ${nav('#/', 'Images', r.page === 'images' || r.page === '')}
         ${nav('#/create', 'Create', r.page === 'create')}
         ${nav('#/backups', 'Backups', r.page === 'backups')}
+        ${nav('#/targets', 'Targets', r.page === 'targets')}
       </nav>
       <span class="spacer"></span>
       <span class="live ${state.live ? 'on' : 'off'}" id="live" title=${state.live ? 'live updates connected' : 'live updates disconnected'}>${state.live ? '● live' : '○ offline'}</span>
