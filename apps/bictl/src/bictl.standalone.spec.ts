@@ -118,6 +118,90 @@ describe('bictl against controller-manager standalone', () => {
     throw new Error(`the copies on ${gone.join(', ')} were not removed`);
   }, 90_000);
 
+  it('secrets: set from arguments and an env file, list keys only, never print a value, rm', async () => {
+    const envFile = join(dir, 'creds.env');
+    await writeFile(envFile, '# S3 credentials\nexport AWS_ACCESS_KEY_ID="env-key-id-value"\n\nAWS_SECRET_ACCESS_KEY=env-secret-value\n');
+    const a = await bictl(['secret', 'set', 'cred-a', 'AWS_ACCESS_KEY_ID=arg-key-value', 'AWS_SECRET_ACCESS_KEY=arg-secret-value']);
+    expect(a.stderr).toBe('');
+    expect(a.stdout).toBe('secret cred-a set (keys: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)\n');
+    const b = await bictl(['secret', 'set', 'cred-b', '--from-env-file', envFile, '-o', 'json']);
+    expect(JSON.parse(b.stdout)).toEqual({ name: 'cred-b', keys: ['AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY'] });
+    const ls = await bictl(['secret', 'ls']);
+    expect(ls.stdout).toMatch(/^NAME\s+KEYS\ncred-a\s+AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY\ncred-b\s+AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY\n$/);
+    const all = [a, b, ls, await bictl(['secret', 'ls', '-o', 'yaml'])].map((r) => r.stdout + r.stderr).join('\n');
+    for (const value of ['arg-key-value', 'arg-secret-value', 'env-key-id-value', 'env-secret-value']) expect(all).not.toContain(value);
+    const bad = await bictl(['secret', 'set', 'cred-c', 'no-equals-sign-secret']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).not.toContain('no-equals-sign-secret');
+    expect((await bictl(['secret', 'rm', 'cred-b'])).stdout).toBe('secret cred-b deleted\n');
+    const gone = await bictl(['secret', 'rm', 'cred-b']);
+    expect(gone.code).toBe(3);
+    expect(gone.stderr).toBe('bictl: secret cred-b not found\n');
+  }, 30_000);
+
+  it("targets: ls and get show URL, secret, availability and message; set changes them; an unknown target is exit 3", async () => {
+    const before = JSON.parse((await bictl(['target', 'get', 'default', '-o', 'json'])).stdout) as { backupTargetURL: string; pollInterval: string; available: boolean };
+    expect(before.backupTargetURL).toMatch(/^vfs:\/\//);
+    expect((await bictl(['target', 'ls'])).stdout).toMatch(/^NAME\s+URL\s+SECRET\s+POLL-INTERVAL\s+AVAILABLE\s+MESSAGE\ndefault\s+vfs:\/\/\S+\s+-\s+\S+\s+true\n$/);
+    const unknown = await bictl(['target', 'get', 'nope']);
+    expect(unknown.code).toBe(3);
+    expect(unknown.stderr).toBe('bictl: backup target nope not found\n');
+    const setUnknown = await bictl(['target', 'set', 'nope', '--poll-interval', '10s']);
+    expect(setUnknown.code).toBe(3);
+    expect(setUnknown.stderr).toBe('bictl: backup target nope not found\n');
+    expect((await bictl(['target', 'set', 'default'])).code).toBe(2);
+    expect((await bictl(['target', 'set', 'default', '--poll-interval', 'soon'])).stderr).toContain('invalid pollInterval "soon"');
+
+    // An S3 target whose secret lacks the access keys: unavailable, and the target says why.
+    expect((await bictl(['secret', 'set', 'no-keys', 'AWS_ENDPOINTS=http://127.0.0.1:9'])).code).toBe(0);
+    const set = await bictl(['target', 'set', 'default', '--url', 's3://bis-bucket@us-east-1/', '--secret', 'no-keys', '--poll-interval', '2s']);
+    expect(set.stderr).toBe('');
+    expect(set.stdout).toBe('backup target default updated (s3://bis-bucket@us-east-1/)\n');
+    let shown = '';
+    for (let i = 0; i < 100 && !/missing AWS_ACCESS_KEY_ID/.test(shown); i++) {
+      shown = (await bictl(['target', 'get', 'default'])).stdout;
+      if (!/missing AWS_ACCESS_KEY_ID/.test(shown)) await new Promise((r) => setTimeout(r, 300));
+    }
+    expect(shown).toMatch(/URL:\s+s3:\/\/bis-bucket@us-east-1\/\n/);
+    expect(shown).toMatch(/Credential secret:\s+no-keys\n/);
+    expect(shown).toMatch(/Poll interval:\s+2s\n/);
+    expect(shown).toMatch(/Available:\s+false\n/);
+    expect(shown).toMatch(/Message:\s+.*missing AWS_ACCESS_KEY_ID/);
+
+    // Back to the filesystem target for the backups below.
+    const back = await bictl(['target', 'set', 'default', '--url', before.backupTargetURL, '--secret', '', '--poll-interval', before.pollInterval]);
+    expect(back.code).toBe(0);
+    for (let i = 0; i < 100; i++) {
+      const t = JSON.parse((await bictl(['target', 'get', 'default', '-o', 'json'])).stdout) as { available: boolean; credentialSecret: string };
+      if (t.available) {
+        expect(t.credentialSecret).toBe('');
+        return;
+      }
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    throw new Error('the default target did not become available again');
+  }, 90_000);
+
+  it('--wait ends when every disk the selectors allow has a ready copy, with a warning naming the shortfall', async () => {
+    const c = await bictl(['image', 'create', 'short', '--url', `${files.url}/base.raw`, '--min-copies', '4', '--wait', '--timeout', '90s']);
+    expect(c.stderr).toBe('bictl: warning: minNumberOfCopies 4 exceeds the 3 disks that the selectors allow; 3 of 4 copies are ready, on every disk that can hold one\n');
+    expect(c.stdout).toBe('backing image short is ready (3/3 ready)\n');
+    expect(c.code).toBe(0);
+    const g = await bictl(['image', 'get', 'short']);
+    expect(g.stdout).toMatch(/Warning:\s+minNumberOfCopies 4 exceeds the 3 disks that the selectors allow\n/);
+    const j = JSON.parse((await bictl(['image', 'get', 'short', '-o', 'json'])).stdout) as { conditions: { type: string; status: string; reason: string }[] };
+    expect(j.conditions).toEqual([expect.objectContaining({ type: 'MinCopiesSatisfiable', status: 'False', reason: 'NotEnoughDisks' })]);
+    expect((await bictl(['image', 'min-copies', 'short', '3'])).code).toBe(0);
+    for (let i = 0; i < 100; i++) {
+      const now = JSON.parse((await bictl(['image', 'get', 'short', '-o', 'json'])).stdout) as { conditions: { type: string; status: string }[] };
+      if (now.conditions.some((x) => x.type === 'MinCopiesSatisfiable' && x.status === 'True')) break;
+      if (i === 99) throw new Error('the condition did not turn True after lowering minNumberOfCopies');
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    expect((await bictl(['image', 'get', 'short'])).stdout).not.toContain('Warning:');
+    expect((await bictl(['image', 'rm', 'short', '--wait', '--timeout', '60s'])).code).toBe(0);
+  }, 150_000);
+
   it('backs up, deletes, restores from the backup and lists nodes', async () => {
     const b = await bictl(['backup', 'create', 'base', '--wait', '--timeout', '60s']);
     expect(b.stderr).toBe('');

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { createWriteStream, openAsBlob } from 'node:fs';
-import { rename, rm, stat } from 'node:fs/promises';
+import { readFile, rename, rm, stat } from 'node:fs/promises';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { get as httpGetPlain, type IncomingMessage } from 'node:http';
@@ -12,6 +12,7 @@ import {
   BisClient,
   errorFromResponse,
   transportError,
+  copiesShortfall,
   describeCopies,
   describeSource,
   formatBytes,
@@ -20,7 +21,10 @@ import {
   summariseCopies,
   type BackingImage,
   type BackupBackingImage,
+  type BackupTarget,
+  type BackupTargetUpdate,
   type CreateBackingImageRequest,
+  type SecretInfo,
   type Node,
 } from '@bis/api-client';
 import { render, table, type OutputFormat } from './output.js';
@@ -63,6 +67,10 @@ const OPTIONS = {
   disk: { type: 'string', multiple: true },
   target: { type: 'string' },
   gzip: { type: 'boolean' },
+  'from-env-file': { type: 'string' },
+  'from-file': { type: 'string', multiple: true },
+  secret: { type: 'string' },
+  'poll-interval': { type: 'string' },
 } as const;
 type OptionName = keyof typeof OPTIONS;
 type Values = { [K in OptionName]?: (typeof OPTIONS)[K] extends { multiple: true } ? string[] : (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
@@ -151,6 +159,8 @@ function imageDetail(bi: BackingImage): string {
     ['Disk selector', bi.diskSelector?.join(',') || '-'],
   ];
   for (const [k, val] of Object.entries(bi.parameters ?? {})) kv.push([`Parameter ${k}`, val]);
+  const shortfall = copiesShortfall(bi);
+  if (shortfall) kv.push(['Warning', shortfall.message]);
   const w = Math.max(...kv.map(([k]) => k.length));
   const head = kv.map(([k, val]) => `${(k + ':').padEnd(w + 2)}${val}`).join('\n') + '\n';
   const disks = Object.entries(bi.diskFileStatusMap);
@@ -175,12 +185,113 @@ function nodeRows(list: Node[]): string {
   return table(['node', 'schedulable', 'eviction', 'disk', 'disk-uuid', 'available'], rows);
 }
 
+function targetRows(list: BackupTarget[]): string {
+  return table(
+    ['name', 'url', 'secret', 'poll-interval', 'available', 'message'],
+    list.map((t) => [t.name, t.backupTargetURL || '-', t.credentialSecret || '-', t.pollInterval || '-', String(t.available), t.message || '']),
+  );
+}
+
+function targetDetail(t: BackupTarget): string {
+  const kv: [string, string][] = [
+    ['Name', t.name],
+    ['URL', t.backupTargetURL || '-'],
+    ['Credential secret', t.credentialSecret || '-'],
+    ['Poll interval', t.pollInterval || '-'],
+    ['Available', String(t.available)],
+    ['Message', t.message || '-'],
+  ];
+  const w = Math.max(...kv.map(([k]) => k.length));
+  return kv.map(([k, val]) => `${(k + ':').padEnd(w + 2)}${val}`).join('\n') + '\n';
+}
+
+function secretRows(list: SecretInfo[]): string {
+  return table(['name', 'keys'], list.map((x) => [x.name, (x.keys ?? []).join(',') || '-']));
+}
+
+/** A 404 of a named object becomes exit 3 with a message naming it. */
+async function named<T>(what: string, name: string, p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (err) {
+    if (isNotFound(err)) throw new CommandFailed(`${what} ${name} not found`, Exit.notFound);
+    throw err;
+  }
+}
+
+const ENV_KEY = /^[-._a-zA-Z0-9]+$/;
+
+/** `KEY=VALUE` lines of an env file: blank lines and `#` comments skipped, optional `export `, quotes removed. */
+export function parseEnvFile(text: string, file: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  text.split(/\r?\n/).forEach((raw, i) => {
+    const line = raw.trim();
+    if (!line || line.startsWith('#')) return;
+    const body = line.startsWith('export ') ? line.slice(7).trimStart() : line;
+    const eq = body.indexOf('=');
+    const key = eq > 0 ? body.slice(0, eq).trim() : '';
+    // The message never quotes the line: it may hold a secret value.
+    if (!ENV_KEY.test(key)) throw new UsageError(`${file}:${i + 1}: expected KEY=VALUE`);
+    let value = body.slice(eq + 1).trim();
+    if (value.length >= 2 && (value[0] === '"' || value[0] === "'") && value.endsWith(value[0])) value = value.slice(1, -1);
+    out[key] = value;
+  });
+  return out;
+}
+
+/** The data of `secret set`: KEY=VALUE arguments, `--from-env-file FILE` and `--from-file KEY=PATH` (a PEM, say). */
+async function secretData(v: Values, args: string[]): Promise<Record<string, string>> {
+  const data: Record<string, string> = {};
+  if (v['from-env-file']) {
+    const text = await readFile(v['from-env-file'], 'utf8').catch((err: NodeJS.ErrnoException) => {
+      throw new UsageError(`cannot read ${v['from-env-file']}: ${err.code ?? err.message}`);
+    });
+    Object.assign(data, parseEnvFile(text, v['from-env-file']));
+  }
+  for (const [n, a] of args.entries()) {
+    const eq = a.indexOf('=');
+    if (eq <= 0 || !ENV_KEY.test(a.slice(0, eq))) throw new UsageError(`argument ${n + 2} must be KEY=VALUE (letters, digits, '-', '_', '.' in KEY)`);
+    data[a.slice(0, eq)] = a.slice(eq + 1);
+  }
+  for (const spec of v['from-file'] ?? []) {
+    const eq = spec.indexOf('=');
+    if (eq <= 0 || !ENV_KEY.test(spec.slice(0, eq))) throw new UsageError(`--from-file must be KEY=PATH, got "${spec}"`);
+    const file = spec.slice(eq + 1);
+    data[spec.slice(0, eq)] = await readFile(file, 'utf8').catch((err: NodeJS.ErrnoException) => {
+      throw new UsageError(`cannot read ${file}: ${err.code ?? err.message}`);
+    });
+  }
+  if (!Object.keys(data).length) throw new UsageError('give the secret\'s data: KEY=VALUE..., --from-env-file FILE or --from-file KEY=PATH');
+  return data;
+}
+
 // ---- waiting --------------------------------------------------------------------------------------------------
 
+/**
+ * Ready when `minNumberOfCopies` copies are ready, or, when the server reports that the selectors allow fewer disks
+ * than that, when each of those disks has a ready copy (a warning names the shortfall): never waits for a copy that
+ * cannot exist.
+ */
+function copiesDone(bi: BackingImage): boolean {
+  if (!bi.currentChecksum) return false;
+  const ready = summariseCopies(bi).ready;
+  if (ready >= Math.max(1, bi.minNumberOfCopies)) return true;
+  const short = copiesShortfall(bi);
+  return !!short && short.allowed >= 1 && ready >= short.allowed;
+}
+
 async function waitReady(ctx: Ctx, name: string): Promise<BackingImage> {
+  const bi = await waitCopies(ctx, name);
+  const short = copiesShortfall(bi);
+  const ready = summariseCopies(bi).ready;
+  if (short && ready < bi.minNumberOfCopies) ctx.note(`bictl: warning: ${short.message}; ${ready} of ${bi.minNumberOfCopies} copies are ready, on every disk that can hold one`);
+  return bi;
+}
+
+async function waitCopies(ctx: Ctx, name: string): Promise<BackingImage> {
   const bar = new ProgressBar(ctx.io.stderr, name);
   try {
-    return await ctx.client.waitForBackingImage(name, (bi) => !!bi.currentChecksum && summariseCopies(bi).ready >= Math.max(1, bi.minNumberOfCopies), {
+    return await ctx.client.waitForBackingImage(name, copiesDone, {
       timeoutMs: ctx.timeoutMs,
       signal: ctx.io.signal,
       failed: (bi) => {
@@ -491,6 +602,74 @@ export const COMMANDS: Record<string, Command> = {
     run: async (ctx, names) => {
       for (const n of names) await ctx.client.deleteBackup(n, { signal: ctx.io.signal });
       ctx.print(render(ctx.format, { deleted: names }, () => names.map((n) => `backup ${n} deleted\n`).join('')));
+    },
+  },
+  'secret set': {
+    usage: 'secret set NAME (KEY=VALUE... | --from-env-file FILE) [--from-file KEY=PATH]...',
+    summary: 'create or replace a credential secret (values are never printed)',
+    args: [1, Infinity],
+    options: ['from-env-file', 'from-file'],
+    run: async (ctx, [name, ...pairs]) => {
+      const data = await secretData(ctx.v, pairs);
+      const s = await ctx.client.putSecret(name, data, { signal: ctx.io.signal });
+      ctx.print(render(ctx.format, { name: s.name, keys: s.keys }, () => `secret ${s.name} set (keys: ${(s.keys ?? []).join(', ')})\n`));
+    },
+  },
+  'secret ls': {
+    usage: 'secret ls',
+    summary: 'list credential secrets and the names of their keys',
+    args: [0, 0],
+    options: [],
+    run: async (ctx) => {
+      const list = (await ctx.client.listSecrets({ signal: ctx.io.signal })).map((x) => ({ name: x.name, keys: x.keys ?? [] }));
+      ctx.print(render(ctx.format, list, () => (list.length ? secretRows(list as SecretInfo[]) : 'No secrets.\n')));
+    },
+  },
+  'secret rm': {
+    usage: 'secret rm NAME...',
+    summary: 'delete credential secrets',
+    args: [1, Infinity],
+    options: [],
+    run: async (ctx, names) => {
+      for (const n of names) await named('secret', n, ctx.client.deleteSecret(n, { signal: ctx.io.signal }));
+      ctx.print(render(ctx.format, { deleted: names }, () => names.map((n) => `secret ${n} deleted\n`).join('')));
+    },
+  },
+  'target ls': {
+    usage: 'target ls',
+    summary: 'list backup targets: URL, secret, poll interval, availability and message',
+    args: [0, 0],
+    options: [],
+    run: async (ctx) => {
+      const list = await ctx.client.listBackupTargets({ signal: ctx.io.signal });
+      ctx.print(render(ctx.format, list, () => (list.length ? targetRows(list) : 'No backup targets.\n')));
+    },
+  },
+  'target get': {
+    usage: 'target get NAME',
+    summary: 'show a backup target',
+    args: [1, 1],
+    options: [],
+    run: async (ctx, [name]) => {
+      const t = await named('backup target', name, ctx.client.getBackupTarget(name, { signal: ctx.io.signal }));
+      ctx.print(render(ctx.format, t, () => targetDetail(t)));
+    },
+  },
+  'target set': {
+    usage: 'target set NAME [--url URL] [--secret SECRET] [--poll-interval DUR]   (--secret "" removes it)',
+    summary: "change a backup target's URL, credential secret or poll interval",
+    args: [1, 1],
+    options: ['url', 'secret', 'poll-interval'],
+    run: async (ctx, [name]) => {
+      const { v } = ctx;
+      const fields: BackupTargetUpdate = {};
+      if (v.url !== undefined) fields.backupTargetURL = v.url;
+      if (v.secret !== undefined) fields.credentialSecret = v.secret;
+      if (v['poll-interval'] !== undefined) fields.pollInterval = v['poll-interval'];
+      if (!Object.keys(fields).length) throw new UsageError('give at least one of --url, --secret, --poll-interval');
+      await named('backup target', name, ctx.client.getBackupTarget(name, { signal: ctx.io.signal }));
+      const t = await named('backup target', name, ctx.client.updateBackupTarget(name, fields, { signal: ctx.io.signal }));
+      ctx.print(render(ctx.format, t, () => `backup target ${t.name} updated (${t.backupTargetURL || 'no URL'})\n`));
     },
   },
   'node ls': {

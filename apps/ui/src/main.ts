@@ -3,6 +3,7 @@ import { backupsPage } from './page-backups.js';
 import { createPage } from './page-create.js';
 import { detailPage } from './page-detail.js';
 import { listPage } from './page-list.js';
+import { targetsPage } from './page-targets.js';
 import { tokenForm } from './page-token.js';
 import { changed, onChange, restartLiveUpdates, state } from './store.js';
 import './styles.css';
@@ -17,7 +18,7 @@ function view() {
   const r = route();
   const body = state.auth.required
     ? tokenForm()
-    : r.page === 'create' ? createPage() : r.page === 'images' && r.arg ? detailPage(r.arg) : r.page === 'backups' ? backupsPage() : listPage();
+    : r.page === 'create' ? createPage() : r.page === 'images' && r.arg ? detailPage(r.arg) : r.page === 'backups' ? backupsPage() : r.page === 'targets' ? targetsPage() : listPage();
   const nav = (href: string, label: string, active: boolean) => html`<a href=${href} class=${active ? 'active' : ''}>${label}</a>`;
   return html`
     <header>
@@ -26,6 +27,7 @@ function view() {
         ${nav('#/', 'Images', r.page === 'images' || r.page === '')}
         ${nav('#/create', 'Create', r.page === 'create')}
         ${nav('#/backups', 'Backups', r.page === 'backups')}
+        ${nav('#/targets', 'Targets', r.page === 'targets')}
       </nav>
       <span class="spacer"></span>
       <span class="live ${state.live ? 'on' : 'off'}" id="live" title=${state.live ? 'live updates connected' : 'live updates disconnected'}>${state.live ? '● live' : '○ offline'}</span>

@@ -1,5 +1,5 @@
 import { html, nothing, type TemplateResult } from 'lit-html';
-import { describeCopies, describeSource, formatBytes, summariseCopies, type BackingImage } from '@bis/api-client';
+import { copiesShortfall, describeCopies, describeSource, formatBytes, summariseCopies, type BackingImage } from '@bis/api-client';
 import { changed, client, diskLocation, imageNamed, state } from './store.js';
 import { alertBox, badge, errorText, progressBar } from './widgets.js';
 
@@ -69,6 +69,7 @@ export function detailPage(name: string): TemplateResult {
     </div>
     ${alertBox(d.error, () => ((d.error = ''), changed()))}
     ${d.notice ? html`<div class="notice" role="status">${d.notice}</div>` : nothing}
+    ${copiesShortfall(bi) ? html`<div class="alert warning" id="copies-warning" role="status">${copiesShortfall(bi)!.message}</div>` : nothing}
     <div class="cards">
       <section class="panel">
         <h2>Image</h2>

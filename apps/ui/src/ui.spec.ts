@@ -181,4 +181,34 @@ describe('web UI in headless Chromium against controller-manager standalone', ()
     await expectText(page.locator('#current-checksum'), sha512);
     await expectText(page.locator('dl.props dd').nth(1), 'restore');
   }, 240_000);
+  it('the targets view shows each target with its message; an edit is saved and shown', async () => {
+    // A secret without access keys (secrets are set through the API or bictl; the UI only names them).
+    const put = await fetch(`${sys.url}/v1/secrets/no-keys`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ data: { AWS_ENDPOINTS: 'http://127.0.0.1:9' } }) });
+    expect(put.status).toBe(200);
+    await page.goto(`${sys.url}/#/`);
+    await page.click('header nav a[href="#/targets"]');
+    const t = page.locator('#target-list tr[data-target=default]');
+    await expectText(t.locator('.badge'), 'available');
+    const original = { url: (await t.locator('.url').textContent())!, poll: (await t.locator('.poll').textContent())! };
+    expect(original.url).toMatch(/^vfs:\/\//);
+    const edit = async (url: string, secret: string, poll: string): Promise<void> => {
+      await t.locator('button.edit').click();
+      const f = page.locator('tr[data-edit=default] form');
+      await f.locator('input[name=url]').fill(url);
+      await f.locator('input[name=secret]').fill(secret);
+      await f.locator('input[name=pollInterval]').fill(poll);
+      await f.locator('button.save').click();
+      await expectText(page.locator('.notice'), 'Saved backup target default.');
+    };
+    await edit('s3://bis-bucket@us-east-1/', 'no-keys', '3s');
+    await expectText(t.locator('.url'), 's3://bis-bucket@us-east-1/');
+    await expectText(t.locator('.secret'), 'no-keys');
+    await expectText(t.locator('.poll'), '3s');
+    await expectText(t.locator('.badge'), 'unavailable');
+    await expectTextContaining(t.locator('.message'), 'missing AWS_ACCESS_KEY_ID');
+    await shot('targets');
+    await edit(original.url, '', original.poll);
+    await expectText(t.locator('.secret'), '—');
+    await expectText(t.locator('.badge'), 'available');
+  }, 90_000);
 });

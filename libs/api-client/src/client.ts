@@ -3,10 +3,12 @@ import type {
   BackingImage,
   BackupBackingImage,
   BackupTarget,
+  BackupTargetUpdate,
   Collection,
   CreateBackingImageRequest,
   Node,
   RestoreBackupRequest,
+  SecretInfo,
   Setting,
 } from './types.js';
 
@@ -316,6 +318,27 @@ export class BisClient {
   }
   listBackupTargets(opts?: RequestOptions): Promise<BackupTarget[]> {
     return this.list<BackupTarget>('backuptargets', opts);
+  }
+  getBackupTarget(name: string, opts?: RequestOptions): Promise<BackupTarget> {
+    return this.json<BackupTarget>('GET', `/v1/backuptargets/${encodeURIComponent(name)}`, undefined, opts);
+  }
+  /** `PUT` of the target's URL, credential secret and poll interval (fields left out are kept). */
+  updateBackupTarget(name: string, fields: BackupTargetUpdate, opts?: RequestOptions): Promise<BackupTarget> {
+    return this.json<BackupTarget>('PUT', `/v1/backuptargets/${encodeURIComponent(name)}`, fields, opts);
+  }
+
+  // ---- credential secrets (standalone) ------------------------------------------------------------------------
+
+  /** Secrets with the names of their keys; the API never returns a value. */
+  listSecrets(opts?: RequestOptions): Promise<SecretInfo[]> {
+    return this.list<SecretInfo>('secrets', opts);
+  }
+  /** Creates or replaces a secret's data; the answer names its keys only. */
+  putSecret(name: string, data: Record<string, string>, opts?: RequestOptions): Promise<SecretInfo> {
+    return this.json<SecretInfo>('PUT', `/v1/secrets/${encodeURIComponent(name)}`, { data }, opts);
+  }
+  async deleteSecret(name: string, opts?: RequestOptions): Promise<void> {
+    await this.json<void>('DELETE', `/v1/secrets/${encodeURIComponent(name)}`, undefined, opts);
   }
 
   // ---- nodes and settings -------------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 import type { BackingImage, BackupBackingImage } from './types.js';
 
+/** The condition the server sets to `False` when `minNumberOfCopies` exceeds the disks that the selectors allow. */
+export const MIN_COPIES_CONDITION = 'MinCopiesSatisfiable';
+
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
 
 /** `1536` → `1.5 KiB`; `0` → `0 B`; negative or non-finite → `-`. */
@@ -103,4 +106,23 @@ export function describeSource(bi: Pick<BackingImage, 'sourceType' | 'parameters
 /** A backup is finished and usable for a restore. */
 export function backupCompleted(b: Pick<BackupBackingImage, 'state'>): boolean {
   return b.state === 'Completed';
+}
+
+/** Why an image cannot reach `minNumberOfCopies`: the server's message and the number of disks that can hold a copy. */
+export interface CopiesShortfall {
+  message: string;
+  /** Disks that the node and disk selectors allow (schedulable ones). */
+  allowed: number;
+}
+
+/**
+ * The shortfall the server reports in the `MinCopiesSatisfiable` condition (`False`), or undefined. `allowed` is
+ * taken from the condition's message (`minNumberOfCopies 3 exceeds the 2 disks that …`).
+ */
+export function copiesShortfall(bi: Pick<BackingImage, 'conditions'>): CopiesShortfall | undefined {
+  const c = (bi.conditions ?? []).find((x) => x.type === MIN_COPIES_CONDITION && x.status === 'False');
+  if (!c) return undefined;
+  const message = c.message ?? '';
+  const m = /exceeds the (\d+) disk/.exec(message);
+  return { message, allowed: m ? Number(m[1]) : 0 };
 }

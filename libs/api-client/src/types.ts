@@ -62,6 +62,20 @@ export interface BackingImage extends ResourceEnvelope {
   secretNamespace: string;
   /** `""` when not being deleted. */
   deletionTimestamp: string;
+  /**
+   * Conditions of the image (not in Longhorn's API; absent from older servers). `MinCopiesSatisfiable` is `False`
+   * when `minNumberOfCopies` exceeds the disks that the selectors allow.
+   */
+  conditions?: Condition[] | null;
+}
+
+/** A status condition as the API renders it. */
+export interface Condition {
+  type: string;
+  status: 'True' | 'False' | 'Unknown' | string;
+  reason?: string;
+  message?: string;
+  lastTransitionTime?: string;
 }
 
 /** `BackupState` of a backup backing image. */
@@ -93,6 +107,21 @@ export interface BackupTarget extends ResourceEnvelope {
   pollInterval?: string;
   available: boolean;
   message?: string;
+  default?: boolean;
+}
+
+/** The updatable fields of a backup target (`PUT /v1/backuptargets/<name>`); omitted fields are kept. */
+export interface BackupTargetUpdate {
+  backupTargetURL?: string;
+  credentialSecret?: string;
+  /** A Go duration, e.g. `5m0s`; `0` stops polling. */
+  pollInterval?: string;
+}
+
+/** A credential secret of the standalone system: its name and the names of its keys, never a value. */
+export interface SecretInfo extends ResourceEnvelope {
+  name: string;
+  keys: string[];
 }
 
 export interface NodeDisk {

@@ -57,6 +57,7 @@ export const BACKING_IMAGE_SCHEMA: TypeSchema = {
     virtualSize: { type: 'int' },
     currentChecksum: { type: 'string' },
     deletionTimestamp: { type: 'string' },
+    conditions: { type: 'json' },
   },
 };
 
@@ -111,6 +112,8 @@ export function backingImageFields(bi: StoredBI): Record<string, unknown> {
     secret: spec.secret ?? '',
     secretNamespace: spec.secretNamespace ?? '',
     deletionTimestamp: bi.metadata.deletionTimestamp ? goTimeString(bi.metadata.deletionTimestamp) : '',
+    // Not in Longhorn's API: MinCopiesSatisfiable (False when minNumberOfCopies exceeds the disks the selectors allow).
+    conditions: (status.conditions ?? []).map((c) => ({ type: c.type ?? '', status: c.status ?? '', reason: c.reason ?? '', message: c.message ?? '', lastTransitionTime: c.lastTransitionTime ?? '' })),
   };
 }
 

@@ -53,6 +53,7 @@ describe('backingImage create / list / get / delete', () => {
       secret: '',
       secretNamespace: '',
       deletionTimestamp: '',
+      conditions: [],
     });
     const stored = await h.store.get(BackingImageKind, 'parrot', NS);
     expect(stored.metadata.finalizers).toEqual(['longhorn.io']);

@@ -16,7 +16,7 @@ import {
   type StoredBI,
 } from './kinds.js';
 import { backingImageManagerName, Component, FINALIZER, Label, MANAGED_BY, newBackingImageUUID, rfc3339 } from './names.js';
-import { allFilesUnavailable, diskEligible, evictionDecision, needsReplenish, pickDiskForCopy } from './rules.js';
+import { allFilesUnavailable, diskEligible, eligibleDiskCount, evictionDecision, MIN_COPIES_CONDITION, minCopiesShortfall, needsReplenish, pickDiskForCopy } from './rules.js';
 import { SettingName } from './settings.js';
 import { aggregateFileStatus } from './status.js';
 import type { Topology } from './topology.js';
@@ -102,6 +102,7 @@ export class BackingImageController extends Controller {
       await this.replenish(next, topo);
       this.evict(next, disksInUse);
     }
+    await this.checkCopiesSatisfiable(bi, next, topo);
     await this.writeBack(bi, next);
     // Replenishment adds one copy per reconcile; come back while copies are still being produced.
     const handling = Object.values(next.status.diskFileStatusMap ?? {}).some((s) => ['', 'pending', 'starting', 'in-progress', 'ready-for-transfer'].includes(s.state ?? ''));
@@ -407,6 +408,36 @@ export class BackingImageController extends Controller {
       return;
     }
     specMap[p.disk.diskUUID] = { dataEngine: bi.spec!.dataEngine ?? 'v1', evictionRequested: false } satisfies BackingImageDiskFileSpec;
+  }
+
+  /**
+   * The `MinCopiesSatisfiable` condition: `False` when `minNumberOfCopies` exceeds the disks that the selectors allow
+   * (the image then keeps a copy on each of them, and says so), `True` otherwise. A change is logged and recorded
+   * as an event.
+   */
+  private async checkCopiesSatisfiable(old: StoredBI, bi: Stored<BackingImage>, topo: Topology): Promise<void> {
+    const min = Math.max(1, bi.spec!.minNumberOfCopies ?? 1);
+    const allowed = eligibleDiskCount(topo, await selectorPolicy(this.ctx, bi));
+    const message = minCopiesShortfall(min, allowed);
+    const prev = (old.status?.conditions ?? []).find((c) => c.type === MIN_COPIES_CONDITION);
+    const status = message ? 'False' : 'True';
+    if (prev?.status === status && (prev.message ?? '') === (message ?? '')) return;
+    const now = rfc3339(this.ctx.now());
+    const cond = {
+      type: MIN_COPIES_CONDITION,
+      status,
+      reason: message ? 'NotEnoughDisks' : '',
+      message: message ?? '',
+      lastProbeTime: '',
+      lastTransitionTime: prev?.status === status ? (prev.lastTransitionTime ?? now) : now,
+    };
+    bi.status!.conditions = [...(bi.status!.conditions ?? []).filter((c) => c.type !== MIN_COPIES_CONDITION), cond];
+    if (message) {
+      this.ctx.log.warn(`backing image ${bi.metadata.name}: ${message}`);
+      this.event(bi, 'Warning', EventReason.Update, message);
+    } else if (prev?.status === 'False') {
+      this.ctx.log.info(`backing image ${bi.metadata.name}: minNumberOfCopies ${min} can be satisfied again`);
+    }
   }
 
   private evict(bi: Stored<BackingImage>, inUse: ReadonlySet<string>): void {

@@ -3,8 +3,10 @@ import type { BackingImageDiskFileStatus } from '@bis/crd-types';
 import {
   allFilesUnavailable,
   cleanupHaVerdict,
+  eligibleDiskCount,
   evictionDecision,
   healthyCopyCounts,
+  minCopiesShortfall,
   needsReplenish,
   NodeSyncLimiter,
   pickDiskForCopy,
@@ -46,6 +48,23 @@ describe('disk selection by selectors', () => {
     expect(pickDiskForCopy(topo, spec('d1'), { ...sel, nodeSelector: ['zone-a'] }, identity)).toBeUndefined();
     // Tagged node with an empty node selector is refused when allow-empty-node-selector-volume is false.
     expect(pickDiskForCopy(topo, spec('d1'), { ...sel, allowEmptyNodeSelector: false }, identity)).toBeUndefined();
+  });
+
+  it('counts the disks the selectors allow and names a minNumberOfCopies beyond them', () => {
+    const topo = new Topology([
+      testNode('n1', [
+        { uuid: 'd1', tags: ['ssd'] },
+        { uuid: 'd2', tags: ['hdd'] },
+        { uuid: 'd3', tags: ['ssd'], allowScheduling: false },
+      ]),
+      testNode('n2', [{ uuid: 'd4', tags: ['ssd'] }]),
+    ]);
+    const allowed = eligibleDiskCount(topo, { ...policy, diskSelector: ['ssd'] });
+    expect(allowed).toBe(2);
+    expect(eligibleDiskCount(topo, policy)).toBe(3);
+    expect(minCopiesShortfall(3, allowed)).toBe('minNumberOfCopies 3 exceeds the 2 disks that the selectors allow');
+    expect(minCopiesShortfall(2, 1)).toBe('minNumberOfCopies 2 exceeds the 1 disk that the selectors allow');
+    expect(minCopiesShortfall(2, allowed)).toBeUndefined();
   });
 
   it('refuses disks on nodes that are not schedulable', () => {

@@ -55,6 +55,25 @@ export function pickDiskForCopy(
   return undefined;
 }
 
+/** Disks of the topology that may hold a copy (selectors, scheduling, disk type). */
+export function eligibleDiskCount(topo: Topology, policy: SelectorPolicy): number {
+  let n = 0;
+  for (const node of topo.nodes) for (const disk of node.disks) if (diskEligible(node, disk, policy)) n++;
+  return n;
+}
+
+/** The condition type set to `False` when `minNumberOfCopies` exceeds the disks that the selectors allow. */
+export const MIN_COPIES_CONDITION = 'MinCopiesSatisfiable';
+
+/**
+ * The message of an unsatisfiable `minNumberOfCopies`, or undefined. Clients read the disk count from it
+ * (`exceeds the N disk`), so the wording is part of the API (docs/rest-api.md).
+ */
+export function minCopiesShortfall(min: number, allowed: number): string | undefined {
+  if (min <= allowed) return undefined;
+  return `minNumberOfCopies ${min} exceeds the ${allowed} disk${allowed === 1 ? '' : 's'} that the selectors allow`;
+}
+
 export function shuffleInPlace<T>(a: T[]): T[] {
   for (let i = a.length - 1; i > 0; i--) {
     const j = Math.floor(Math.random() * (i + 1));

@@ -80,6 +80,26 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** Node's codes for a server certificate that does not chain to a trusted CA (or does not name the host). */
+const TLS_VERIFY_CODES = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'CERT_UNTRUSTED',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+]);
+
+/** A TLS verification failure, possibly wrapped by the SDK (`cause`) or carried only in the message. */
+export function tlsVerificationFailed(err: unknown, depth = 0): boolean {
+  const e = err as { code?: string; cause?: unknown; message?: string } | undefined;
+  if (!e || depth > 4) return false;
+  if (e.code && TLS_VERIFY_CODES.has(e.code)) return true;
+  if (/unable to verify the first certificate|self[- ]signed certificate|unable to get (local )?issuer certificate/i.test(e.message ?? '')) return true;
+  return e.cause !== undefined && e.cause !== err ? tlsVerificationFailed(e.cause, depth + 1) : false;
+}
+
 function isAbort(err: unknown): boolean {
   return (err as { name?: string })?.name === 'AbortError';
 }
@@ -100,6 +120,8 @@ export class S3Driver implements BackupStoreDriver {
   readonly proxy: string;
 
   private readonly retryWindowMs: number;
+  /** Whether the credential has an AWS_CERT (for the message of a TLS verification failure). */
+  private readonly hasCert: boolean;
 
   constructor(location: S3TargetLocation, credential: BackupCredential, options: S3DriverOptions = {}) {
     this.retryWindowMs = options.retryWindowMs ?? defaultS3RetryWindowMs();
@@ -141,6 +163,7 @@ export class S3Driver implements BackupStoreDriver {
     if (!forcePathStyle && endpoint !== '') host.hostname = `${location.bucket}.${host.hostname}`;
     const proxy = proxyFor(host, credential);
     this.proxy = proxy ? `${proxy.protocol}//${proxy.host}` : '';
+    this.hasCert = cert !== '';
     const tls = cert !== '' ? { ca: [...rootCertificates, cert] } : {};
     this.agent = useHttp
       ? proxy
@@ -200,7 +223,8 @@ export class S3Driver implements BackupStoreDriver {
     if (err instanceof BackupStoreError) throw err;
     const status = httpStatus(err);
     const detail = (err as Error)?.message || (err as { name?: string })?.name || String(err);
-    throw new BackupStoreError('Io', `s3 ${op} ${this.key(p)} in bucket ${this.bucket} failed${status ? ` (HTTP ${status})` : ''}: ${detail}`, {
+    const hint = tlsVerificationFailed(err) ? `; the endpoint's TLS certificate is not trusted: ${this.hasCert ? 'AWS_CERT does not hold the CA that signed it' : 'put the PEM of its CA in the credential secret as AWS_CERT'}` : '';
+    throw new BackupStoreError('Io', `s3 ${op} ${this.key(p)} in bucket ${this.bucket} failed${status ? ` (HTTP ${status})` : ''}: ${detail}${hint}`, {
       cause: err,
     });
   }

@@ -1,5 +1,6 @@
 import { BACKING_IMAGE_DATA_SOURCE_TYPES, BACKING_IMAGE_STATES, DATA_ENGINE_TYPES } from '../enums.js';
 import { s, type Infer } from '../schema/model.js';
+import { conditionSchema } from '../meta.js';
 import { AGE_COLUMN, defineKind, type ObjectOf } from './kind.js';
 
 export const dataEngineSchema = s.enumOf(DATA_ENGINE_TYPES);
@@ -58,6 +59,11 @@ export const backingImageStatusSchema = s.object(
   ),
   v2FirstCopyStatus: backingImageStateSchema,
   v2FirstCopyDisk: s.string(),
+  conditions: s.nullable(
+    s.array(conditionSchema, {
+      description: 'MinCopiesSatisfiable: False when minNumberOfCopies exceeds the disks that the node and disk selectors allow (not in Longhorn).',
+    }),
+  ),
   },
   { description: 'BackingImageStatus is the observed state of a backing image.' },
 );

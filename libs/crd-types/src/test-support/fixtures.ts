@@ -61,6 +61,7 @@ export function fullBackingImage(): BackingImage {
       diskLastRefAtMap: { 'disk-uuid-1': NOW },
       v2FirstCopyStatus: '',
       v2FirstCopyDisk: '',
+      conditions: [{ type: 'MinCopiesSatisfiable', status: 'True', lastProbeTime: '', lastTransitionTime: NOW, reason: '', message: '' }],
     },
   };
 }
