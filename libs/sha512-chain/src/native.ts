@@ -47,7 +47,15 @@ export function avx512Available(): boolean {
  * The implementation `advanceMany` uses: `explicit` when given, else `BIS_SHA512_CHAIN_IMPL` (read here only), else
  * `auto`. Throws when the value is unknown or asks for AVX-512 where it is not available.
  */
-export function sha512ChainImpl(explicit?: Sha512Impl, env: NodeJS.ProcessEnv = process.env): Sha512Impl {
+export function sha512ChainImpl(explicit?: Sha512Impl, env?: NodeJS.ProcessEnv): Sha512Impl {
+  // the process-wide choice is settled once (advanceMany asks for every pass)
+  if (explicit === undefined && env === undefined) return (processImpl ??= resolveImpl(undefined, process.env));
+  return resolveImpl(explicit, env ?? process.env);
+}
+
+let processImpl: Sha512Impl | undefined;
+
+function resolveImpl(explicit: Sha512Impl | undefined, env: NodeJS.ProcessEnv): Sha512Impl {
   const value = explicit ?? (env[IMPL_ENV] || 'auto');
   const source = explicit !== undefined ? 'impl option' : IMPL_ENV;
   if (!(IMPL_SETTINGS as readonly string[]).includes(value)) {
