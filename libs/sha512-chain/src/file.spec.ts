@@ -14,6 +14,7 @@ import {
 } from './index.js';
 import { MiB, randomData, referenceSha512 } from './test-support/reference.js';
 import { tempDir, writeSparseFile } from './test-support/sparse-file.js';
+import { describeImpls } from './test-support/impls.js';
 
 let dir: string;
 let cleanup: () => Promise<void>;
@@ -56,7 +57,7 @@ async function cancelledFromProgress(
   return seen;
 }
 
-describe('computeFileChain / verifyFileChain on real sparse files', () => {
+describeImpls('computeFileChain / verifyFileChain on real sparse files', (impl) => {
   it('the test file really has holes', async () => {
     const path = file();
     await writeSparseFile(path, SPARSE_SIZE, SPARSE_WRITES);
@@ -77,7 +78,7 @@ describe('computeFileChain / verifyFileChain on real sparse files', () => {
 
     for (const concurrency of [1, 2, 4]) {
       const verified: number[] = [];
-      const sum = await verifyFileChain(path, decodeChain(encodeChain(chain)), { concurrency, onProgress: (b) => verified.push(b) });
+      const sum = await verifyFileChain(path, decodeChain(encodeChain(chain)), { concurrency, impl, onProgress: (b) => verified.push(b) });
       expect(sum).toBe(referenceSha512(bytes));
       expect(verified[verified.length - 1]).toBe(SPARSE_SIZE);
     }
@@ -88,13 +89,13 @@ describe('computeFileChain / verifyFileChain on real sparse files', () => {
     const zeros = await writeSparseFile(hole, 5 * MiB + 1, []);
     const chain = await computeFileChain(hole);
     expect(chain.checksum).toBe(referenceSha512(zeros));
-    expect(await verifyFileChain(hole, chain)).toBe(chain.checksum);
+    expect(await verifyFileChain(hole, chain, { impl })).toBe(chain.checksum);
 
     const empty = file();
     await writeFile(empty, '');
     const e = await computeFileChain(empty);
     expect(e).toEqual({ segmentSize: 2 * MiB, size: 0, checksum: referenceSha512(), states: [] });
-    expect(await verifyFileChain(empty, e)).toBe(referenceSha512());
+    expect(await verifyFileChain(empty, e, { impl })).toBe(referenceSha512());
   });
 
   it('a dense file equals createHash and agrees with a verifier fed from memory', async () => {
@@ -103,7 +104,7 @@ describe('computeFileChain / verifyFileChain on real sparse files', () => {
     await writeFile(path, bytes);
     const chain = await computeFileChain(path);
     expect(chain.checksum).toBe(referenceSha512(bytes));
-    const v = new Sha512ChainVerifier(chain);
+    const v = new Sha512ChainVerifier(chain, { impl });
     await Promise.all([2, 0, 1].map((k) => v.verifySegment(k, bytes.subarray(k * 2 * MiB, Math.min((k + 1) * 2 * MiB, bytes.length)))));
     expect(v.checksum()).toBe(chain.checksum);
   });
@@ -118,7 +119,7 @@ describe('computeFileChain / verifyFileChain on real sparse files', () => {
       await fh.read(one, 0, 1, at);
       await fh.write(Buffer.from([one[0]! ^ 0x5a]), 0, 1, at);
       await fh.close();
-      const err = await verifyFileChain(path, chain, { concurrency: 2 }).then(
+      const err = await verifyFileChain(path, chain, { concurrency: 2, impl }).then(
         () => undefined,
         (e: unknown) => e,
       );
@@ -128,7 +129,7 @@ describe('computeFileChain / verifyFileChain on real sparse files', () => {
       const fh2 = await open(path, 'r+');
       await fh2.write(one, 0, 1, at);
       await fh2.close();
-      await expect(verifyFileChain(path, chain)).resolves.toBe(chain.checksum);
+      await expect(verifyFileChain(path, chain, { impl })).resolves.toBe(chain.checksum);
     }
   });
 
@@ -138,8 +139,8 @@ describe('computeFileChain / verifyFileChain on real sparse files', () => {
     const chain = await computeFileChain(path);
     const longer = file();
     await writeSparseFile(longer, 3 * MiB + 1, [[0, 1000]]);
-    await expect(verifyFileChain(longer, chain)).rejects.toThrow(/3145729 bytes but the chain describes 3145728/);
-    await expect(verifyFileChain(longer, chain)).rejects.toBeInstanceOf(Sha512ChainMismatchError);
+    await expect(verifyFileChain(longer, chain, { impl })).rejects.toThrow(/3145729 bytes but the chain describes 3145728/);
+    await expect(verifyFileChain(longer, chain, { impl })).rejects.toBeInstanceOf(Sha512ChainMismatchError);
   });
 
   it('AbortSignal cancels both passes', async () => {
@@ -150,8 +151,8 @@ describe('computeFileChain / verifyFileChain on real sparse files', () => {
     expect(seen[seen.length - 1]).toBeLessThan(8 * MiB);
 
     const chain = await computeFileChain(path);
-    await expect(verifyFileChain(path, chain, { signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' });
-    const verified = await cancelledFromProgress((o) => verifyFileChain(path, chain, { concurrency: 1, ...o }), () => true);
+    await expect(verifyFileChain(path, chain, { impl, signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' });
+    const verified = await cancelledFromProgress((o) => verifyFileChain(path, chain, { concurrency: 1, impl, ...o }), () => true);
     expect(verified).toEqual([2 * MiB]);
   });
 

@@ -6,6 +6,7 @@ import { Sha512ChainMismatchError } from './errors.js';
 import { Sha512ChainRecorder } from './recorder.js';
 import { DEFAULT_CHAIN_SEGMENT, multiBufferLanes, requireAddon } from './state.js';
 import { Sha512ChainVerifier } from './verifier.js';
+import type { Sha512Impl } from './native.js';
 
 /** Read size of `computeFileChain` (1 MiB reads hash fastest, see the toolchain notes). */
 export const FILE_CHAIN_READ_SIZE = 1024 * 1024;
@@ -27,6 +28,8 @@ export interface VerifyFileChainOptions {
    * compresses up to eight segments, so up to 8 x concurrency segments are read ahead (one segment buffer each).
    */
   concurrency?: number;
+  /** Forces the SHA-512 implementation (see `Sha512ChainVerifierOptions.impl`). */
+  impl?: Sha512Impl;
   /** Cancels the verification; the promise then rejects with the signal's reason. */
   signal?: AbortSignal;
   /** Bytes of the file verified so far (absolute; segments finish out of order). */
@@ -125,7 +128,7 @@ export async function verifyFileChain(path: string, chain: Sha512Chain, options:
   assertChain(chain);
   const { signal, onProgress } = options;
   const concurrency = options.concurrency ?? availableParallelism();
-  const verifier = new Sha512ChainVerifier(chain, { concurrency });
+  const verifier = new Sha512ChainVerifier(chain, { concurrency, impl: options.impl });
   signal?.throwIfAborted();
   const layout = await getFileLayout(path, { signal });
   if (layout.size !== chain.size) {
@@ -168,7 +171,7 @@ export async function verifyFileChain(path: string, chain: Sha512Chain, options:
   };
   try {
     // enough segments in flight for the addon to compress eight at a time per call (AVX-512)
-    const readers = concurrency * Math.max(1, multiBufferLanes());
+    const readers = concurrency * Math.max(1, multiBufferLanes(options.impl));
     const workers = Array.from({ length: Math.min(readers, Math.max(1, verifier.segments)) }, () =>
       worker().catch((err: unknown) => {
         stop.abort();

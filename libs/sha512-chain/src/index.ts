@@ -25,7 +25,15 @@ export {
 export { Sha512ChainUnavailableError, Sha512ChainMismatchError, Sha512ChainFormatError } from './errors.js';
 export { Sha512ChainRecorder } from './recorder.js';
 export { Sha512ChainVerifier, type Sha512ChainVerifierOptions } from './verifier.js';
-export { nativeAddonStatus, DISABLE_NATIVE_ENV, DISABLE_X8_ENV, ADDON_PATH_ENV } from './native.js';
+export {
+  nativeAddonStatus,
+  DISABLE_NATIVE_ENV,
+  IMPL_ENV,
+  ADDON_PATH_ENV,
+  avx512Available,
+  sha512ChainImpl,
+  type Sha512Impl,
+} from './native.js';
 export {
   computeFileChain,
   verifyFileChain,

@@ -14,6 +14,8 @@ import {
   Sha512ChainMismatchError,
 } from './index.js';
 import { MiB, flipped, referenceSha512 } from './test-support/reference.js';
+import { CPU_HAS_AVX512, describeImpls } from './test-support/impls.js';
+import { avx512Available, sha512ChainImpl, IMPL_ENV } from './native.js';
 
 const ADDON = fileURLToPath(new URL('../native/build/Release/sha512_chain.node', import.meta.url));
 
@@ -22,9 +24,46 @@ async function oneByOne(states: Buffer[], data: Array<Uint8Array | null>, length
   return Promise.all(states.map((s, i) => (data[i] === null ? advanceZeros(s, length) : advance(s, data[i]!))));
 }
 
-describe('advanceMany (eight messages per pass with AVX-512)', () => {
-  it('reports how many messages it compresses at once', () => {
-    expect([1, 8]).toContain(multiBufferLanes());
+describe('SHA-512 implementations on this machine', () => {
+  it('the addon offers AVX-512 exactly where /proc/cpuinfo reports AVX-512F and AVX-512BW (x86-64 builds)', () => {
+    console.log(`sha512-chain: this CPU ${CPU_HAS_AVX512 ? 'has' : 'has no'} AVX-512F/BW; by default advanceMany runs ${sha512ChainImpl()}`);
+    if (process.arch === 'x64') expect(avx512Available()).toBe(CPU_HAS_AVX512);
+    else expect(avx512Available()).toBe(false);
+    expect(multiBufferLanes()).toBe(sha512ChainImpl() === 'avx512' ? 8 : 1);
+  });
+
+  it('BIS_SHA512_CHAIN_IMPL: auto picks what the CPU has, openssl forces OpenSSL, a bad value or an impossible avx512 is a clear error', () => {
+    expect(sha512ChainImpl(undefined, {})).toBe(CPU_HAS_AVX512 ? 'avx512' : 'openssl');
+    expect(sha512ChainImpl(undefined, { [IMPL_ENV]: 'auto' })).toBe(CPU_HAS_AVX512 ? 'avx512' : 'openssl');
+    expect(sha512ChainImpl(undefined, { [IMPL_ENV]: 'openssl' })).toBe('openssl');
+    expect(sha512ChainImpl('openssl', { [IMPL_ENV]: 'avx512' })).toBe('openssl');
+    expect(() => sha512ChainImpl(undefined, { [IMPL_ENV]: 'sse' })).toThrow(
+      'BIS_SHA512_CHAIN_IMPL="sse" is not a SHA-512 implementation: use openssl, avx512, auto',
+    );
+    if (CPU_HAS_AVX512) expect(sha512ChainImpl(undefined, { [IMPL_ENV]: 'avx512' })).toBe('avx512');
+    else expect(() => sha512ChainImpl(undefined, { [IMPL_ENV]: 'avx512' })).toThrow(/BIS_SHA512_CHAIN_IMPL=avx512 but this CPU \(or build\) has no AVX-512F\/BW/);
+  });
+
+  it('the addon refuses lanes other than 1 and 8, and 8 where the CPU lacks AVX-512', () => {
+    const script = `
+      const a = require(${JSON.stringify(ADDON)});
+      const s = Buffer.alloc(64), d = [Buffer.alloc(128)];
+      const tryIt = (lanes) => { try { a.advanceMany(s, d, 128, lanes); return 'ok'; } catch (e) { return e.message; } };
+      console.log(JSON.stringify({ one: tryIt(1), two: tryIt(2), eight: tryIt(8) }));`;
+    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    expect(JSON.parse(r.stdout)).toEqual({
+      one: 'ok',
+      two: 'lanes must be 1 (OpenSSL per message) or 8 (AVX-512)',
+      eight: avx512Available() ? 'ok' : 'lanes 8 needs AVX-512F and AVX-512BW, which this CPU or build does not have',
+    });
+  });
+});
+
+describeImpls('advanceMany', (impl) => {
+  const advanceManyImpl = (states: Buffer[], data: Array<Uint8Array | null>, length: number) => advanceMany(states, data, length, impl);
+  it('compresses as many messages at once as its implementation has lanes', () => {
+    expect(multiBufferLanes(impl)).toBe(impl === 'avx512' ? 8 : 1);
   });
 
   it('equals one OpenSSL advance per message: data, zeros, mixed, any count and length', async () => {
@@ -35,7 +74,7 @@ describe('advanceMany (eight messages per pass with AVX-512)', () => {
           const data = states.map((_, i) =>
             pattern === 'zeros' || (pattern === 'mixed' && i % 3 === 1) ? null : randomBytes(length),
           );
-          const got = await advanceMany(states, data, length);
+          const got = await advanceManyImpl(states, data, length);
           const want = await oneByOne(states, data, length);
           expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
         }
@@ -45,17 +84,17 @@ describe('advanceMany (eight messages per pass with AVX-512)', () => {
 
   it('a zero message and an explicit buffer of zeros give the same state', async () => {
     const s = randomBytes(64);
-    const [a, b] = await advanceMany([s, s], [null, Buffer.alloc(64 * 1024)], 64 * 1024);
+    const [a, b] = await advanceManyImpl([s, s], [null, Buffer.alloc(64 * 1024)], 64 * 1024);
     expect(a!.equals(b!)).toBe(true);
   });
 
   it('one changed byte in one message changes that message\'s state only', async () => {
     const states = Array.from({ length: 8 }, () => randomBytes(64));
     const data = states.map(() => randomBytes(8192));
-    const before = await advanceMany(states, data, 8192);
+    const before = await advanceManyImpl(states, data, 8192);
     const changed: Buffer[] = [...data];
     changed[5] = flipped(data[5]!, 4000);
-    const after = await advanceMany(states, changed, 8192);
+    const after = await advanceManyImpl(states, changed, 8192);
     expect(after.map((s, i) => s.equals(before[i]!))).toEqual([true, true, true, true, true, false, true, true]);
   });
 
@@ -69,23 +108,6 @@ describe('advanceMany (eight messages per pass with AVX-512)', () => {
     await expect(advanceMany([], [], 128)).resolves.toEqual([]);
   });
 
-  it('the addon without its AVX-512 path (BIS_SHA512_CHAIN_X8=0) gives the same states, one message per pass', () => {
-    const script = `
-      const a = require(${JSON.stringify(ADDON)});
-      const { randomBytes } = require('node:crypto');
-      const states = randomBytes(64 * 9);
-      const data = Array.from({ length: 9 }, (_, i) => (i % 2 ? null : randomBytes(4096)));
-      const many = a.advanceMany(states, data, 4096);
-      const one = Buffer.concat(data.map((d, i) => {
-        const s = states.subarray(64 * i, 64 * i + 64);
-        return d ? a.advance(s, d) : a.advanceZeros(s, 4096);
-      }));
-      console.log(JSON.stringify({ lanes: a.multiBufferLanes, same: many.equals(one) }));`;
-    const r = spawnSync(process.execPath, ['-e', script], { env: { ...process.env, BIS_SHA512_CHAIN_X8: '0' }, encoding: 'utf8' });
-    expect(r.stderr).toBe('');
-    expect(JSON.parse(r.stdout)).toEqual({ lanes: 1, same: true });
-  });
-
   it('advanceManyAsync runs on threads of its own at nice 5 (BIS_SHA512_CHAIN_NICE), leaving the thread pool free', () => {
     // two calls of 8 x 16 MiB while the thread pool has one thread: a file-system call still completes at once, and the
     // threads doing the work run at the configured nice value
@@ -96,17 +118,18 @@ describe('advanceMany (eight messages per pass with AVX-512)', () => {
         try { return Number(fs.readFileSync('/proc/self/task/' + t + '/stat', 'utf8').split(') ')[1].split(' ')[16]); } catch { return 0; }
       });
       const L = 16 << 20;
+      const LANES = ${impl === 'avx512' ? 8 : 1};
       const data = Array.from({ length: 8 }, (_, i) => Buffer.alloc(L, i + 1));
       const states = require('node:crypto').randomBytes(64 * 8);
       (async () => {
         let settled = false;
-        const jobs = Promise.all([a.advanceManyAsync(states, data, L), a.advanceManyAsync(states, data, L)]).then((r) => { settled = true; return r; });
+        const jobs = Promise.all([a.advanceManyAsync(states, data, L, LANES), a.advanceManyAsync(states, data, L, LANES)]).then((r) => { settled = true; return r; });
         await fs.promises.stat('/');
         const statFirst = !settled;
         const seen = new Set();
         while (!settled) { for (const n of nices()) seen.add(n); await new Promise((r) => setTimeout(r, 2)); }
         const [x, y] = await jobs;
-        const want = a.advanceMany(states, data, L);
+        const want = a.advanceMany(states, data, L, 1);
         console.log(JSON.stringify({ statFirst, lowered: seen.has(5), same: x.equals(want) && y.equals(want) }));
       })();`;
     for (const [nice, lowered] of [[undefined, true], ['0', false]] as const) {
@@ -120,9 +143,10 @@ describe('advanceMany (eight messages per pass with AVX-512)', () => {
   });
 });
 
-describe('Sha512BatchScheduler', () => {
+describeImpls('Sha512BatchScheduler', (impl) => {
+  const eight = impl === 'avx512';
   it('a backlog is compressed in batches of up to eight messages, each result going to its own caller', async () => {
-    const scheduler = new Sha512BatchScheduler({ concurrency: 1 });
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1, impl });
     const states = Array.from({ length: 20 }, () => randomBytes(64));
     const data = states.map((_, i) => (i % 4 === 0 ? null : randomBytes(2048)));
     const got = await Promise.all(states.map((s, i) => scheduler.advance(s, data[i]!, 2048)));
@@ -130,51 +154,51 @@ describe('Sha512BatchScheduler', () => {
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
     expect(scheduler.stats.messages).toBe(20);
     // full passes of eight as soon as eight wait, then the last four after their patience (one by one without AVX-512)
-    expect(scheduler.stats.calls).toBe(multiBufferLanes() === 8 ? 3 : 20);
+    expect(scheduler.stats.calls).toBe(eight ? 3 : 20);
     expect(scheduler.waiting).toBe(0);
   });
 
   it('only messages of one length share a call', async () => {
-    const scheduler = new Sha512BatchScheduler({ concurrency: 1 });
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1, impl });
     const jobs = Array.from({ length: 12 }, (_, i) => ({ state: randomBytes(64), data: randomBytes(i % 2 ? 256 : 512) }));
     const got = await Promise.all(jobs.map((j) => scheduler.advance(j.state, j.data, j.data.length)));
     const want = await Promise.all(jobs.map((j) => advance(j.state, j.data)));
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
     // no length has eight waiting: after their patience the six of 512 bytes (the oldest's length) share one pass,
     // the six of 256 bytes another
-    if (multiBufferLanes() === 8) expect(scheduler.stats.calls).toBe(2);
+    if (eight) expect(scheduler.stats.calls).toBe(2);
   });
 
   it('keeps zero messages apart from data while each kind fills passes, and mixes them only to fill a late pass', async () => {
-    const scheduler = new Sha512BatchScheduler({ concurrency: 1, patienceMs: 30 });
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1, patienceMs: 30, impl });
     // eight of each kind, interleaved: one pass of data, one of zeros
     const jobs = Array.from({ length: 16 }, (_, i) => ({ state: randomBytes(64), data: i % 2 ? randomBytes(1024) : null }));
     const got = await Promise.all(jobs.map((j) => scheduler.advance(j.state, j.data, 1024)));
     const want = await Promise.all(jobs.map((j) => (j.data ? advance(j.state, j.data) : advanceZeros(j.state, 1024))));
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
-    if (multiBufferLanes() === 8) expect(scheduler.stats).toEqual({ calls: 2, messages: 16, mixedCalls: 0 });
+    if (eight) expect(scheduler.stats).toEqual({ calls: 2, messages: 16, mixedCalls: 0 });
     // three zeros and two data messages never fill a pass of one kind: when the oldest's patience runs out they share one
     const few = Array.from({ length: 5 }, (_, i) => ({ state: randomBytes(64), data: i < 3 ? null : randomBytes(1024) }));
     const got2 = await Promise.all(few.map((j) => scheduler.advance(j.state, j.data, 1024)));
     const want2 = await Promise.all(few.map((j) => (j.data ? advance(j.state, j.data) : advanceZeros(j.state, 1024))));
     expect(got2.map((s) => s.toString('hex'))).toEqual(want2.map((s) => s.toString('hex')));
-    if (multiBufferLanes() === 8) expect(scheduler.stats).toEqual({ calls: 3, messages: 21, mixedCalls: 1 });
+    if (eight) expect(scheduler.stats).toEqual({ calls: 3, messages: 21, mixedCalls: 1 });
   });
 
   it('rejects a bad concurrency or patience', async () => {
     expect(() => new Sha512BatchScheduler({ concurrency: 0 })).toThrow(/concurrency must be a positive integer/);
     expect(() => new Sha512BatchScheduler({ patienceMs: -1 })).toThrow(/patienceMs must be a non-negative number/);
-    await expect(new Sha512BatchScheduler().advance(randomBytes(64), null, 128, Number.NaN)).rejects.toThrow(/patienceMs/);
+    await expect(new Sha512BatchScheduler({ impl }).advance(randomBytes(64), null, 128, Number.NaN)).rejects.toThrow(/patienceMs/);
   });
 
   it('a job given more patience waits for a fuller pass, and never longer than its patience', async () => {
-    const scheduler = new Sha512BatchScheduler({ concurrency: 1 });
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1, impl });
     const t0 = performance.now();
     const a = scheduler.advance(randomBytes(64), null, 1024, 40);
     const b = scheduler.advance(randomBytes(64), null, 1024, 40);
     await Promise.all([a, b]);
     const waited = performance.now() - t0;
-    if (multiBufferLanes() === 8) {
+    if (eight) {
       expect(scheduler.stats).toEqual({ calls: 1, messages: 2, mixedCalls: 0 });
       expect(waited).toBeGreaterThanOrEqual(35);
     }
@@ -182,7 +206,7 @@ describe('Sha512BatchScheduler', () => {
   });
 
   it('a lone job does not wait for company longer than its patience', async () => {
-    const scheduler = new Sha512BatchScheduler({ concurrency: 1, patienceMs: 20 });
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1, patienceMs: 20, impl });
     const state = randomBytes(64);
     const data = randomBytes(1024);
     const t0 = performance.now();
@@ -191,7 +215,7 @@ describe('Sha512BatchScheduler', () => {
     expect(got.equals(await advance(state, data))).toBe(true);
     expect(scheduler.stats).toEqual({ calls: 1, messages: 1, mixedCalls: 0 });
     // with eight lanes it waits its patience (timers may fire a little early or late), else it starts at once
-    if (multiBufferLanes() === 8) expect(waited).toBeGreaterThanOrEqual(15);
+    if (eight) expect(waited).toBeGreaterThanOrEqual(15);
     else expect(scheduler.patienceMs).toBe(0);
   });
 
@@ -220,6 +244,6 @@ describe('Sha512BatchScheduler', () => {
     expect(failed).toHaveLength(1);
     expect(failed[0]!.reason).toBeInstanceOf(Sha512ChainMismatchError);
     expect(vb.pending()).toEqual([5]);
-    if (multiBufferLanes() === 8) expect(sharedSha512Scheduler().stats.calls - before).toBeLessThan(41);
+    if (sha512ChainImpl() === 'avx512') expect(sharedSha512Scheduler().stats.calls - before).toBeLessThan(41);
   });
 });

@@ -17,10 +17,10 @@ export interface Sha512ChainAddon {
    * (`null` = zeros), on the calling thread; returns the n new states back to back. With AVX-512, eight messages are
    * compressed at once (`multiBufferLanes` is then 8).
    */
-  advanceMany(states: Uint8Array, data: ReadonlyArray<Uint8Array | null>, length: number): Buffer;
-  /** Same as `advanceMany`, on the libuv thread pool; every data view is referenced until the promise settles. */
-  advanceManyAsync(states: Uint8Array, data: ReadonlyArray<Uint8Array | null>, length: number): Promise<Buffer>;
-  /** 8 when `advanceMany` uses the AVX-512 eight-lane SHA-512, 1 when it runs OpenSSL message by message. */
+  advanceMany(states: Uint8Array, data: ReadonlyArray<Uint8Array | null>, length: number, lanes?: 1 | 8): Buffer;
+  /** Same as `advanceMany`, on a thread of its own; every data view is referenced until the promise settles. */
+  advanceManyAsync(states: Uint8Array, data: ReadonlyArray<Uint8Array | null>, length: number, lanes?: 1 | 8): Promise<Buffer>;
+  /** 8 when this build and CPU have the AVX-512 eight-lane SHA-512 (`lanes` 8 is then allowed), else 1. */
   readonly multiBufferLanes: number;
 }
 
@@ -28,8 +28,45 @@ export interface Sha512ChainAddon {
 export const DISABLE_NATIVE_ENV = 'BIS_SHA512_CHAIN_NATIVE';
 /** Absolute path of a `sha512_chain.node` to load instead of the one built in this package. */
 export const ADDON_PATH_ENV = 'BIS_SHA512_CHAIN_ADDON';
-/** Set to `0` to keep the addon from using its AVX-512 eight-lane SHA-512 (OpenSSL for every message). */
-export const DISABLE_X8_ENV = 'BIS_SHA512_CHAIN_X8';
+/**
+ * Which SHA-512 runs `advanceMany`: `avx512` (eight messages per pass; an error where the CPU lacks AVX-512F/BW),
+ * `openssl` (OpenSSL message by message), or `auto` (the default: `avx512` where the CPU has it).
+ */
+export const IMPL_ENV = 'BIS_SHA512_CHAIN_IMPL';
+
+/** The two implementations of `advanceMany`. */
+export type Sha512Impl = 'openssl' | 'avx512';
+const IMPL_SETTINGS = ['openssl', 'avx512', 'auto'] as const;
+
+/** Whether the loaded addon can run the AVX-512 eight-lane SHA-512 (this build, this CPU, this OS). */
+export function avx512Available(): boolean {
+  return nativeAddon()?.multiBufferLanes === 8;
+}
+
+/**
+ * The implementation `advanceMany` uses: `explicit` when given, else `BIS_SHA512_CHAIN_IMPL` (read here only), else
+ * `auto`. Throws when the value is unknown or asks for AVX-512 where it is not available.
+ */
+export function sha512ChainImpl(explicit?: Sha512Impl, env?: NodeJS.ProcessEnv): Sha512Impl {
+  // the process-wide choice is settled once (advanceMany asks for every pass)
+  if (explicit === undefined && env === undefined) return (processImpl ??= resolveImpl(undefined, process.env));
+  return resolveImpl(explicit, env ?? process.env);
+}
+
+let processImpl: Sha512Impl | undefined;
+
+function resolveImpl(explicit: Sha512Impl | undefined, env: NodeJS.ProcessEnv): Sha512Impl {
+  const value = explicit ?? (env[IMPL_ENV] || 'auto');
+  const source = explicit !== undefined ? 'impl option' : IMPL_ENV;
+  if (!(IMPL_SETTINGS as readonly string[]).includes(value)) {
+    throw new RangeError(`${source}=${JSON.stringify(value)} is not a SHA-512 implementation: use ${IMPL_SETTINGS.join(', ')}`);
+  }
+  if (value === 'auto') return avx512Available() ? 'avx512' : 'openssl';
+  if (value === 'avx512' && !avx512Available()) {
+    throw new RangeError(`${source}=avx512 but ${nativeAddon() ? 'this CPU (or build) has no AVX-512F/BW' : `the addon is not loaded (${nativeAddonStatus()})`}`);
+  }
+  return value as Sha512Impl;
+}
 
 const ADDON_PATH = '../native/build/Release/sha512_chain.node';
 const ADDON_FUNCTIONS = [

@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { advanceMany, multiBufferLanes, type Sha512State } from './state.js';
+import type { Sha512Impl } from './native.js';
 
 export interface Sha512BatchSchedulerOptions {
   /** Calls into the addon running at the same time (thread-pool jobs); default: the number of cores. */
@@ -9,6 +10,8 @@ export interface Sha512BatchSchedulerOptions {
    * says otherwise (default 1). 0 starts jobs as soon as a call slot is free.
    */
   patienceMs?: number;
+  /** The SHA-512 implementation (default: `BIS_SHA512_CHAIN_IMPL`, else AVX-512 where the CPU has it). */
+  impl?: Sha512Impl;
 }
 
 interface Job {
@@ -35,6 +38,8 @@ interface Job {
  */
 export class Sha512BatchScheduler {
   readonly concurrency: number;
+  /** The implementation forced for this scheduler (undefined: the process-wide one). */
+  readonly impl: Sha512Impl | undefined;
   /** Messages per call. */
   readonly maxBatch: number;
   /** Default patience of a job, ms (0 without eight lanes). */
@@ -55,7 +60,8 @@ export class Sha512BatchScheduler {
       throw new RangeError(`concurrency must be a positive integer, got ${String(concurrency)}`);
     }
     this.concurrency = concurrency;
-    this.maxBatch = Math.max(1, multiBufferLanes());
+    this.impl = options.impl;
+    this.maxBatch = Math.max(1, multiBufferLanes(options.impl));
     const patience = options.patienceMs ?? 1;
     assertPatience(patience);
     this.patienceMs = this.maxBatch > 1 ? patience : 0;
@@ -112,6 +118,7 @@ export class Sha512BatchScheduler {
         batch.map((j) => j.state),
         batch.map((j) => j.data),
         batch[0]!.length,
+        this.impl,
       ).then(
         (states) => batch.forEach((j, i) => j.resolve(states[i]!)),
         (err: unknown) => batch.forEach((j) => j.reject(err instanceof Error ? err : new Error(String(err)))),

@@ -1,5 +1,5 @@
 import { Sha512ChainUnavailableError } from './errors.js';
-import { nativeAddon, nativeAddonStatus, type Sha512ChainAddon } from './native.js';
+import { nativeAddon, nativeAddonStatus, sha512ChainImpl, type Sha512ChainAddon, type Sha512Impl } from './native.js';
 
 /** Default distance between two recorded chaining states: 2 MiB (Longhorn's sync block size). */
 export const DEFAULT_CHAIN_SEGMENT = 2 * 1024 * 1024;
@@ -97,14 +97,17 @@ export const ADVANCE_MANY_MAX = 4096;
 /**
  * The states after compressing each message (`length` bytes, whole 128-byte blocks; `null` = zeros) into its own
  * state, on the libuv thread pool: `states[i]` with `data[i]` gives `result[i]`. With AVX-512 the addon compresses
- * eight messages at once (see `multiBufferLanes`). Do not change the data until the promise settles.
+ * eight messages at once (see `multiBufferLanes`). Do not change the data until the promise settles. `impl` forces an
+ * implementation (default: `BIS_SHA512_CHAIN_IMPL`, else AVX-512 where the CPU has it).
  */
 export async function advanceMany(
   states: readonly Sha512State[],
   data: ReadonlyArray<Uint8Array | null>,
   length: number,
+  impl?: Sha512Impl,
 ): Promise<Sha512State[]> {
   const addon = requireAddon();
+  const lanes = sha512ChainImpl(impl) === 'avx512' ? 8 : 1;
   if (states.length !== data.length) {
     throw new RangeError(`advanceMany needs one state per message: ${states.length} states, ${data.length} messages`);
   }
@@ -117,13 +120,17 @@ export async function advanceMany(
     if (!(d instanceof Uint8Array)) throw new TypeError(`data[${i}] must be a Uint8Array or null`);
     if (d.length !== length) throw new RangeError(`data[${i}] must be exactly ${length} bytes, got ${d.length}`);
   });
-  const out = await addon.advanceManyAsync(Buffer.concat(states), data, length);
+  const out = await addon.advanceManyAsync(Buffer.concat(states), data, length, lanes);
   return states.map((_, i) => out.subarray(i * SHA512_STATE_BYTES, (i + 1) * SHA512_STATE_BYTES));
 }
 
-/** Messages the addon compresses at once: 8 with its AVX-512 path, 1 otherwise (0 without the addon). */
-export function multiBufferLanes(): number {
-  return nativeAddon()?.multiBufferLanes ?? 0;
+/**
+ * Messages `advanceMany` compresses at once with `impl` (default: the process-wide choice, `BIS_SHA512_CHAIN_IMPL`):
+ * 8 with AVX-512, 1 with OpenSSL, 0 without the addon.
+ */
+export function multiBufferLanes(impl?: Sha512Impl): number {
+  if (!nativeAddon()) return 0;
+  return sha512ChainImpl(impl) === 'avx512' ? 8 : 1;
 }
 
 const EMPTY = new Uint8Array(0);

@@ -1,6 +1,7 @@
 import { assertChain, type Sha512Chain } from './chain.js';
 import { Sha512ChainMismatchError } from './errors.js';
 import { Sha512BatchScheduler, sharedSha512Scheduler } from './scheduler.js';
+import type { Sha512Impl } from './native.js';
 import {
   finalizeHex,
   initialState,
@@ -23,6 +24,11 @@ export interface Sha512ChainVerifierOptions {
    * a restore with a window of blocks) gets fuller passes, so less CPU per byte, with more.
    */
   patienceMs?: number;
+  /**
+   * Forces the SHA-512 implementation (`avx512` or `openssl`), with a scheduler of this verifier's own. Default: the
+   * process-wide choice (`BIS_SHA512_CHAIN_IMPL`, else AVX-512 where the CPU has it).
+   */
+  impl?: Sha512Impl;
 }
 
 /**
@@ -44,7 +50,9 @@ export class Sha512ChainVerifier {
     requireAddon();
     assertChain(chain);
     this.scheduler =
-      options.concurrency === undefined ? sharedSha512Scheduler() : new Sha512BatchScheduler({ concurrency: options.concurrency });
+      options.concurrency === undefined && options.impl === undefined
+        ? sharedSha512Scheduler()
+        : new Sha512BatchScheduler({ concurrency: options.concurrency, impl: options.impl });
     if (options.patienceMs !== undefined && !(Number.isFinite(options.patienceMs) && options.patienceMs >= 0)) {
       throw new RangeError(`patienceMs must be a non-negative number, got ${String(options.patienceMs)}`);
     }

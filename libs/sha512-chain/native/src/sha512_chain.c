@@ -11,17 +11,20 @@
  *   advanceZeros(state, length)       -> Buffer(64)            length % 128 == 0 zero bytes, no length-sized buffer
  *   advanceZerosAsync(state, length)  -> Promise<Buffer(64)>
  *   finalize(state, totalLength, tail)-> Buffer(64)            the SHA-512 digest; tail.byteLength == totalLength % 128
- *   advanceMany(states, data, length) -> Buffer(64 * n)        n independent advances of `length` bytes each: states is
+ *   advanceMany(states, data, length[, lanes]) -> Buffer(64 * n)        n independent advances of `length` bytes each: states is
  *                                                              n states back to back, data an array of n Uint8Arrays
- *                                                              of `length` bytes or nulls (zeros); on the calling thread
+ *                                                              of `length` bytes or nulls (zeros); on the calling thread.
+ *                                                              lanes: 8 = the AVX-512 eight-lane path (a RangeError
+ *                                                              where it is not supported), 1 = OpenSSL per message;
+ *                                                              default 8 where supported, else 1
  *   advanceManyAsync(states, data, length) -> Promise<Buffer(64 * n)>   same, on a thread of its own at a lower
  *                                                              priority (nice +5, BIS_SHA512_CHAIN_NICE): verification
  *                                                              is background work that yields to I/O and request
  *                                                              handling; the libuv pool if no thread can be started
- *   multiBufferLanes                  -> number                8 when advanceMany compresses 8 messages at once with
- *                                                              AVX-512 (sha512_x8.h), 1 when it runs OpenSSL per message
+ *   multiBufferLanes                  -> number                8 when this build and CPU can compress 8 messages at
+ *                                                              once with AVX-512 (sha512_x8.h), else 1
  *
- * BIS_SHA512_CHAIN_X8=0 in the environment turns the AVX-512 path off (OpenSSL for everything).
+ * Which path a caller takes is chosen in TypeScript (BIS_SHA512_CHAIN_IMPL, src/native.ts), passed as `lanes`.
  * BIS_SHA512_CHAIN_NICE=<0..19> sets the nice value of advanceManyAsync's threads (default 5; 0 = unchanged).
  * Argument errors throw TypeError / RangeError with a message naming the argument.
  */
@@ -45,7 +48,7 @@ static const unsigned char zero_chunk[ZERO_CHUNK];
 /* advanceMany uses sha512_x8 for groups of at least this many messages (two zero messages already run faster). */
 #define X8_MIN_LANES 2
 #define MAX_MANY 4096
-static int x8_enabled = 0;
+static int x8_supported = 0;
 
 static void import_state(SHA512_CTX *ctx, const unsigned char *state) {
   SHA512_Init(ctx);
@@ -341,9 +344,9 @@ static void store_be64(unsigned char *p, uint64_t v) {
   }
 }
 
-static void advance_many_run(unsigned char *states, const unsigned char *const *data, size_t count, uint64_t length) {
+static void advance_many_run(unsigned char *states, const unsigned char *const *data, size_t count, uint64_t length, int x8) {
   size_t i = 0;
-  if (x8_enabled && length > 0) {
+  if (x8 && length > 0) {
     while (count - i >= X8_MIN_LANES) {
       size_t n = count - i < SHA512_X8_LANES ? count - i : SHA512_X8_LANES;
       uint64_t st[SHA512_X8_LANES][8];
@@ -371,6 +374,7 @@ typedef struct {
   napi_deferred deferred;
   size_t count;
   uint64_t length;
+  int x8;                      /* use the AVX-512 eight-lane path */
   unsigned char *states;       /* count * 64, advanced in place */
   const unsigned char **data;  /* count pointers, NULL = zeros */
   napi_ref *refs;              /* count references keeping the data alive (NULL for zeros) */
@@ -393,8 +397,8 @@ static void many_free(napi_env env, many_request *req) {
  * so that it outlives the call. Returns NULL after throwing.
  */
 static many_request *parse_many_args(napi_env env, napi_callback_info info, const char *usage, int keep) {
-  size_t argc = 3;
-  napi_value argv[3];
+  size_t argc = 4;
+  napi_value argv[4];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 3) {
     napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", usage);
@@ -425,8 +429,24 @@ static many_request *parse_many_args(napi_env env, napi_callback_info info, cons
     napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "length must be a multiple of 128 bytes");
     return NULL;
   }
+  int x8 = x8_supported;
+  napi_valuetype lanes_type = napi_undefined;
+  if (argc >= 4) napi_typeof(env, argv[3], &lanes_type);
+  if (lanes_type != napi_undefined) {
+    uint32_t lanes = 0;
+    if (lanes_type != napi_number || napi_get_value_uint32(env, argv[3], &lanes) != napi_ok || (lanes != 1 && lanes != SHA512_X8_LANES)) {
+      napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "lanes must be 1 (OpenSSL per message) or 8 (AVX-512)");
+      return NULL;
+    }
+    if (lanes == SHA512_X8_LANES && !x8_supported) {
+      napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "lanes 8 needs AVX-512F and AVX-512BW, which this CPU or build does not have");
+      return NULL;
+    }
+    x8 = lanes == SHA512_X8_LANES;
+  }
   many_request *req = calloc(1, sizeof *req);
   if (req != NULL) {
+    req->x8 = x8;
     req->count = count;
     req->length = length;
     req->states = malloc((size_t)count * STATE_BYTES);
@@ -467,7 +487,7 @@ static many_request *parse_many_args(napi_env env, napi_callback_info info, cons
 static napi_value advance_many_sync(napi_env env, napi_callback_info info) {
   many_request *req = parse_many_args(env, info, "advanceMany(states, data, length) needs three arguments", 0);
   if (req == NULL) return NULL;
-  advance_many_run(req->states, req->data, req->count, req->length);
+  advance_many_run(req->states, req->data, req->count, req->length, req->x8);
   napi_value result;
   void *copy;
   napi_create_buffer_copy(env, req->count * STATE_BYTES, req->states, &copy, &result);
@@ -478,7 +498,7 @@ static napi_value advance_many_sync(napi_env env, napi_callback_info info) {
 static void many_execute(napi_env env, void *raw) {
   (void)env;
   many_request *req = raw;
-  advance_many_run(req->states, req->data, req->count, req->length);
+  advance_many_run(req->states, req->data, req->count, req->length, req->x8);
 }
 
 /* Settles an advanceManyAsync promise: the advanced states, or the cancellation. */
@@ -514,7 +534,7 @@ static void *many_thread(void *raw) {
   many_request *req = raw;
   /* per thread on Linux: only this thread runs at the lower priority */
   if (many_nice > 0) setpriority(PRIO_PROCESS, 0, many_nice);
-  advance_many_run(req->states, req->data, req->count, req->length);
+  advance_many_run(req->states, req->data, req->count, req->length, req->x8);
   napi_call_threadsafe_function(req->tsfn, req, napi_tsfn_blocking);
   return NULL;
 }
@@ -552,8 +572,7 @@ static napi_value advance_many_async(napi_env env, napi_callback_info info) {
 }
 
 static napi_value init(napi_env env, napi_value exports) {
-  const char *x8 = getenv("BIS_SHA512_CHAIN_X8");
-  x8_enabled = sha512_x8_supported() && !(x8 != NULL && strcmp(x8, "0") == 0);
+  x8_supported = sha512_x8_supported();
   const char *nice_env = getenv("BIS_SHA512_CHAIN_NICE");
   if (nice_env != NULL && *nice_env != '\0') {
     char *end;
@@ -561,7 +580,7 @@ static napi_value init(napi_env env, napi_value exports) {
     if (*end == '\0' && v >= 0 && v <= 19) many_nice = (int)v;
   }
   napi_value lanes;
-  napi_create_uint32(env, x8_enabled ? SHA512_X8_LANES : 1, &lanes);
+  napi_create_uint32(env, x8_supported ? SHA512_X8_LANES : 1, &lanes);
   napi_property_descriptor props[] = {
     {"advance", NULL, advance_sync, NULL, NULL, NULL, napi_enumerable, NULL},
     {"advanceAsync", NULL, advance_async, NULL, NULL, NULL, napi_enumerable, NULL},

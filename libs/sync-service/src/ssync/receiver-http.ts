@@ -18,6 +18,10 @@ import { STATUS_CODES } from 'node:http';
  * Reads use the socket's `onread` mode (a user buffer per read). An accepted socket gets that mode by moving its
  * handle into a new `net.Socket`; where this Node has no such handle (`zeroCopy: false`, or another runtime), the
  * server reads with 'data' events and copies, with the same behaviour.
+ *
+ * Its conservative twin, `NodeHttpReceiverServer` (receiver-node-http.ts), serves the same request API on Node's own
+ * `http` module; `BIS_SSYNC_RECEIVER_SERVER=node-http` selects it (paths.ts). receiver-http.spec.ts runs every
+ * conformance test against both.
  */
 
 /** Bytes kept per connection for request heads, chunk framing and the first read after a pause. */
@@ -79,8 +83,46 @@ interface PendingRead {
   reject: (err: Error) => void;
 }
 
-/** One request: its head, and its body read on demand. */
-export class ReceiverHttpRequest {
+/** One request as a handler sees it: its head, and its body read on demand into the handler's buffers. */
+export interface ReceiverHttpRequest {
+  readonly method: string;
+  /** The request target as sent: path and query. */
+  readonly target: string;
+  readonly httpVersion: '1.0' | '1.1';
+  /** Header values by lower-case name (repeated headers joined with ", "). */
+  readonly headers: ReadonlyMap<string, string>;
+  /** From Content-Length; undefined for a chunked body. */
+  readonly contentLength: number | undefined;
+  readonly keepAlive: boolean;
+  readonly expectsContinue: boolean;
+  readonly chunked: boolean;
+  /** Whether the whole body has been read. */
+  readonly complete: boolean;
+  /** Body bytes not read yet, when known (Content-Length). */
+  readonly bodyLeft: number | undefined;
+  /**
+   * Reads body bytes into `target` until it is full or the body ends, and resolves with how many were read (0 at the
+   * end of the body). Rejects when the connection fails or closes first, or a chunked body is malformed.
+   */
+  readInto(target: Uint8Array): Promise<number>;
+  /** Reads the rest of the body; rejects with a 413 HttpProtocolError beyond `limit` bytes. */
+  readAll(limit: number): Promise<Buffer>;
+}
+
+/** What the ssync receiver needs of its HTTP server (`ReceiverHttpServer`, or Node's `http` in receiver-node-http.ts). */
+export interface ReceiverServer {
+  listen(port: number, host: string): Promise<void>;
+  address(): net.AddressInfo;
+  /** Stops accepting connections; idle connections close now, busy ones after their current reply. */
+  close(): void;
+  /** Closes every connection now (pending body reads reject). */
+  closeAllConnections(): void;
+  /** Resolves once the server stopped listening and every connection is closed. */
+  readonly closed: Promise<void>;
+}
+
+/** One request of `ReceiverHttpServer`: its head, and its body read on demand. */
+class OwnHttpRequest implements ReceiverHttpRequest {
   /** Body bytes not read yet (Content-Length bodies). */
   #left: number;
   #chunk: ChunkState = 'size';
@@ -288,7 +330,7 @@ class Connection {
   /** The buffer the next socket read goes into (zero-copy mode). */
   #installed: Uint8Array;
   #phase: Phase = 'head';
-  #request: ReceiverHttpRequest | undefined;
+  #request: OwnHttpRequest | undefined;
   #read: PendingRead | undefined;
   #lingerTimer: NodeJS.Timeout | undefined;
   /** Runs while a request head is awaited (from the connection, or from the first byte of a later head). */
@@ -507,7 +549,7 @@ class Connection {
     this.#stopHeadTimer();
     const text = this.#spill.toString('latin1', this.#start, at);
     this.#start = at + 4;
-    let request: ReceiverHttpRequest;
+    let request: OwnHttpRequest;
     try {
       request = this.#makeRequest(text);
     } catch (err) {
@@ -519,7 +561,7 @@ class Connection {
     this.server.dispatch(this, request);
   }
 
-  #makeRequest(text: string): ReceiverHttpRequest {
+  #makeRequest(text: string): OwnHttpRequest {
     const { method, target, version, headers } = parseHead(text);
     if (version === '1.1' && !headers.has('host')) throw new HttpProtocolError(400, 'missing required Host header');
     const te = headers.get('transfer-encoding');
@@ -541,11 +583,11 @@ class Connection {
     if (expect !== undefined && expect.toLowerCase() !== '100-continue') {
       throw new HttpProtocolError(417, `unsupported expectation ${JSON.stringify(expect.slice(0, 40))}`);
     }
-    return new ReceiverHttpRequest(method, target, version, headers, contentLength, keepAlive, expect !== undefined && version === '1.1', this);
+    return new OwnHttpRequest(method, target, version, headers, contentLength, keepAlive, expect !== undefined && version === '1.1', this);
   }
 
   /** Starts a read for `req` into `target` (called by ReceiverHttpRequest.readInto). */
-  read(req: ReceiverHttpRequest, target: Uint8Array): Promise<number> {
+  read(req: OwnHttpRequest, target: Uint8Array): Promise<number> {
     if (this.#phase === 'closed' || req !== this.#request) {
       return Promise.reject(new Error('the connection closed before the request body was read'));
     }
@@ -602,7 +644,7 @@ class Connection {
   }
 
   /** Sends the reply to the current request; then reads the next request or closes. */
-  reply(req: ReceiverHttpRequest, r: ReceiverHttpReply): void {
+  reply(req: OwnHttpRequest, r: ReceiverHttpReply): void {
     if (req !== this.#request || this.#phase !== 'handling') return;
     // answered while its body was still being read into the handler's buffer: no further read may land there
     const abandoned = this.#read !== undefined;
@@ -719,8 +761,8 @@ class Connection {
   }
 }
 
-/** HTTP/1.1 server of one ssync receiver. */
-export class ReceiverHttpServer {
+/** HTTP/1.1 server of one ssync receiver (the fast one: bodies go from the socket straight into the handler's buffers). */
+export class ReceiverHttpServer implements ReceiverServer {
   readonly keepAliveTimeoutMs: number;
   readonly maxHeadBytes: number;
   readonly headerTimeoutMs: number;
@@ -796,7 +838,7 @@ export class ReceiverHttpServer {
     for (const c of this.#connections) c.destroy();
   }
 
-  dispatch(connection: Connection, req: ReceiverHttpRequest): void {
+  dispatch(connection: Connection, req: OwnHttpRequest): void {
     let reply: Promise<ReceiverHttpReply>;
     try {
       reply = this.handler(req);

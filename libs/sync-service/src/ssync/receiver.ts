@@ -2,7 +2,9 @@ import { promises as fsp } from 'node:fs';
 import { alignedBuffer, DirectTarget } from '@bis/direct-io';
 import { IntervalSet } from './interval-set.js';
 import { AUTHORIZATION_HEADER, checkInternalCaller, type InternalAuth } from '@bis/internal-auth';
-import { HttpProtocolError, ReceiverHttpServer, type ReceiverHttpReply, type ReceiverHttpRequest } from './receiver-http.js';
+import { HttpProtocolError, type ReceiverHttpReply, type ReceiverHttpRequest } from './receiver-http.js';
+import { createReceiverServer } from './receiver-node-http.js';
+import type { ReceiverServerKind } from './paths.js';
 import type { HolePuncher } from './layout.js';
 import { RECEIVE_SLAB_SIZE, ReceivedFileHasher, Slab, type ReceivedHashStats, type SlabAllocator } from './received-hasher.js';
 import {
@@ -83,6 +85,11 @@ export interface SsyncReceiverOptions {
   headerTimeoutMs?: number;
   /** Who may send: requests without the token are refused with 401 (see `@bis/internal-auth`). */
   auth?: InternalAuth;
+  /**
+   * The HTTP server: `own` (reads bodies straight into the slabs) or `node-http` (Node's `http`, copying). Default:
+   * `BIS_SSYNC_RECEIVER_SERVER`, else `own` (see paths.ts).
+   */
+  httpServer?: ReceiverServerKind;
 }
 
 export interface SsyncReceiveResult {
@@ -409,7 +416,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     }
   };
 
-  const server = new ReceiverHttpServer((req) => serve(req), { keepAliveTimeoutMs: 240_000, headerTimeoutMs: opts.headerTimeoutMs });
+  const server = createReceiverServer((req) => serve(req), { keepAliveTimeoutMs: 240_000, headerTimeoutMs: opts.headerTimeoutMs, kind: opts.httpServer });
 
   const finish = async (failure: Error | undefined): Promise<void> => {
     let err = failure;

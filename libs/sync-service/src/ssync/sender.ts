@@ -6,6 +6,7 @@ import { encodeChain, type Sha512Chain } from '@bis/sha512-chain';
 import { sendFileAvailable, sendFileToSocket, type SendFileTransfer } from '@bis/block-mapping';
 import { authHeaders } from '@bis/internal-auth';
 import type { Extent, FileLayoutProvider } from './layout.js';
+import { sendfileSetting } from './paths.js';
 
 export const SSYNC_CHUNK_SIZE = 2 << 20;
 /** `writeData` size for a receiver that accepted the SHA-512 chain, when bodies go out with sendfile. */
@@ -47,8 +48,9 @@ export interface SendFileOptions {
    */
   chain?: Sha512Chain;
   /**
-   * Send `writeData` bodies with sendfile(2), from the page cache straight to the socket (default: when the
-   * block-mapping addon has it). Not used when the receiver's file existed before (each chunk is then hashed first).
+   * Send `writeData` bodies with sendfile(2), from the page cache straight to the socket; false reads each chunk with
+   * a positioned read and writes it. Default: `BIS_SSYNC_SENDFILE` (`1` or `0`) when set, else when the block-mapping
+   * addon has sendfile. Not used when the receiver's file existed before (each chunk is then hashed first).
    */
   sendfile?: boolean;
   /** Token sent as `authorization: Bearer <token>` on every request (see `@bis/internal-auth`). */
@@ -186,6 +188,8 @@ const delay = (ms: number, signal?: AbortSignal) =>
  */
 export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
   const { host, port } = parseAddress(opts.toAddress);
+  // BIS_SSYNC_SENDFILE (see paths.ts) decides when the caller does not; validated before anything is set up
+  let useSendfile = opts.sendfile ?? sendfileSetting(sendFileAvailable());
   const workers = opts.workers ?? SSYNC_WORKERS;
   const attempts = Math.max(1, opts.attempts ?? 3);
   const timeoutFor = opts.requestTimeoutMs ?? defaultRequestTimeoutMs;
@@ -197,7 +201,6 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: workers });
   const authorization = authHeaders(opts.token);
   let retries = 0;
-  let useSendfile = opts.sendfile ?? sendFileAvailable();
   let sendfileBytes = 0;
 
   const request = (

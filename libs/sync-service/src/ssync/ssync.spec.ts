@@ -32,12 +32,38 @@ async function sparseFile(name: string, pattern: string): Promise<string> {
 }
 const sha = (f: string) => createHash('sha512').update(readFileSync(f)).digest('hex');
 
-describe('ssync sender and receiver', () => {
+/**
+ * The transfer paths every conformance test below runs on: the fast one (the receiver's own HTTP server reading into
+ * the slabs, bodies sent with sendfile) and its conservative twin (Node's http server copying, bodies read with a
+ * positioned read and written), each forced explicitly, on every machine.
+ */
+interface TransferPath {
+  rx: { httpServer: 'own' | 'node-http' };
+  tx: { sendfile: boolean };
+}
+const PATHS: Array<[string, TransferPath]> = [
+  ['own server, sendfile', { rx: { httpServer: 'own' }, tx: { sendfile: true } }],
+  ['node-http server, read + write', { rx: { httpServer: 'node-http' }, tx: { sendfile: false } }],
+];
+const fastPathSkip = sendFileAvailable() ? undefined : 'the block_mapping addon lacks startSendFile (node libs/block-mapping/native/build.mjs)';
+/** describe.each over PATHS; the sendfile path is skipped with its reason where the addon lacks it. */
+function describePaths(title: string, body: (name: string, p: TransferPath) => void): void {
+  for (const [name, p] of PATHS) {
+    if (p.tx.sendfile && fastPathSkip) {
+      console.warn(`${title.replace('%s', name)}: skipped, ${fastPathSkip}`);
+      describe.skip(title.replace('%s', `${name}: skipped, ${fastPathSkip}`), () => body(name, p));
+      continue;
+    }
+    describe(title.replace('%s', name), () => body(name, p));
+  }
+}
+
+describePaths('ssync sender and receiver (%s)', (_name, path_) => {
   it('transfers a sparse file: holes as holes, data in chunks, result identical and sparse', async () => {
     const src = await sparseFile('src', 'dhhdddhhhh');
     const dst = path.join(dir, 'dst');
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 10 * MiB });
-    const r = await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chunkSize: MiB / 2 });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: dst, size: 10 * MiB });
+    const r = await sendFile({ ...path_.tx, path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chunkSize: MiB / 2 });
     const got = await rx.done;
     await rx.closed;
     expect(got).toMatchObject({ size: 10 * MiB, dataBytes: 4 * MiB, holeBytes: 6 * MiB });
@@ -61,8 +87,8 @@ describe('ssync sender and receiver', () => {
       data: [{ offset: 2 * MiB, length: MiB }],
       holes: [{ offset: 0, length: 2 * MiB }, { offset: 3 * MiB, length: MiB }],
     });
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 4 * MiB });
-    await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: dst, size: 4 * MiB });
+    await sendFile({ ...path_.tx, path: src, toAddress: `127.0.0.1:${rx.port}`, layout });
     await rx.done;
     const out = readFileSync(dst);
     expect(out.subarray(0, 2 * MiB).every((b) => b === 0)).toBe(true);
@@ -72,7 +98,7 @@ describe('ssync sender and receiver', () => {
   it('retries a failed chunk', async () => {
     const src = await sparseFile('src', 'dd');
     const dst = path.join(dir, 'dst');
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 2 * MiB });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: dst, size: 2 * MiB });
     // a proxy that fails the first writeData with a 500
     let failed = 0;
     const proxy = http.createServer((req, res) => {
@@ -90,7 +116,7 @@ describe('ssync sender and receiver', () => {
     });
     await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
     try {
-      const r = await sendFile({ path: src, toAddress: `127.0.0.1:${(proxy.address() as AddressInfo).port}`, layout: (p) => getFileLayout(p) });
+      const r = await sendFile({ ...path_.tx, path: src, toAddress: `127.0.0.1:${(proxy.address() as AddressInfo).port}`, layout: (p) => getFileLayout(p) });
       expect(r.retries).toBe(1);
       await rx.done;
       expect(sha(dst)).toBe(sha(src));
@@ -102,9 +128,9 @@ describe('ssync sender and receiver', () => {
   it('an aborted sender never makes the receiver report a complete file; a close of a partial file fails', async () => {
     const src = await sparseFile('src', 'dddd');
     const dst = path.join(dir, 'dst');
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 4 * MiB, idleTimeoutMs: 1500 });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: dst, size: 4 * MiB, idleTimeoutMs: 1500 });
     const ac = new AbortController();
-    const sending = sendFile({
+    const sending = sendFile({ ...path_.tx,
       path: src,
       toAddress: `127.0.0.1:${rx.port}`,
       layout: (p) => getFileLayout(p),
@@ -120,7 +146,7 @@ describe('ssync sender and receiver', () => {
     await rx.closed;
 
     // a Longhorn-style sender that calls close after a partial transfer
-    const rx2 = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'dst2'), size: 4 * MiB });
+    const rx2 = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: path.join(dir, 'dst2'), size: 4 * MiB });
     const call = (method: string, p: string, body?: Buffer) =>
       new Promise<number>((resolve, reject) => {
         const req = http.request({ host: '127.0.0.1', port: rx2.port, method, path: p }, (res) => {
@@ -137,9 +163,9 @@ describe('ssync sender and receiver', () => {
   });
 
   it('rejects a size that differs from the expected one', async () => {
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'x'), size: 4 * MiB, idleTimeoutMs: 500 });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: path.join(dir, 'x'), size: 4 * MiB, idleTimeoutMs: 500 });
     const src = await sparseFile('src', 'dd');
-    await expect(sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), attempts: 1 })).rejects.toThrow(
+    await expect(sendFile({ ...path_.tx, path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), attempts: 1 })).rejects.toThrow(
       'the receiver expects 4194304 bytes',
     );
     await expect(rx.done).rejects.toThrow('no request from the sender');
@@ -148,19 +174,19 @@ describe('ssync sender and receiver', () => {
 
   it('stops on cancellation', async () => {
     const ac = new AbortController();
-    const rx2 = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'y'), size: MiB, signal: ac.signal });
+    const rx2 = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: path.join(dir, 'y'), size: MiB, signal: ac.signal });
     ac.abort();
     await expect(rx2.done).rejects.toThrow('receiving cancelled');
     await rx2.closed;
   }, 10_000);
 });
 
-describe('checksum computed while receiving', () => {
+describePaths('checksum computed while receiving (%s)', (_name, path_) => {
   it('equals the SHA-512 of the received file for a parallel sparse transfer, hashing holes without reading them', async () => {
     const src = await sparseFile('src', 'dhhdddhhhhdd');
     const dst = path.join(dir, 'dst');
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 12 * MiB, computeChecksum: true });
-    await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chunkSize: MiB / 2, workers: 4 });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: dst, size: 12 * MiB, computeChecksum: true });
+    await sendFile({ ...path_.tx, path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chunkSize: MiB / 2, workers: 4 });
     const got = await rx.done;
     await rx.closed;
     expect(got.sha512).toBe(sha(src));
@@ -175,7 +201,7 @@ describe('checksum computed while receiving', () => {
     const data = randomBytes(size);
     const dst = path.join(dir, 'dst');
     // 2 slabs of 512 KiB: most of the 16 ranges cannot be kept in memory until their turn
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size, computeChecksum: true, slabSize: MiB / 2 });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: dst, size, computeChecksum: true, slabSize: MiB / 2 });
     expect(await call(rx.port, 'GET', `/v1-ssync/open?begin=0&end=${size}`)).toBe(200);
     for (let off = size - MiB / 2; off >= 0; off -= MiB / 2) {
       expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=${off}&end=${off + MiB / 2}`, data.subarray(off, off + MiB / 2))).toBe(200);
@@ -192,8 +218,8 @@ describe('checksum computed while receiving', () => {
   it('bodies larger than a slab are written in slab-sized pieces; the hash stays exact', async () => {
     const src = await sparseFile('src', 'ddhdddhd');
     const dst = path.join(dir, 'dst');
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size: 8 * MiB, computeChecksum: true, slabSize: 256 * 1024 });
-    await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chunkSize: 2 * MiB, workers: 3 });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: dst, size: 8 * MiB, computeChecksum: true, slabSize: 256 * 1024 });
+    await sendFile({ ...path_.tx, path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), chunkSize: 2 * MiB, workers: 3 });
     const got = await rx.done;
     await rx.closed;
     expect(got.sha512).toBe(sha(src));
@@ -205,7 +231,7 @@ describe('checksum computed while receiving', () => {
   it('receiving never waits behind a gap: the window is reclaimed; cancelling with ranges retained ends the receive', async () => {
     const K = 64 * 1024;
     const ac = new AbortController();
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'dst'), size: 8 * K, computeChecksum: true, slabSize: K, signal: ac.signal });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: path.join(dir, 'dst'), size: 8 * K, computeChecksum: true, slabSize: K, signal: ac.signal });
     expect(await call(rx.port, 'GET', `/v1-ssync/open?begin=0&end=${8 * K}`)).toBe(200);
     // range 0 never arrives; ranges 1..7 are more than the 4-slab window and are all acknowledged
     for (let i = 1; i < 8; i++) expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=${i * K}&end=${(i + 1) * K}`, randomBytes(K))).toBe(200);
@@ -219,7 +245,7 @@ describe('checksum computed while receiving', () => {
     const first = Buffer.alloc(MiB, 1);
     const second = randomBytes(MiB);
     const dst = path.join(dir, 'dst');
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size, computeChecksum: true });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: dst, size, computeChecksum: true });
     expect(await call(rx.port, 'GET', `/v1-ssync/open?begin=0&end=${size}`)).toBe(200);
     expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=0&end=${MiB}`, first)).toBe(200);
     expect(await call(rx.port, 'POST', `/v1-ssync/sendHole?begin=${MiB}&end=${3 * MiB}`)).toBe(200);
@@ -237,7 +263,7 @@ describe('checksum computed while receiving', () => {
     const size = MiB;
     const data = randomBytes(size);
     const dst = path.join(dir, 'dst');
-    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size, computeChecksum: true });
+    const rx = await startSsyncReceiver({ ...path_.rx, port: 0, host: '127.0.0.1', filePath: dst, size, computeChecksum: true });
     expect(await call(rx.port, 'GET', `/v1-ssync/open?begin=0&end=${size}`)).toBe(200);
     expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=0&end=${size}`, data.subarray(0, 1000))).toBe(400);
     expect(await call(rx.port, 'POST', `/v1-ssync/writeData?begin=0&end=${size}`, data)).toBe(200);
