@@ -13,6 +13,7 @@ import {
   diskTmpDir,
   parsePortRange,
   startSyncServer,
+  type ScrubOptions,
 } from '@bis/sync-service';
 
 export interface DaemonConfig {
@@ -27,6 +28,8 @@ export interface DaemonConfig {
   allowSourceHosts: string[];
   watchIntervalMs: number;
   monitorIntervalMs: number;
+  /** Background scrub of ready copies (`--scrub-interval`, `--scrub-bandwidth`); off when absent. */
+  scrub?: ScrubOptions;
   /** Backupstore lock timing for BackupCreate (default Longhorn's). */
   backupLockTiming?: LockTiming;
   /** Token internal callers must send (gRPC, sync HTTP, peer receivers) and this daemon sends to its peers. */
@@ -63,6 +66,7 @@ export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
     }),
     receiverHost: cfg.advertiseHost === '0.0.0.0' ? undefined : cfg.advertiseHost,
     monitorIntervalMs: cfg.monitorIntervalMs,
+    scrub: cfg.scrub,
     internalAuth: cfg.internalAuth,
     log: cfg.log,
   });

@@ -11,6 +11,7 @@ exitWithParent();
 const USAGE = `usage: backing-image-manager daemon --listen <host:port> --sync-listen <host:port> --disk-path <dir>
        [--disk-uuid <uuid>] [--port-range 30001-31000] [--advertise-address <ip>] [--allow-source-host <host>]...
        [--watch-interval-ms 1000] [--monitor-interval-ms 2000]
+       [--scrub-interval <seconds, default 604800; 0 = off>] [--scrub-bandwidth <bytes/s, default 52428800>]
        [--internal-token-file <file> [--allow-unauthenticated-internal-calls]]
 environment: ${Object.values(LOCK_TIMING_ENV).join(', ')} (backupstore lock timing in ms; default Longhorn's)`;
 
@@ -32,6 +33,8 @@ async function main(argv: string[]): Promise<number> {
       'allow-source-host': { type: 'string', multiple: true, default: [] },
       'watch-interval-ms': { type: 'string', default: '1000' },
       'monitor-interval-ms': { type: 'string', default: '2000' },
+      'scrub-interval': { type: 'string', default: String(7 * 24 * 3600) },
+      'scrub-bandwidth': { type: 'string', default: String(50 * 1024 * 1024) },
       'internal-token-file': { type: 'string' },
       'allow-unauthenticated-internal-calls': { type: 'boolean', default: false },
       debug: { type: 'boolean', default: false },
@@ -41,6 +44,16 @@ async function main(argv: string[]): Promise<number> {
   const tokenFile = values['internal-token-file'];
   if (values['allow-unauthenticated-internal-calls'] && !tokenFile) {
     process.stderr.write('backing-image-manager: --allow-unauthenticated-internal-calls needs --internal-token-file\n');
+    return 2;
+  }
+  const scrubInterval = Number(values['scrub-interval']);
+  const scrubBandwidth = Number(values['scrub-bandwidth']);
+  if (!Number.isSafeInteger(scrubInterval) || scrubInterval < 0) {
+    process.stderr.write(`backing-image-manager: invalid --scrub-interval ${values['scrub-interval']}: must be a whole number of seconds >= 0\n`);
+    return 2;
+  }
+  if (!Number.isSafeInteger(scrubBandwidth) || scrubBandwidth < 1) {
+    process.stderr.write(`backing-image-manager: invalid --scrub-bandwidth ${values['scrub-bandwidth']}: must be a whole number of bytes per second >= 1\n`);
     return 2;
   }
   const internalAuth = tokenFile
@@ -58,6 +71,7 @@ async function main(argv: string[]): Promise<number> {
     allowSourceHosts: values['allow-source-host']!,
     watchIntervalMs: Number(values['watch-interval-ms']),
     monitorIntervalMs: Number(values['monitor-interval-ms']),
+    scrub: { intervalMs: scrubInterval * 1000, bandwidthBytesPerSecond: scrubBandwidth },
     backupLockTiming: lockTimingFromEnv(process.env),
     internalAuth,
     log,

@@ -94,11 +94,25 @@ export interface BackupTargetApi {
   deleteBackingImage(backupURL: string, credential: Record<string, string>): Promise<void>;
 }
 
+/** Settings a manager takes at its start (daemon flags `--scrub-interval`, `--scrub-bandwidth`). */
+export interface ManagerLaunch {
+  /** `backing-image-scrub-interval`: seconds between two scrubs of each ready copy; 0 = off. */
+  scrubIntervalSeconds: number;
+  /** `backing-image-scrub-bandwidth`: bytes per second the scrub reads on the disk. */
+  scrubBandwidth: number;
+}
+
+/** The manager daemon's flags for a launch. */
+export function managerLaunchArgs(launch: ManagerLaunch | undefined): string[] {
+  if (!launch) return [];
+  return ['--scrub-interval', String(launch.scrubIntervalSeconds), '--scrub-bandwidth', String(launch.scrubBandwidth)];
+}
+
 export interface DataPlane {
   /** Observes the manager workload of a BIM. */
   managerStatus(bim: BackingImageManager): Promise<WorkloadStatus>;
-  /** Starts the manager workload of a BIM (no-op when it exists). */
-  startManager(bim: BackingImageManager): Promise<void>;
+  /** Starts the manager workload of a BIM (no-op when it exists), with the settings it takes at start. */
+  startManager(bim: BackingImageManager, launch?: ManagerLaunch): Promise<void>;
   /** Stops and removes the manager workload of a BIM (no-op when missing). */
   deleteManager(bimName: string): Promise<void>;
   managerClient(address: string): ManagerApi;

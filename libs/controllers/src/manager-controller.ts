@@ -287,7 +287,10 @@ export class BackingImageManagerController extends Controller {
           this.queue.addAfter(name, this.restartBackoff.remaining(name) + 10);
         } else {
           this.restartBackoff.next(name);
-          await this.ctx.dataPlane.startManager(bim);
+          await this.ctx.dataPlane.startManager(bim, {
+            scrubIntervalSeconds: await this.ctx.settings.int(SettingName.BackingImageScrubInterval),
+            scrubBandwidth: await this.ctx.settings.int(SettingName.BackingImageScrubBandwidth),
+          });
           status.currentState = transition(MANAGER_MACHINE, next, 'workload-created', name);
           this.event(bim, 'Normal', EventReason.Create, `Starting backing image manager ${name} on node ${bim.spec?.nodeID} disk ${bim.spec?.diskUUID}`);
         }
@@ -567,14 +570,22 @@ export class BackingImageManagerController extends Controller {
     try {
       const first = await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
       if (!first || first.status?.ownerID !== nodeID) return this.stopMonitor(name);
-      const map = fileMapFromList(await this.ctx.dataPlane.managerClient(m.address).list());
+      const listed = await this.ctx.dataPlane.managerClient(m.address).list();
+      const map = fileMapFromList(listed);
+      // the disk's scrub (absent from a Longhorn manager's answer: the status keeps what it had)
+      const scrub = listed.diskScrub;
       for (const [bi, f] of Object.entries(map)) if (f.state === 'ready') this.fileBackoff(name).reset(bi);
       // The list is fresh: a write that conflicts (the spec or the reconcile's status changed meanwhile, frequent while
       // many images are added) is retried at once on the latest object instead of a tick later.
       let bim: typeof first | undefined = first;
-      for (let attempt = 1; bim && bim.status?.ownerID === nodeID && changed(bim.status?.backingImageFileMap ?? {}, map); attempt++) {
+      const stale = (b: typeof first): boolean =>
+        changed(b.status?.backingImageFileMap ?? {}, map) || (scrub !== undefined && changed(b.status?.diskScrub ?? {}, scrub));
+      for (let attempt = 1; bim && bim.status?.ownerID === nodeID && stale(bim); attempt++) {
         try {
-          await store.updateStatus(BackingImageManagerKind, { ...bim, status: { ...bim.status, backingImageFileMap: map } });
+          await store.updateStatus(BackingImageManagerKind, {
+            ...bim,
+            status: { ...bim.status, backingImageFileMap: map, ...(scrub ? { diskScrub: { ...scrub } } : {}) },
+          });
           break;
         } catch (err) {
           if (!isConflict(err)) throw err;

@@ -14,6 +14,8 @@ export const SettingName = {
   AllowEmptyNodeSelectorVolume: 'allow-empty-node-selector-volume',
   AllowEmptyDiskSelectorVolume: 'allow-empty-disk-selector-volume',
   BackingImageMaxSize: 'backing-image-max-size',
+  BackingImageScrubInterval: 'backing-image-scrub-interval',
+  BackingImageScrubBandwidth: 'backing-image-scrub-bandwidth',
 } as const;
 export type SettingName = (typeof SettingName)[keyof typeof SettingName];
 
@@ -28,6 +30,8 @@ export const SETTING_DEFAULTS: Readonly<Record<SettingName, string>> = {
   'allow-empty-node-selector-volume': 'true',
   'allow-empty-disk-selector-volume': 'true',
   'backing-image-max-size': String(2 * 1024 ** 4),
+  'backing-image-scrub-interval': String(7 * 24 * 3600),
+  'backing-image-scrub-bandwidth': String(50 * 1024 * 1024),
 };
 
 /** Reads settings from the datastore (`Setting` objects named after the setting), falling back to the defaults. */

@@ -214,7 +214,8 @@ export class ManagerService {
       if (path.dirname(path.dirname(info.filePath)) !== root) continue;
       backingImages[backingImageNameFromPath(info.filePath, info.uuid)] = toBackingImageResponse(info);
     }
-    return { backingImages };
+    // our extension (a new optional field of ListResponse): the disk's background scrub
+    return { backingImages, diskScrub: this.#o.sync.scrubStatus() };
   }
 
   async delete(req: DeleteRequest): Promise<Empty> {

@@ -14,6 +14,8 @@ import {
   DATA_SOURCE_CREDENTIAL_ENV,
   type DataSourceLaunch,
   type ManagerApi,
+  type ManagerLaunch,
+  managerLaunchArgs,
   type WorkloadStatus,
 } from '@bis/controllers';
 import type { WorkloadRuntime, WorkloadStatus as RuntimeStatus } from '@bis/runtime';
@@ -153,7 +155,7 @@ export class ProcessDataPlane implements DataPlane {
     return this.toStatus(bim.metadata.name, this.o.runtime.get(bim.metadata.name));
   }
 
-  async startManager(bim: BackingImageManager): Promise<void> {
+  async startManager(bim: BackingImageManager, launch?: ManagerLaunch): Promise<void> {
     const name = bim.metadata.name;
     if (this.o.runtime.get(name)) return;
     this.ports.release(name);
@@ -172,6 +174,7 @@ export class ProcessDataPlane implements DataPlane {
       '--port-range', this.ranges.allocate(),
       '--advertise-address', this.host,
       ...(this.o.allowSourceHosts ?? []).flatMap((h) => ['--allow-source-host', h]),
+      ...managerLaunchArgs(launch),
       ...this.authArgs(),
     ];
     await this.start(name, args, [grpc, sync], { [COMPONENT]: 'backing-image-manager', 'longhorn.io/disk-uuid': ep.diskUUID });

@@ -14,3 +14,15 @@ export * from './ssync/interval-set.js';
 export * from './ssync/receiver.js';
 export * from './ssync/sender.js';
 export * from './chain-file.js';
+export {
+  TokenBucket,
+  CorruptionError,
+  ChainVerifyingStream,
+  ChecksumVerifyingStream,
+  verifyFileThrottled,
+  hashFileThrottled,
+  segmentMismatchText,
+  systemClock,
+  type ScrubClock,
+  type ThrottledVerifyOptions,
+} from './integrity.js';

@@ -26,6 +26,17 @@ import { chainPathOf, removeChainFile } from './chain-path.js';
 import { loadBlockMapping, loadChainFile, loadQemuImg, loadSha512Chain, loadSsyncReceiver, loadSsyncSender } from './lazy-modules.js';
 import type { FileLayoutProvider, HolePuncher } from './ssync/layout.js';
 import { READ_NOFOLLOW, assertNoEscapingLinks, normalizeRoot, resolveDiskPath, type DiskFileKind } from '@bis/disk-path';
+import {
+  ChainVerifyingStream,
+  ChecksumVerifyingStream,
+  CorruptionError,
+  TokenBucket,
+  asCorruption,
+  hashFileThrottled,
+  systemClock,
+  verifyFileThrottled,
+  type ScrubClock,
+} from './integrity.js';
 
 export const SENDING_LIMIT = 3;
 const FAILURE_PREFIX = 'failed to process sync file: ';
@@ -61,8 +72,53 @@ export interface SyncServiceOptions {
    * it. The `/v1/files` HTTP routes are checked by `startSyncServer` (given the same value).
    */
   internalAuth?: InternalAuth;
+  /** Background scrub of ready files (off when absent or `intervalMs` is 0). */
+  scrub?: ScrubOptions;
   /** Diagnostics sink. */
   log?: (message: string) => void;
+}
+
+export interface ScrubOptions {
+  /** Every ready file is re-verified once per interval (0 = never). */
+  intervalMs: number;
+  /** Bytes per second read by the scrub on this disk (the token bucket's rate). */
+  bandwidthBytesPerSecond: number;
+  /** How often due files are looked for (default min(interval, 60 s)). */
+  pollMs?: number;
+  /** Time of the bandwidth cap (default the system's). */
+  clock?: ScrubClock;
+  /** Wall-clock time of scrub records, ms since the epoch (default Date.now). */
+  wallClock?: () => number;
+  /** Where scrub records survive restarts (default `<disk>/backing-image-scrub.json`). */
+  statePath?: string;
+}
+
+/** One disk's scrub, as the manager reports it. */
+export interface DiskScrubStatus {
+  /** RFC 3339 time the last pass ended; '' before the first. */
+  lastScrubTime: string;
+  /** `ok`, `corrupted` (a copy failed verification), `error` (a copy could not be read), '' before the first. */
+  lastScrubResult: '' | 'ok' | 'corrupted' | 'error';
+  /** What the last pass found (the corrupt copies and their segment). */
+  lastScrubMessage: string;
+  /** Copies verified by the last pass. */
+  lastScrubFiles: number;
+  /** The copy being scrubbed now ('' when idle). */
+  scrubbing: string;
+}
+
+/** What one file's scrub found. */
+export interface FileScrubResult {
+  filePath: string;
+  result: 'ok' | 'corrupted' | 'error' | 'skipped';
+  message: string;
+  bytesRead: number;
+}
+
+interface ScrubRecord {
+  /** ms since the epoch of the last scrub that ended (ok or corrupted), or when the file was first seen. */
+  at: number;
+  result: string;
 }
 
 export interface LaunchParams {
@@ -118,6 +174,8 @@ type Work = (f: SyncingFile, sink: ProgressSink) => Promise<WorkResult>;
 
 export interface SyncServiceEvents {
   change: [filePath: string];
+  /** A scrub pass ended (the disk's new scrub status). */
+  scrub: [status: DiskScrubStatus];
 }
 
 export interface DownloadHandle {
@@ -150,6 +208,13 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   readonly #chainJobs = new Map<SyncingFile, ChainJob>();
   #monitor: NodeJS.Timeout | undefined;
   #closed = false;
+  readonly #closing = new AbortController();
+  readonly #onUseChecks = new Map<SyncingFile, Promise<void>>();
+  #scrubBucket: TokenBucket | undefined;
+  #scrubTimer: NodeJS.Timeout | undefined;
+  #scrubRecords: Record<string, ScrubRecord> | undefined;
+  #scrubPass: Promise<FileScrubResult[]> | undefined;
+  #scrubStatus: DiskScrubStatus = { lastScrubTime: '', lastScrubResult: '', lastScrubMessage: '', lastScrubFiles: 0, scrubbing: '' };
 
   constructor(opts: SyncServiceOptions = {}) {
     super();
@@ -160,6 +225,12 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     if (every > 0) {
       this.#monitor = setInterval(() => void this.checkReadyFiles(), every);
       this.#monitor.unref();
+    }
+    const scrub = opts.scrub;
+    if (scrub && scrub.bandwidthBytesPerSecond > 0) {
+      // a burst of one 2 MiB segment: the scrub reads a segment at a time
+      this.#scrubBucket = new TokenBucket(scrub.bandwidthBytesPerSecond, 2 << 20, scrub.clock ?? systemClock);
+      if (scrub.intervalMs > 0) this.#scheduleScrub();
     }
   }
 
@@ -494,7 +565,12 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     })()
       .then(
         (r) => this.#log(`sent ${filePath} to ${toAddress}: ${r.dataBytes} data bytes, ${r.holeBytes} hole bytes`),
-        (err: unknown) => this.#log(`failed to send ${filePath} to ${toAddress}: ${errorMessage(err)}`),
+        (err: unknown) => {
+          const message = errorMessage(err);
+          this.#log(`failed to send ${filePath} to ${toAddress}: ${message}`);
+          // the receiver found the bytes do not match the chain (or the checksum): check this copy itself
+          if (/mismatch|does not match|doesn't match/i.test(message) && !f.signal.aborted) void this.#verifyAfterUse(f, 'send');
+        },
       )
       .finally(() => {
         f.sendingReference--;
@@ -514,8 +590,20 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     const st = await statFile(filePath);
     const dir = path.basename(path.dirname(filePath));
     const name = dir.endsWith(`-${f.uuid}`) ? dir.slice(0, -(f.uuid.length + 1)) : dir;
-    // O_NOFOLLOW: a ready file replaced by a symbolic link is never served in its target's place
-    return { size: st.size, fileName: name, open: () => createReadStream(filePath, { fd: openSync(filePath, READ_NOFOLLOW), highWaterMark: 1 << 20 }) };
+    // verify while streaming: segment by segment against the chain, else the whole checksum before the last chunk
+    const chain = await this.#boundChain(f, st.size);
+    const checksum = f.currentChecksum;
+    const onCorrupt = (err: CorruptionError): void => this.#foundCorrupted(f, 'download', err);
+    const open = (): Readable => {
+      // O_NOFOLLOW: a ready file replaced by a symbolic link is never served in its target's place
+      const src = createReadStream(filePath, { fd: openSync(filePath, READ_NOFOLLOW), highWaterMark: 1 << 20 });
+      if (!chain && !checksum) return src;
+      const check = chain ? new ChainVerifyingStream(chain, onCorrupt) : new ChecksumVerifyingStream(checksum, onCorrupt);
+      src.on('error', (e) => check.destroy(e));
+      check.on('close', () => src.destroy());
+      return src.pipe(check);
+    };
+    return { size: st.size, fileName: name, open };
   }
 
   /** Drops the record, cancels its work and removes `<path>`, `<path>.tmp`, `<path>.cfg`. No-op for an unknown path. */
@@ -548,9 +636,11 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   async close(): Promise<void> {
     this.#closed = true;
     if (this.#monitor) clearInterval(this.#monitor);
+    if (this.#scrubTimer) clearTimeout(this.#scrubTimer);
+    this.#closing.abort(new SyncServiceError('the sync service is shutting down'));
     const files = [...this.#files.values()];
     for (const f of files) f.controller.abort(new SyncServiceError('the sync service is shutting down'));
-    await Promise.allSettled(files.map((f) => f.task));
+    await Promise.allSettled([...files.map((f) => f.task), this.#scrubPass, ...this.#onUseChecks.values()]);
   }
 
   // ---------------------------------------------------------------- the pipeline
@@ -803,6 +893,212 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     if (f.state === FileState.Ready || f.state === FileState.Failed) return;
     const message = FAILURE_PREFIX + errorMessage(err);
     if (f.lifecycle.tryFire(FileEvent.Fail, message)) this.#log(`${f.filePath}: ${message}`);
+  }
+
+  // ---------------------------------------------------------------- integrity: scrub and verify on use
+
+  /**
+   * A ready copy's bytes do not match its chain or checksum: the copy becomes `failed` (`found-corrupted`) with
+   * `<context>: <what>` as its message, its sends are cancelled, and its `backing.cfg` is removed so that a restart
+   * re-hashes the file instead of trusting it again.
+   */
+  #foundCorrupted(f: SyncingFile, context: string, err: CorruptionError): void {
+    if (this.#files.get(f.filePath) !== f) return;
+    const message = `${context}: ${err.message}`;
+    if (!f.lifecycle.tryFire(FileEvent.FoundCorrupted, message)) return;
+    this.#log(`${f.filePath}: the copy is corrupted, marked failed: ${message}`);
+    f.controller.abort(new SyncServiceError(message));
+    void removeFile(cfgPathOf(f.filePath)).catch(() => undefined);
+  }
+
+  /** The stored chain of a ready file when it is bound to its size, modification time and checksum. */
+  async #boundChain(f: SyncingFile, size: number): Promise<Sha512Chain | undefined> {
+    if (!(await loadSha512Chain()).nativeSha512ChainAvailable()) return undefined;
+    return (await loadChainFile()).readChainFile(f.filePath, { size, modificationTime: f.modificationTime, checksum: f.currentChecksum });
+  }
+
+  /**
+   * Verifies one ready copy against its chain (or, without one, its checksum). `bucket` throttles the reads (the
+   * scrub); undefined reads at full speed (verify on use). A mismatch marks the copy failed. A copy that changed on
+   * disk meanwhile (its mtime moved) is left to the monitor's re-check.
+   */
+  async #verifyCopy(f: SyncingFile, context: string, bucket: TokenBucket | undefined, signal: AbortSignal): Promise<FileScrubResult> {
+    const res = (result: FileScrubResult['result'], message: string, bytesRead = 0): FileScrubResult => ({ filePath: f.filePath, result, message, bytesRead });
+    if (f.state !== FileState.Ready) return res('skipped', `the copy is ${f.state}`);
+    const st = await statFileIfExists(f.filePath);
+    if (!st || st.modificationTime !== f.modificationTime) return res('skipped', 'the copy changed on disk; the monitor re-checks it');
+    let bytesRead = 0;
+    const opts = { bucket, signal: AbortSignal.any([signal, f.signal]), onRead: (n: number) => void (bytesRead = n) };
+    try {
+      const chain = await this.#boundChain(f, st.size);
+      if (chain) {
+        await verifyFileThrottled(f.filePath, chain, opts);
+      } else {
+        const { sha512, chain: recorded } = await hashFileThrottled(f.filePath, opts);
+        if (sha512 !== f.currentChecksum) {
+          throw new CorruptionError(`SHA-512 mismatch: the copy hashes to ${sha512}, its checksum is ${f.currentChecksum}`);
+        }
+        if (recorded) await (await loadChainFile()).writeChainFile(f.filePath, recorded, st.modificationTime).catch(() => undefined);
+      }
+    } catch (err) {
+      const after = await statFileIfExists(f.filePath).catch(() => undefined);
+      if (after?.modificationTime !== st.modificationTime) return res('skipped', 'the copy changed on disk while it was verified', bytesRead);
+      const c = asCorruption(err);
+      if (c) {
+        this.#foundCorrupted(f, context, c);
+        return res('corrupted', `${context}: ${c.message}`, bytesRead);
+      }
+      if (opts.signal.aborted) return res('skipped', 'cancelled', bytesRead);
+      return res('error', `${context}: cannot verify the copy: ${errorMessage(err)}`, bytesRead);
+    }
+    const after = await statFileIfExists(f.filePath).catch(() => undefined);
+    if (after?.modificationTime !== st.modificationTime) return res('skipped', 'the copy changed on disk while it was verified', bytesRead);
+    return res('ok', '', bytesRead);
+  }
+
+  /**
+   * Verify on use: a peer reported that the bytes this service sent do not match; re-verify the copy at full speed
+   * (once at a time per copy). A bad copy is marked failed and stops serving.
+   */
+  #verifyAfterUse(f: SyncingFile, context: string): Promise<void> {
+    let p = this.#onUseChecks.get(f);
+    if (!p) {
+      p = this.#verifyCopy(f, context, undefined, this.#closing.signal)
+        .then((r) => {
+          if (r.result === 'ok') this.#log(`${f.filePath}: re-verified after a ${context} mismatch: the copy is intact`);
+          else if (r.result !== 'corrupted') this.#log(`${f.filePath}: re-verification after a ${context} mismatch: ${r.result} (${r.message})`);
+        })
+        .finally(() => this.#onUseChecks.delete(f));
+      this.#onUseChecks.set(f, p);
+    }
+    return p;
+  }
+
+  /** Resolves when every verification started by a use of the files (a failed send) has ended. */
+  async verificationsSettled(): Promise<void> {
+    await Promise.allSettled([...this.#onUseChecks.values()]);
+  }
+
+  /** The disk's scrub status (last pass, its result, the copy being scrubbed). */
+  scrubStatus(): DiskScrubStatus {
+    return { ...this.#scrubStatus };
+  }
+
+  #scheduleScrub(): void {
+    const scrub = this.#opts.scrub!;
+    const poll = scrub.pollMs ?? Math.min(scrub.intervalMs, 60_000);
+    this.#scrubTimer = setTimeout(() => {
+      void this.#runScrub(false)
+        .catch((err: unknown) => this.#log(`scrub failed: ${errorMessage(err)}`))
+        .finally(() => {
+          if (!this.#closed) this.#scheduleScrub();
+        });
+    }, poll);
+    this.#scrubTimer.unref();
+  }
+
+  /**
+   * Scrubs now: every ready copy (`all`) or only those whose last scrub is older than the interval, one at a time,
+   * at the bandwidth cap. Resolves with what each copy gave. A pass already running is waited for, then this one runs.
+   */
+  async scrubNow(all = true): Promise<FileScrubResult[]> {
+    return this.#runScrub(all);
+  }
+
+  async #runScrub(all: boolean): Promise<FileScrubResult[]> {
+    while (this.#scrubPass) await this.#scrubPass.catch(() => undefined);
+    const pass = this.#scrubOnce(all).finally(() => {
+      if (this.#scrubPass === pass) this.#scrubPass = undefined;
+    });
+    this.#scrubPass = pass;
+    return pass;
+  }
+
+  #scrubStatePath(): string {
+    return this.#opts.scrub?.statePath ?? path.join(this.diskPath, 'backing-image-scrub.json');
+  }
+
+  async #loadScrubRecords(): Promise<Record<string, ScrubRecord>> {
+    if (this.#scrubRecords) return this.#scrubRecords;
+    let records: Record<string, ScrubRecord> = {};
+    try {
+      const parsed: unknown = JSON.parse(await fsp.readFile(this.#scrubStatePath(), 'utf8'));
+      if (parsed && typeof parsed === 'object') {
+        const o = parsed as { files?: Record<string, ScrubRecord>; status?: DiskScrubStatus };
+        if (o.files && typeof o.files === 'object') records = o.files;
+        if (o.status && typeof o.status === 'object') this.#scrubStatus = { ...this.#scrubStatus, ...o.status, scrubbing: '' };
+      }
+    } catch {
+      // no records yet (or unreadable): every copy starts its interval now
+    }
+    return (this.#scrubRecords = records);
+  }
+
+  async #saveScrubRecords(): Promise<void> {
+    const target = this.#scrubStatePath();
+    const tmp = `${target}.tmp`;
+    const status = { ...this.#scrubStatus, scrubbing: '' };
+    await fsp.writeFile(tmp, JSON.stringify({ files: this.#scrubRecords ?? {}, status }));
+    await fsp.rename(tmp, target);
+  }
+
+  async #scrubOnce(all: boolean): Promise<FileScrubResult[]> {
+    const scrub = this.#opts.scrub;
+    const now = scrub?.wallClock ?? Date.now;
+    const interval = scrub?.intervalMs ?? 0;
+    const records = await this.#loadScrubRecords();
+    const ready = [...this.#files.values()].filter((f) => f.state === FileState.Ready);
+    let dirty = false;
+    for (const key of Object.keys(records)) {
+      if (!this.#files.has(key)) {
+        delete records[key];
+        dirty = true;
+      }
+    }
+    const due: SyncingFile[] = [];
+    for (const f of ready) {
+      const r = records[f.filePath];
+      if (!r) {
+        // first seen: it was hashed when it became ready (or is a re-adopted copy); its interval starts now
+        records[f.filePath] = { at: now(), result: '' };
+        dirty = true;
+        if (all) due.push(f);
+      } else if (all || now() - r.at >= interval) {
+        due.push(f);
+      }
+    }
+    due.sort((a, b) => (records[a.filePath]?.at ?? 0) - (records[b.filePath]?.at ?? 0));
+    const results: FileScrubResult[] = [];
+    for (const f of due) {
+      if (this.#closed) break;
+      this.#scrubStatus.scrubbing = f.filePath;
+      const r = await this.#verifyCopy(f, 'scrub', this.#scrubBucket, this.#closing.signal);
+      this.#scrubStatus.scrubbing = '';
+      results.push(r);
+      if (r.result === 'ok' || r.result === 'corrupted') {
+        records[f.filePath] = { at: now(), result: r.result };
+        dirty = true;
+      }
+      this.#log(`scrub ${f.filePath}: ${r.result}${r.message ? ` (${r.message})` : ''}, ${r.bytesRead} bytes read`);
+    }
+    const done = results.filter((r) => r.result !== 'skipped');
+    if (done.length > 0) {
+      const bad = done.filter((r) => r.result === 'corrupted');
+      const errors = done.filter((r) => r.result === 'error');
+      this.#scrubStatus = {
+        lastScrubTime: new Date(now()).toISOString(),
+        lastScrubResult: bad.length > 0 ? 'corrupted' : errors.length > 0 ? 'error' : 'ok',
+        lastScrubMessage: [...bad, ...errors].map((r) => `${r.filePath}: ${r.message}`).join('; '),
+        lastScrubFiles: done.length,
+        scrubbing: '',
+      };
+      this.emit('scrub', this.scrubStatus());
+      dirty = true;
+    }
+    if (dirty && !this.#closed) {
+      await this.#saveScrubRecords().catch((err: unknown) => this.#log(`cannot store the scrub records: ${errorMessage(err)}`));
+    }
+    return results;
   }
 
   // ---------------------------------------------------------------- ready-file monitor

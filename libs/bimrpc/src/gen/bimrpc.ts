@@ -70,11 +70,27 @@ export interface GetRequest {
 export interface ListResponse {
   /** Keyed by backing image name. */
   backingImages: { [key: string]: BackingImageResponse };
+  /** Our extension (absent from Longhorn's managers): the disk's background scrub. */
+  diskScrub?: DiskScrubStatus | undefined;
 }
 
 export interface ListResponse_BackingImagesEntry {
   key: string;
   value?: BackingImageResponse | undefined;
+}
+
+/** The background re-verification of a disk's ready copies against their SHA-512 chains. */
+export interface DiskScrubStatus {
+  /** RFC 3339 time the last pass ended; empty before the first. */
+  lastScrubTime: string;
+  /** "ok", "corrupted", "error", or empty before the first pass. */
+  lastScrubResult: string;
+  /** The corrupt or unreadable copies of the last pass and why. */
+  lastScrubMessage: string;
+  /** Copies verified by the last pass. */
+  lastScrubFiles: number;
+  /** The copy being scrubbed now (empty when idle). */
+  scrubbing: string;
 }
 
 export interface VersionResponse {
@@ -714,7 +730,7 @@ export const GetRequest: MessageFns<GetRequest> = {
 };
 
 function createBaseListResponse(): ListResponse {
-  return { backingImages: {} };
+  return { backingImages: {}, diskScrub: undefined };
 }
 
 export const ListResponse: MessageFns<ListResponse> = {
@@ -722,6 +738,9 @@ export const ListResponse: MessageFns<ListResponse> = {
     globalThis.Object.entries(message.backingImages).forEach(([key, value]: [string, BackingImageResponse]) => {
       ListResponse_BackingImagesEntry.encode({ key: key as any, value }, writer.uint32(10).fork()).join();
     });
+    if (message.diskScrub !== undefined) {
+      DiskScrubStatus.encode(message.diskScrub, writer.uint32(18).fork()).join();
+    }
     return writer;
   },
 
@@ -747,6 +766,14 @@ export const ListResponse: MessageFns<ListResponse> = {
             if (entry1.value !== undefined) {
               message.backingImages[entry1.key] = entry1.value;
             }
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.diskScrub = DiskScrubStatus.decode(reader, reader.uint32());
             continue;
           }
         }
@@ -790,6 +817,11 @@ export const ListResponse: MessageFns<ListResponse> = {
           {},
         )
         : {},
+      diskScrub: isSet(object.diskScrub)
+        ? DiskScrubStatus.fromJSON(object.diskScrub)
+        : isSet(object.disk_scrub)
+        ? DiskScrubStatus.fromJSON(object.disk_scrub)
+        : undefined,
     };
   },
 
@@ -803,6 +835,9 @@ export const ListResponse: MessageFns<ListResponse> = {
           obj.backingImages[k] = BackingImageResponse.toJSON(v);
         });
       }
+    }
+    if (message.diskScrub !== undefined) {
+      obj.diskScrub = DiskScrubStatus.toJSON(message.diskScrub);
     }
     return obj;
   },
@@ -819,6 +854,9 @@ export const ListResponse: MessageFns<ListResponse> = {
         }
         return acc;
       }, {});
+    message.diskScrub = (object.diskScrub !== undefined && object.diskScrub !== null)
+      ? DiskScrubStatus.fromPartial(object.diskScrub)
+      : undefined;
     return message;
   },
 };
@@ -908,6 +946,155 @@ export const ListResponse_BackingImagesEntry: MessageFns<ListResponse_BackingIma
     message.value = (object.value !== undefined && object.value !== null)
       ? BackingImageResponse.fromPartial(object.value)
       : undefined;
+    return message;
+  },
+};
+
+function createBaseDiskScrubStatus(): DiskScrubStatus {
+  return { lastScrubTime: "", lastScrubResult: "", lastScrubMessage: "", lastScrubFiles: 0, scrubbing: "" };
+}
+
+export const DiskScrubStatus: MessageFns<DiskScrubStatus> = {
+  encode(message: DiskScrubStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.lastScrubTime !== "") {
+      writer.uint32(10).string(message.lastScrubTime);
+    }
+    if (message.lastScrubResult !== "") {
+      writer.uint32(18).string(message.lastScrubResult);
+    }
+    if (message.lastScrubMessage !== "") {
+      writer.uint32(26).string(message.lastScrubMessage);
+    }
+    if (message.lastScrubFiles !== 0) {
+      writer.uint32(32).int32(message.lastScrubFiles);
+    }
+    if (message.scrubbing !== "") {
+      writer.uint32(42).string(message.scrubbing);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DiskScrubStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDiskScrubStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.lastScrubTime = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.lastScrubResult = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.lastScrubMessage = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.lastScrubFiles = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.scrubbing = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DiskScrubStatus {
+    return {
+      lastScrubTime: isSet(object.lastScrubTime)
+        ? globalThis.String(object.lastScrubTime)
+        : isSet(object.last_scrub_time)
+        ? globalThis.String(object.last_scrub_time)
+        : "",
+      lastScrubResult: isSet(object.lastScrubResult)
+        ? globalThis.String(object.lastScrubResult)
+        : isSet(object.last_scrub_result)
+        ? globalThis.String(object.last_scrub_result)
+        : "",
+      lastScrubMessage: isSet(object.lastScrubMessage)
+        ? globalThis.String(object.lastScrubMessage)
+        : isSet(object.last_scrub_message)
+        ? globalThis.String(object.last_scrub_message)
+        : "",
+      lastScrubFiles: isSet(object.lastScrubFiles)
+        ? globalThis.Number(object.lastScrubFiles)
+        : isSet(object.last_scrub_files)
+        ? globalThis.Number(object.last_scrub_files)
+        : 0,
+      scrubbing: isSet(object.scrubbing) ? globalThis.String(object.scrubbing) : "",
+    };
+  },
+
+  toJSON(message: DiskScrubStatus): unknown {
+    const obj: any = {};
+    if (message.lastScrubTime !== "") {
+      obj.lastScrubTime = message.lastScrubTime;
+    }
+    if (message.lastScrubResult !== "") {
+      obj.lastScrubResult = message.lastScrubResult;
+    }
+    if (message.lastScrubMessage !== "") {
+      obj.lastScrubMessage = message.lastScrubMessage;
+    }
+    if (message.lastScrubFiles !== 0) {
+      obj.lastScrubFiles = Math.round(message.lastScrubFiles);
+    }
+    if (message.scrubbing !== "") {
+      obj.scrubbing = message.scrubbing;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DiskScrubStatus>, I>>(base?: I): DiskScrubStatus {
+    return DiskScrubStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DiskScrubStatus>, I>>(object: I): DiskScrubStatus {
+    const message = createBaseDiskScrubStatus();
+    message.lastScrubTime = object.lastScrubTime ?? "";
+    message.lastScrubResult = object.lastScrubResult ?? "";
+    message.lastScrubMessage = object.lastScrubMessage ?? "";
+    message.lastScrubFiles = object.lastScrubFiles ?? 0;
+    message.scrubbing = object.scrubbing ?? "";
     return message;
   },
 };

@@ -30,6 +30,19 @@ export const backingImageFileInfoSchema = s.object({
 });
 export type BackingImageFileInfo = Infer<typeof backingImageFileInfoSchema>;
 
+/** The disk's background scrub, as its manager reports it (our extension; see docs/reliability.md). */
+export const diskScrubStatusSchema = s.object(
+  {
+    lastScrubTime: s.string({ description: 'RFC 3339 time the last scrub pass of the disk ended; empty before the first.' }),
+    lastScrubResult: s.string({ description: 'ok, corrupted (a copy failed its SHA-512 chain), error (a copy could not be read), or empty.' }),
+    lastScrubMessage: s.string({ description: 'The corrupt or unreadable copies of the last pass and why.' }),
+    lastScrubFiles: s.int({ description: 'Copies verified by the last pass.' }),
+    scrubbing: s.string({ description: 'The copy being scrubbed now (empty when idle).' }),
+  },
+  { description: 'DiskScrubStatus is the last background re-verification of the copies on the disk.' },
+);
+export type DiskScrubStatus = Infer<typeof diskScrubStatusSchema>;
+
 export const backingImageManagerStatusSchema = s.object(
   {
     ownerID: s.string(),
@@ -39,6 +52,7 @@ export const backingImageManagerStatusSchema = s.object(
     storageIP: s.string(),
     apiMinVersion: s.int(),
     apiVersion: s.int(),
+    diskScrub: diskScrubStatusSchema,
   },
   { description: 'BackingImageManagerStatus is the observed state of a backing image manager.' },
 );
