@@ -119,7 +119,13 @@ export class KubeDatastore implements Datastore {
         : ns === undefined
           ? this.api.listCustomObjectForAllNamespaces({ ...t, labelSelector })
           : this.api.listNamespacedCustomObject({ ...t, namespace: ns, labelSelector }),
-    )) as { items?: Stored<T>[]; metadata?: { resourceVersion?: string } };
+    ).catch((err: unknown) => {
+      // The API server's parse error does not quote the selector ("unable to parse requirement: ..."): name it.
+      if (labelSelector && err instanceof StatusError && err.code === 400) {
+        throw new StatusError('BadRequest', 400, `invalid label selector "${labelSelector}": ${err.message}`);
+      }
+      throw err;
+    })) as { items?: Stored<T>[]; metadata?: { resourceVersion?: string } };
     const items = (res.items ?? []).map((o) => ({ ...o, apiVersion: o.apiVersion ?? kind.apiVersion, kind: o.kind ?? kind.kind }));
     return { items, resourceVersion: res.metadata?.resourceVersion ?? '' };
   }
