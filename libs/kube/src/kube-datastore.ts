@@ -47,6 +47,8 @@ export function selectorToString(sel: LabelSelector | undefined): string | undef
   return terms.length ? terms.join(',') : undefined;
 }
 
+/** What a DELETE of a custom resource answers when the object is gone at once. */
+type DeleteStatus = { kind: 'Status'; status?: string; message?: string; details?: { name?: string; uid?: string } };
 type RawEvent = { type: string; object: Record<string, unknown> };
 type QueueItem = { event: RawEvent } | { end: unknown };
 
@@ -117,7 +119,13 @@ export class KubeDatastore implements Datastore {
         : ns === undefined
           ? this.api.listCustomObjectForAllNamespaces({ ...t, labelSelector })
           : this.api.listNamespacedCustomObject({ ...t, namespace: ns, labelSelector }),
-    )) as { items?: Stored<T>[]; metadata?: { resourceVersion?: string } };
+    ).catch((err: unknown) => {
+      // The API server's parse error does not quote the selector ("unable to parse requirement: ..."): name it.
+      if (labelSelector && err instanceof StatusError && err.code === 400) {
+        throw new StatusError('BadRequest', 400, `invalid label selector "${labelSelector}": ${err.message}`);
+      }
+      throw err;
+    })) as { items?: Stored<T>[]; metadata?: { resourceVersion?: string } };
     const items = (res.items ?? []).map((o) => ({ ...o, apiVersion: o.apiVersion ?? kind.apiVersion, kind: o.kind ?? kind.kind }));
     return { items, resourceVersion: res.metadata?.resourceVersion ?? '' };
   }
@@ -192,9 +200,19 @@ export class KubeDatastore implements Datastore {
       ns === undefined
         ? this.api.deleteClusterCustomObject({ ...t, name, propagationPolicy: body.propagationPolicy, body })
         : this.api.deleteNamespacedCustomObject({ ...t, namespace: ns, name, propagationPolicy: body.propagationPolicy, body }),
-    )) as Stored<T> | { kind: 'Status' };
+    )) as Stored<T> | DeleteStatus;
     if ((res as { kind?: string }).kind === 'Status') {
-      throw new StatusError('InternalError', 500, `delete of ${kind.plural} "${name}" returned a Status instead of the object`);
+      // The API server answers an immediate deletion of a custom resource with a `Status` (Success + details), not
+      // the object (its registry does not return deleted objects for CRs): report the object as it is identified.
+      const st = res as DeleteStatus;
+      if (st.status !== 'Success') {
+        throw new StatusError('InternalError', 500, `delete of ${kind.plural} "${name}": ${st.message ?? st.status ?? 'unexpected Status'}`);
+      }
+      return {
+        apiVersion: kind.apiVersion,
+        kind: kind.kind,
+        metadata: { name: st.details?.name ?? name, ...(ns ? { namespace: ns } : {}), ...(st.details?.uid ? { uid: st.details.uid } : {}) },
+      } as unknown as Stored<T>;
     }
     return res as Stored<T>;
   }

@@ -2,7 +2,7 @@ import { CoreV1Api, Watch, type KubeConfig, type V1Pod } from '@kubernetes/clien
 import { Component, LabelKey } from '@bis/crd-types';
 import { ApiAccess } from './api-access.js';
 import { DATA_PLANE_PORT, SYNC_PORT, BIDS_CONTAINER, NETWORK_STATUS_ANNOTATION, STORAGE_NETWORK_INTERFACE, dataSourcePodManifest, managerPodManifest, type DataSourcePodInput, type ManagerPodInput, type PodSettings } from './pod-manifests.js';
-import { isApiException } from './status-errors.js';
+import { isApiException, withApiMessage } from './status-errors.js';
 
 /** Same shape as `WorkloadStatus` of the controllers' `DataPlane` interface. */
 export type WorkloadPhase = 'missing' | 'pending' | 'ready' | 'not-ready' | 'failed' | 'deleting';
@@ -119,7 +119,7 @@ export class KubePodRuntime {
       return await this.core.readNamespacedPod({ name, namespace: this.ns });
     } catch (err) {
       if (isApiException(err) && err.code === 404) return undefined;
-      throw err;
+      throw withApiMessage(`read pod ${name}`, err);
     }
   }
 
@@ -129,7 +129,7 @@ export class KubePodRuntime {
       await this.core.createNamespacedPod({ namespace: this.ns, body: pod });
     } catch (err) {
       if (isApiException(err) && err.code === 409) return; // AlreadyExists is ignored, as in Longhorn
-      throw err;
+      throw withApiMessage(`create pod ${pod.metadata?.name ?? ''}`, err);
     }
   }
 
@@ -139,7 +139,7 @@ export class KubePodRuntime {
       await this.core.deleteNamespacedPod({ name, namespace: this.ns });
     } catch (err) {
       if (isApiException(err) && err.code === 404) return;
-      throw err;
+      throw withApiMessage(`delete pod ${name}`, err);
     }
   }
 
@@ -150,7 +150,7 @@ export class KubePodRuntime {
       return String(await this.core.readNamespacedPodLog({ name: podName, namespace: this.ns, container, tailLines }));
     } catch (err) {
       if (isApiException(err) && err.code === 404) return 'pod log is not found';
-      throw err;
+      throw withApiMessage(`log of pod ${podName}`, err);
     }
   }
 

@@ -61,3 +61,17 @@ export function statusToError(kind: ResourceKind, name: string, code: number, bo
 export function isApiException(err: unknown): err is { code: number; body: unknown } {
   return !!err && typeof err === 'object' && typeof (err as { code?: unknown }).code === 'number' && 'body' in (err as object);
 }
+
+/**
+ * client-node's `ApiException` reads "HTTP-Code: 403 Message: Unknown API Status Code! Body: ..." for most codes.
+ * This gives an Error whose message is the API server's own (`<what>: pods is forbidden: User ... cannot create ...`),
+ * keeping `code` and `body` so `isApiException` checks still hold. Anything else is returned unchanged.
+ */
+export function withApiMessage(what: string, err: unknown): unknown {
+  if (!isApiException(err)) return err;
+  const st = parseBody(err.body);
+  const e = new Error(`${what}: ${st?.message ?? `HTTP ${err.code}`}`) as Error & { code: number; body: unknown };
+  e.code = err.code;
+  e.body = err.body;
+  return e;
+}
