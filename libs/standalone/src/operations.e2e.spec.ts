@@ -87,7 +87,8 @@ describe('standalone operations with real processes', () => {
     const data = await readFile(path.join(tmp.dir, 'small.raw'));
     const form = new FormData();
     form.append('chunk', new Blob([data]), 'small.raw');
-    const res = await fetch(`http://${target}/v1/file?action=upload&size=${data.length}`, { method: 'POST', body: form });
+    const token = (await readFile(sys.internalTokenFile, 'utf8')).trim();
+    const res = await fetch(`http://${target}/v1/file?action=upload&size=${data.length}`, { method: 'POST', body: form, headers: { authorization: `Bearer ${token}` } });
     expect(res.status).toBe(200);
     const b = await waitReady('up', 2);
     expect(new Set(readyDisks(b)).size).toBe(2);
