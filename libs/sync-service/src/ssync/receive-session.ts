@@ -226,8 +226,8 @@ export class ReceiveSession {
     const begin = intParam(url, 'begin');
     const end = intParam(url, 'end');
     this.#checkRange(begin, end);
-    const hasher = this.#hasher;
-    hasher?.beginWrite(begin, end);
+    // the hasher is read anew at each use: a chain accepted meanwhile drops it
+    this.#hasher?.beginWrite(begin, end);
     const check = this.#chainCheck;
     check?.beginWrite(begin, end);
     // Bodies are read straight into slabs, and a slab goes to the file in one positioned write; with the in-order
@@ -240,7 +240,7 @@ export class ReceiveSession {
       for (const p of w.pieces) if (p.slab) this.#slabs.release(p.slab);
       throw err;
     } finally {
-      hasher?.endWrite(begin);
+      this.#hasher?.endWrite(begin);
       if (check && w.settling.length > 0) {
         // the request's range counts as being written until its writes and verifications end (a failure is kept by
         // track)
@@ -253,6 +253,7 @@ export class ReceiveSession {
         check?.endWrite(begin, end);
       }
     }
+    const hasher = this.#hasher;
     if (hasher) for (const p of w.pieces) hasher.dataWritten(p.begin, p.end, p.slab);
     else for (const p of w.pieces) if (p.slab) this.#slabs.release(p.slab);
     this.#coverage.add(begin, end);
@@ -263,7 +264,6 @@ export class ReceiveSession {
 
   /** Reads the request's body into slabs and writes each full slab (or whole chain segment) as one piece. */
   async #receiveBody(req: ReceiverHttpRequest, w: WriteDataRequest): Promise<void> {
-    const cut = this.#segmentCut;
     // the body goes from the socket straight into the slab
     while (w.pos + w.fill < w.end) {
       if (this.#fatalError) throw new HttpProtocolError(400, this.#fatalError.message);
@@ -274,11 +274,12 @@ export class ReceiveSession {
       const slab = w.slab;
       let n = Math.min(w.end - w.pos - w.fill, slab.buffer.length - w.fill);
       // with a chain, pieces end at segment boundaries so that whole segments are verified in flight
+      const cut = this.#segmentCut;
       if (cut > 0) n = Math.min(n, cut - ((w.pos + w.fill) % cut));
       const got = await req.readInto(slab.buffer.subarray(w.fill, w.fill + n));
       w.fill += got;
       if (got < n) throw new HttpProtocolError(400, `short writeData body: got ${w.pos + w.fill - w.begin} of ${w.end - w.begin} bytes`);
-      if (w.fill === slab.buffer.length || (cut > 0 && (w.pos + w.fill) % cut === 0)) await this.#writeSlab(w);
+      if (w.fill === slab.buffer.length || (this.#segmentCut > 0 && (w.pos + w.fill) % this.#segmentCut === 0)) await this.#writeSlab(w);
     }
     if (w.fill > 0) await this.#writeSlab(w);
     // like Longhorn, at most end - begin bytes of the body are used
@@ -333,8 +334,8 @@ export class ReceiveSession {
     const end = intParam(url, 'end');
     this.#checkRange(begin, end);
     await discardBody(req);
-    const hasher = this.#hasher;
-    hasher?.beginWrite(begin, end);
+    // the hasher is read anew at each use: a chain accepted meanwhile drops it
+    this.#hasher?.beginWrite(begin, end);
     const check = this.#chainCheck;
     check?.beginWrite(begin, end);
     try {
@@ -348,9 +349,9 @@ export class ReceiveSession {
       check?.endWrite(begin, end);
       throw err;
     } finally {
-      hasher?.endWrite(begin);
+      this.#hasher?.endWrite(begin);
     }
-    hasher?.holeRecorded(begin, end);
+    this.#hasher?.holeRecorded(begin, end);
     this.#coverage.add(begin, end);
     this.#holeBytes += end - begin;
     return {};
