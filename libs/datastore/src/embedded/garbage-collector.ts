@@ -1,0 +1,141 @@
+import { FOREGROUND_FINALIZER, ORPHAN_FINALIZER } from '../types.js';
+import type { EventRecord } from './log-file.js';
+import { canonical, cleanMeta, clone, k8sTime, kindOfKey, type AnyStored } from './object-rules.js';
+import type { ObjectTable } from './object-table.js';
+
+export type PropagationPolicy = 'Foreground' | 'Background' | 'Orphan';
+
+/** What the collector needs from the store. */
+export interface GarbageCollectorHost {
+  readonly table: ObjectTable;
+  /** Stages one change (see GroupCommit.stage). */
+  stage(k: string, type: EventRecord['type'], object: AnyStored, prevLabels?: Record<string, string>): Promise<AnyStored>;
+  now(): Date;
+  /** The store is closing: nothing is scheduled any more. */
+  closing(): boolean;
+  /** The store refuses writes: a scheduled pass does nothing. */
+  failed(): boolean;
+}
+
+/**
+ * Deletion and garbage collection of the embedded store, like Kubernetes': deletion with finalizers
+ * (`deletionTimestamp`, then removal once the last finalizer is gone), propagation policies (Background, Foreground
+ * with `foregroundDeletion` and `blockOwnerDeletion`, Orphan with `orphan`) and the collection of dependents whose
+ * owners (`ownerReferences`) are all gone. Everything runs synchronously against the staged state; a pass is
+ * scheduled (`schedule`) after every change that may need one and repeats until nothing changes.
+ */
+export class GarbageCollector {
+  private scheduled = false;
+
+  constructor(private readonly host: GarbageCollectorHost) {}
+
+  /**
+   * Starts the deletion of the object under `key` (which must exist): removes it at once when it has no finalizers
+   * (after adding the policy's), else marks it with a deletionTimestamp. An object already being deleted is returned
+   * as it is.
+   */
+  deleteByKey(key: string, policy: PropagationPolicy): Promise<AnyStored> {
+    const table = this.host.table;
+    const cur = table.view(key) as AnyStored;
+    if (cur.metadata.deletionTimestamp) return table.settled(key, cur);
+    const finalizers = [...(cur.metadata.finalizers ?? [])];
+    if (policy === 'Foreground' && !finalizers.includes(FOREGROUND_FINALIZER)) finalizers.push(FOREGROUND_FINALIZER);
+    if (policy === 'Orphan' && !finalizers.includes(ORPHAN_FINALIZER)) finalizers.push(ORPHAN_FINALIZER);
+    const k = kindOfKey(key);
+    if (finalizers.length === 0) return this.host.stage(k, 'DELETED', clone(cur));
+    const next = clone(cur);
+    next.metadata.finalizers = finalizers;
+    next.metadata.deletionTimestamp = k8sTime(this.host.now());
+    return this.host.stage(k, 'MODIFIED', next, cur.metadata.labels ?? {});
+  }
+
+  /** Stages a MODIFIED state, or removes the object when it is being deleted and has no finalizers left. */
+  writeOrFinish(key: string, next: AnyStored, cur: AnyStored): Promise<AnyStored> {
+    const k = kindOfKey(key);
+    if (next.metadata.deletionTimestamp && (next.metadata.finalizers ?? []).length === 0) {
+      const r = this.host.stage(k, 'DELETED', next);
+      this.schedule();
+      return r;
+    }
+    const r = this.host.stage(k, 'MODIFIED', next, cur.metadata.labels ?? {});
+    if (next.metadata.deletionTimestamp || canonical(next.metadata.ownerReferences) !== canonical(cur.metadata.ownerReferences)) this.schedule();
+    return r;
+  }
+
+  /** Runs a collection pass on the next turn of the event loop (once, however often it is asked for meanwhile). */
+  schedule(): void {
+    if (this.scheduled || this.host.closing()) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      if (this.host.closing() || this.host.failed()) return;
+      // A failed batch rolls the collector's changes back too; they are staged again after the next change.
+      this.collect();
+    });
+  }
+
+  private dependentsOf(uid: string): string[] {
+    const out: string[] = [];
+    for (const [key, o] of this.host.table.viewEntries()) if (o.metadata.ownerReferences?.some((r) => r.uid === uid)) out.push(key);
+    return out;
+  }
+
+  /** Stages one garbage-collection pass; repeats until nothing changes. */
+  private collect(): void {
+    const table = this.host.table;
+    const ignore = (p: Promise<unknown>): void => void p.catch(() => undefined);
+    for (let round = 0; round < 1000; round++) {
+      let changed = false;
+      for (const key of [...table.viewEntries()].map(([key]) => key)) {
+        const o = table.view(key);
+        if (!o) continue;
+        const fin = o.metadata.finalizers ?? [];
+        if (o.metadata.deletionTimestamp && fin.includes(ORPHAN_FINALIZER)) {
+          for (const dk of this.dependentsOf(o.metadata.uid)) {
+            const d = table.view(dk) as AnyStored;
+            const next = clone(d);
+            next.metadata.ownerReferences = (d.metadata.ownerReferences ?? []).filter((r) => r.uid !== o.metadata.uid);
+            cleanMeta(next);
+            ignore(this.host.stage(kindOfKey(dk), 'MODIFIED', next, d.metadata.labels ?? {}));
+          }
+          this.removeFinalizer(key, ORPHAN_FINALIZER);
+          changed = true;
+          continue;
+        }
+        if (o.metadata.deletionTimestamp && fin.includes(FOREGROUND_FINALIZER)) {
+          const deps = this.dependentsOf(o.metadata.uid);
+          for (const dk of deps) {
+            const d = table.view(dk) as AnyStored;
+            if (!d.metadata.deletionTimestamp) {
+              ignore(this.deleteByKey(dk, this.dependentsOf(d.metadata.uid).length > 0 ? 'Foreground' : 'Background'));
+              changed = true;
+            }
+          }
+          const blocking = this.dependentsOf(o.metadata.uid).filter((dk) =>
+            (table.view(dk) as AnyStored).metadata.ownerReferences?.some((r) => r.uid === o.metadata.uid && r.blockOwnerDeletion),
+          );
+          if (blocking.length === 0) {
+            this.removeFinalizer(key, FOREGROUND_FINALIZER);
+            changed = true;
+          }
+          continue;
+        }
+        const refs = o.metadata.ownerReferences ?? [];
+        if (refs.length > 0 && !o.metadata.deletionTimestamp && refs.every((r) => !table.viewHasUid(r.uid))) {
+          ignore(this.deleteByKey(key, 'Background'));
+          changed = true;
+        }
+      }
+      if (!changed) return;
+    }
+  }
+
+  private removeFinalizer(key: string, finalizer: string): void {
+    const cur = this.host.table.view(key);
+    if (!cur) return;
+    const next = clone(cur);
+    next.metadata.finalizers = (cur.metadata.finalizers ?? []).filter((f) => f !== finalizer);
+    cleanMeta(next);
+    void this.writeOrFinish(key, next, cur).catch(() => undefined);
+  }
+}

@@ -1,0 +1,127 @@
+import type { CompiledSelector } from '../label-selector.js';
+import type { EventRecord } from './log-file.js';
+import { clone, objKey, type AnyStored } from './object-rules.js';
+
+/** A staged (not yet durable) state of one object: `object` undefined = deleted. */
+interface PendingObject {
+  object: AnyStored | undefined;
+  rv: number;
+  /** Settles when the change's batch is durable (resolve) or failed (reject). */
+  done: Promise<void>;
+}
+
+/**
+ * The objects of the embedded store, in two layers:
+ * - the committed (durable) state — what get/list/watch read — with the last durable resourceVersion `rv`;
+ * - the staged state on top of it: changes handed a resourceVersion and waiting for their batch's fdatasync. Writes
+ *   are validated against the staged view (`view`, `viewHasUid`, `viewEntries`).
+ * Staged and committed objects are never changed in place: a change replaces the object.
+ */
+export class ObjectTable {
+  /** Committed (durable) state. */
+  private readonly objects = new Map<string, AnyStored>();
+  private readonly uids = new Map<string, string>();
+  /** Staged state on top of `objects` / `uids`. */
+  private readonly pendingObjects = new Map<string, PendingObject>();
+  private readonly pendingUids = new Map<string, { key: string | undefined; rv: number }>();
+  /** Last durable resourceVersion. */
+  rv = 0;
+  /** Last resourceVersion handed out (durable or staged). */
+  private stagedRv = 0;
+
+  // ---------------------------------------------------------------- committed state
+
+  /** The committed object under `key`. */
+  get(key: string): AnyStored | undefined {
+    return this.objects.get(key);
+  }
+
+  /** Committed objects of kind `k` (in `namespace`, when given) matching `sel`, sorted by namespace/name. */
+  matching(k: string, namespace: string | undefined, sel: CompiledSelector): AnyStored[] {
+    const prefix = namespace === undefined ? `${k}|` : `${k}|${namespace}|`;
+    const out: AnyStored[] = [];
+    for (const [key, o] of this.objects) if (key.startsWith(prefix) && sel.matches(o.metadata.labels)) out.push(o);
+    return out.sort((a, b) => ((a.metadata.namespace ?? '') + '/' + a.metadata.name).localeCompare((b.metadata.namespace ?? '') + '/' + b.metadata.name));
+  }
+
+  /** Every committed object with its key (for a compaction snapshot). */
+  committed(): IterableIterator<[string, AnyStored]> {
+    return this.objects.entries();
+  }
+
+  /** Puts a live object into the committed state (replay of a compacted log's `obj` record). */
+  loadObject(k: string, o: AnyStored): void {
+    const key = objKey(k, o.metadata.namespace, o.metadata.name);
+    this.objects.set(key, o);
+    this.uids.set(o.metadata.uid, key);
+  }
+
+  /** Applies a durable change to the committed state and advances `rv`. */
+  applyCommitted(ev: EventRecord): void {
+    const o = ev.object as AnyStored;
+    const key = objKey(ev.k, o.metadata.namespace, o.metadata.name);
+    if (ev.type === 'DELETED') {
+      this.objects.delete(key);
+      this.uids.delete(o.metadata.uid);
+    } else {
+      this.objects.set(key, o);
+      this.uids.set(o.metadata.uid, key);
+    }
+    this.rv = ev.rv;
+  }
+
+  // ---------------------------------------------------------------- staged state
+
+  /** The object as writes see it: staged state first, then committed. */
+  view(key: string): AnyStored | undefined {
+    const p = this.pendingObjects.get(key);
+    return p ? p.object : this.objects.get(key);
+  }
+
+  viewHasUid(uid: string): boolean {
+    const p = this.pendingUids.get(uid);
+    return p ? p.key !== undefined : this.uids.has(uid);
+  }
+
+  *viewEntries(): Generator<[string, AnyStored]> {
+    for (const [key, o] of this.objects) if (!this.pendingObjects.has(key)) yield [key, o];
+    for (const [key, p] of this.pendingObjects) if (p.object) yield [key, p.object];
+  }
+
+  /** When `key` has a staged change: the promise of its batch. */
+  pendingDone(key: string): Promise<void> | undefined {
+    return this.pendingObjects.get(key)?.done;
+  }
+
+  /** `cur` as a write result: when it is still staged, resolves once its batch is durable. */
+  settled(key: string, cur: AnyStored): Promise<AnyStored> {
+    // The copy is made when it is handed out: a copy made at staging would live through the fdatasync and be promoted
+    // to the old generation as garbage.
+    const done = this.pendingDone(key);
+    return done ? done.then(() => clone(cur)) : Promise.resolve(clone(cur));
+  }
+
+  /** The next resourceVersion to hand out. */
+  nextRv(): number {
+    return ++this.stagedRv;
+  }
+
+  /** Records a staged change of `object` (deleted when `deleted`) under `key`. */
+  stage(key: string, object: AnyStored, deleted: boolean, rv: number, done: Promise<void>): void {
+    this.pendingObjects.set(key, { object: deleted ? undefined : object, rv, done });
+    this.pendingUids.set(object.metadata.uid, { key: deleted ? undefined : key, rv });
+  }
+
+  /** Forgets the staged changes up to `lastRv` (they were applied with `applyCommitted`). */
+  promote(lastRv: number): void {
+    for (const [key, p] of this.pendingObjects) if (p.rv <= lastRv) this.pendingObjects.delete(key);
+    for (const [uid, p] of this.pendingUids) if (p.rv <= lastRv) this.pendingUids.delete(uid);
+  }
+
+  /** Drops every staged change; resourceVersions continue from the committed one. */
+  dropStaged(): void {
+    this.pendingObjects.clear();
+    this.pendingUids.clear();
+    this.stagedRv = this.rv;
+  }
+}

@@ -1,0 +1,515 @@
+import { promises as fsp } from 'node:fs';
+import { alignedBuffer, DirectTarget } from '@bis/direct-io';
+import { AUTHORIZATION_HEADER, checkInternalCaller } from '@bis/internal-auth';
+import { decodeChain, nativeSha512ChainAvailable, type Sha512Chain } from '@bis/sha512-chain';
+import { ChainCheck } from './chain-check.js';
+import { IntervalSet } from './interval-set.js';
+import { DeferredPieces, SlabPool, processReceiveBudget, type ProcessReceiveBudget, type SlabSource } from './process-receive-budget.js';
+import { PieceWriter } from './piece-writer.js';
+import { RECEIVE_SLAB_SIZE, ReceivedFileHasher, type Slab, type SlabAllocator } from './received-hasher.js';
+import { SsyncReceiveError } from './receive-error.js';
+import { HttpProtocolError, type ReceiverHttpReply, type ReceiverHttpRequest, type ReceiverServer } from './receiver-http.js';
+import { createReceiverServer } from './receiver-node-http.js';
+import type { SsyncReceiveResult, SsyncReceiverOptions } from './receiver-types.js';
+
+/** Largest chain segment verified from request bodies in flight (larger ones are verified from the file at close). */
+const MAX_INFLIGHT_SEGMENT = 16 << 20;
+/** Largest accepted `sha512Chain` body (64 bytes of state per segment: 32 MiB is 1 TiB in 2 MiB segments). */
+const MAX_CHAIN_BODY = 64 << 20;
+
+/** One received piece of a writeData request: its range, and its slab while the in-order hasher may still want it. */
+interface Piece {
+  begin: number;
+  end: number;
+  slab: Slab | null;
+}
+
+/** The progress of one writeData request: the body goes from the socket into slabs, a full slab to the file. */
+interface WriteDataRequest {
+  readonly begin: number;
+  readonly end: number;
+  readonly fh: fsp.FileHandle;
+  readonly check: ChainCheck | undefined;
+  /** Pieces written so far. */
+  readonly pieces: Piece[];
+  /** Writes and verifications of this request's pieces (they may end after the answer). */
+  readonly settling: Promise<void>[];
+  /** The slab being filled, from file offset `pos`, with `fill` bytes so far. */
+  slab: Slab | undefined;
+  pos: number;
+  fill: number;
+}
+
+/**
+ * One receive: the state of the target file and of the transfer, and the handlers of the `/v1-ssync/` requests
+ * that change it. The receive ends (`done`) at a complete `close`, or fails on bad data, an idle sender, a
+ * cancellation or a failed write or verification after its answer (then every later request is answered with it).
+ */
+export class ReceiveSession {
+  /** Settles with the result of the receive. */
+  readonly done: Promise<SsyncReceiveResult>;
+  #resolveDone!: (r: SsyncReceiveResult) => void;
+  #rejectDone!: (e: Error) => void;
+
+  readonly #opts: SsyncReceiverOptions;
+  /** The target existed before (then holes are punched, and `open` answers true). */
+  readonly #fileAlreadyExists: boolean;
+  readonly #idleTimeoutMs: number;
+  readonly #server: ReceiverServer;
+  readonly #direct: DirectTarget | undefined;
+  readonly #allocate: SlabAllocator;
+  readonly #acceptChain: boolean;
+  readonly #writer: PieceWriter;
+  readonly #budget: ProcessReceiveBudget;
+
+  // ---- the file
+  #fh: fsp.FileHandle | undefined;
+  /** The size announced by `open` (-1 before it). */
+  #size = -1;
+  #openedAt = 0;
+  #closedAt = 0;
+
+  // ---- what was received
+  readonly #coverage = new IntervalSet();
+  #dataBytes = 0;
+  #holeBytes = 0;
+
+  // ---- how it is checked: the in-order hash (which also provides the slabs), or the sender's chain
+  #hasher: ReceivedFileHasher | undefined;
+  #slabs: SlabSource;
+  #chainCheck: ChainCheck | undefined;
+  /** Bytes per in-flight verified piece (the chain's segment size), 0 = no in-flight verification. */
+  #segmentCut = 0;
+
+  // ---- lifecycle
+  /**
+   * Set when the received data failed verification or a deferred write failed: every request still running or
+   * arriving is answered with it (so every sender worker learns why), then the receive ends.
+   */
+  #fatalError: Error | undefined;
+  #finished = false;
+  /** Requests being handled. */
+  readonly #inflight = new Set<Promise<unknown>>();
+  /** Pieces written or verified after their answer (each holds its slab). */
+  readonly #deferred: DeferredPieces;
+  #idleTimer: NodeJS.Timeout | undefined;
+  readonly #onAbort = (): void => {
+    void this.#finish(new SsyncReceiveError('receiving cancelled'));
+  };
+
+  constructor(opts: SsyncReceiverOptions, fileAlreadyExists: boolean, budget: ProcessReceiveBudget = processReceiveBudget) {
+    this.#opts = opts;
+    this.#fileAlreadyExists = fileAlreadyExists;
+    this.#idleTimeoutMs = opts.idleTimeoutMs ?? 300_000;
+    this.done = new Promise<SsyncReceiveResult>((res, rej) => {
+      this.#resolveDone = res;
+      this.#rejectDone = rej;
+    });
+    this.done.catch(() => undefined);
+    this.#budget = budget;
+    this.#deferred = new DeferredPieces(budget);
+    const direct = opts.directIO === false ? undefined : new DirectTarget();
+    this.#direct = direct;
+    this.#allocate = direct
+      ? (n, shared) => alignedBuffer(n, { shared })
+      : (n, shared) => Buffer.from(shared ? new SharedArrayBuffer(n) : new ArrayBuffer(n));
+    this.#hasher = opts.computeChecksum ? new ReceivedFileHasher({ fileHandle: () => this.#fh, slabSize: opts.slabSize, allocate: this.#allocate }) : undefined;
+    this.#slabs = this.#hasher ?? new SlabPool(opts.slabSize ?? RECEIVE_SLAB_SIZE, direct !== undefined, this.#allocate, budget);
+    this.#acceptChain = opts.acceptChain ?? nativeSha512ChainAvailable();
+    this.#writer = new PieceWriter(direct);
+    this.#server = createReceiverServer((req) => this.#serve(req), { keepAliveTimeoutMs: 240_000, headerTimeoutMs: opts.headerTimeoutMs, kind: opts.httpServer });
+    opts.signal?.addEventListener('abort', this.#onAbort, { once: true });
+  }
+
+  /** Resolves when the HTTP server is closed and the port is free again. */
+  get closed(): Promise<void> {
+    return this.#server.closed;
+  }
+
+  /** Starts listening (and the idle timer); resolves with the port. If it cannot listen, releases what it holds. */
+  async listen(port: number, host: string): Promise<number> {
+    try {
+      await this.#server.listen(port, host);
+    } catch (err) {
+      // not listening (e.g. the port is taken): release what was set up for the receive
+      this.#finished = true;
+      this.#opts.signal?.removeEventListener('abort', this.#onAbort);
+      await this.#hasher?.close();
+      await this.#direct?.close();
+      throw err;
+    }
+    this.#armIdle();
+    return this.#server.address().port;
+  }
+
+  // ---------------------------------------------------------------- requests
+
+  /** Answers one request (the server calls it for each, in order per connection). */
+  async #serve(req: ReceiverHttpRequest): Promise<ReceiverHttpReply> {
+    const allowed = checkInternalCaller(this.#opts.auth, req.headers.get(AUTHORIZATION_HEADER));
+    if (!allowed.ok) {
+      // before arming the idle timer: an unauthenticated caller neither keeps the receiver alive nor is read further
+      return { status: 401, body: `unauthorized: ${allowed.reason}\n`, contentType: 'text/plain; charset=utf-8', close: true };
+    }
+    this.#armIdle();
+    const text = (status: number, message: string, close: boolean): ReceiverHttpReply => ({
+      status,
+      body: `${message}\n`,
+      contentType: 'text/plain; charset=utf-8',
+      close,
+    });
+    if (this.#fatalError && !this.#finished) return text(400, this.#fatalError.message, true);
+    if (this.#finished) return text(503, 'receiver is closed', false);
+    const p = this.#route(req);
+    this.#inflight.add(p);
+    void p.then(
+      () => this.#inflight.delete(p),
+      () => this.#inflight.delete(p),
+    );
+    try {
+      return await p;
+    } catch (err) {
+      const e = err as Error;
+      // a body not read to its end: the server tells the client this connection ends
+      return text(e instanceof HttpProtocolError ? e.status : 500, e.message, !req.complete);
+    }
+  }
+
+  async #route(req: ReceiverHttpRequest): Promise<ReceiverHttpReply> {
+    const url = new URL(req.target, 'http://receiver');
+    const route = url.pathname.replace(/^\/v1-ssync\/?/, '');
+    if (url.pathname === route) throw new HttpProtocolError(404, `unknown path ${url.pathname}`);
+    switch (route) {
+      case 'open':
+        return this.#open(req, url);
+      case 'writeData':
+        return this.#writeData(req, url);
+      case 'sendHole':
+        return this.#sendHole(req, url);
+      case 'sha512Chain':
+        // our extension: the sender's SHA-512 chain, before any data
+        if (!this.#acceptChain || req.method !== 'POST') throw new HttpProtocolError(404, `unknown ssync operation ${route}`);
+        return this.#receiveChain(req);
+      case 'getChecksum':
+        await discardBody(req);
+        return json(null);
+      case 'getRecordedMetadata':
+        await discardBody(req);
+        throw new HttpProtocolError(404, 'no recorded metadata');
+      case 'close':
+        return this.#close(req);
+      default:
+        throw new HttpProtocolError(404, `unknown ssync operation ${route}`);
+    }
+  }
+
+  async #open(req: ReceiverHttpRequest, url: URL): Promise<ReceiverHttpReply> {
+    const opts = this.#opts;
+    const begin = intParam(url, 'begin');
+    const end = intParam(url, 'end');
+    if (begin !== 0) throw new HttpProtocolError(400, `invalid open range begin ${begin}: must be 0`);
+    if (opts.size > 0 && end !== opts.size) {
+      throw new HttpProtocolError(400, `invalid file size ${end}: the receiver expects ${opts.size} bytes`);
+    }
+    if (url.searchParams.get('directIO') === 'true' && end % 4096 !== 0) {
+      throw new HttpProtocolError(400, `invalid file size ${end} for directIO`);
+    }
+    if (!this.#fh) this.#fh = await fsp.open(opts.filePath, this.#fileAlreadyExists ? 'r+' : 'w+');
+    await this.#fh.truncate(end);
+    await this.#direct?.open(opts.filePath);
+    if (!this.#openedAt) this.#openedAt = performance.now();
+    this.#size = end;
+    await discardBody(req);
+    return json(this.#fileAlreadyExists);
+  }
+
+  async #writeData(req: ReceiverHttpRequest, url: URL): Promise<ReceiverHttpReply> {
+    const begin = intParam(url, 'begin');
+    const end = intParam(url, 'end');
+    this.#checkRange(begin, end);
+    // the hasher is read anew at each use: a chain accepted meanwhile drops it
+    this.#hasher?.beginWrite(begin, end);
+    const check = this.#chainCheck;
+    check?.beginWrite(begin, end);
+    // Bodies are read straight into slabs, and a slab goes to the file in one positioned write; with the in-order
+    // hash a written slab goes to the hasher, which keeps it until its range is hashed in file order.
+    const w: WriteDataRequest = { begin, end, fh: this.#fh!, check, pieces: [], settling: [], slab: undefined, pos: begin, fill: 0 };
+    try {
+      await this.#receiveBody(req, w);
+    } catch (err) {
+      if (w.slab) this.#slabs.release(w.slab);
+      for (const p of w.pieces) if (p.slab) this.#slabs.release(p.slab);
+      throw err;
+    } finally {
+      this.#hasher?.endWrite(begin);
+      if (check && w.settling.length > 0) {
+        // the request's range counts as being written until its writes and verifications end (a failure is kept by
+        // track)
+        check.track(
+          Promise.all(w.settling)
+            .then(() => undefined)
+            .finally(() => check.endWrite(begin, end)),
+        );
+      } else {
+        check?.endWrite(begin, end);
+      }
+    }
+    const hasher = this.#hasher;
+    if (hasher) for (const p of w.pieces) hasher.dataWritten(p.begin, p.end, p.slab);
+    else for (const p of w.pieces) if (p.slab) this.#slabs.release(p.slab);
+    this.#coverage.add(begin, end);
+    this.#dataBytes += end - begin;
+    this.#opts.onProgress?.(this.#dataBytes);
+    return {};
+  }
+
+  /** Reads the request's body into slabs and writes each full slab (or whole chain segment) as one piece. */
+  async #receiveBody(req: ReceiverHttpRequest, w: WriteDataRequest): Promise<void> {
+    // the body goes from the socket straight into the slab
+    while (w.pos + w.fill < w.end) {
+      if (this.#fatalError) throw new HttpProtocolError(400, this.#fatalError.message);
+      // at most a few pieces written or verified after their answer, per receiver and for the process: beyond, the
+      // sender waits
+      while (!w.slab && this.#deferred.full) await this.#deferred.anySettled();
+      w.slab ??= await this.#slabs.acquire(w.pos);
+      const slab = w.slab;
+      let n = Math.min(w.end - w.pos - w.fill, slab.buffer.length - w.fill);
+      // with a chain, pieces end at segment boundaries so that whole segments are verified in flight
+      const cut = this.#segmentCut;
+      if (cut > 0) n = Math.min(n, cut - ((w.pos + w.fill) % cut));
+      const got = await req.readInto(slab.buffer.subarray(w.fill, w.fill + n));
+      w.fill += got;
+      if (got < n) throw new HttpProtocolError(400, `short writeData body: got ${w.pos + w.fill - w.begin} of ${w.end - w.begin} bytes`);
+      if (w.fill === slab.buffer.length || (this.#segmentCut > 0 && (w.pos + w.fill) % this.#segmentCut === 0)) await this.#writeSlab(w);
+    }
+    if (w.fill > 0) await this.#writeSlab(w);
+    // like Longhorn, at most end - begin bytes of the body are used
+    await discardBody(req);
+  }
+
+  /** Writes the filled part of the request's slab at its offset (and verifies it when it is a whole chain segment). */
+  async #writeSlab(w: WriteDataRequest): Promise<void> {
+    const s = w.slab!;
+    const at = w.pos;
+    const length = w.fill;
+    w.pos += w.fill;
+    w.fill = 0;
+    w.slab = undefined;
+    const check = w.check;
+    const segment = check && this.#segmentCut > 0 ? check.wholeSegment(at, length) : undefined;
+    // The segment is verified from the body while it is written. Without the in-order hash neither has to end before
+    // the answer: the slab is kept until both have, the request's segments stay "being written" for the chain check
+    // until then, and a failure fails the whole receive (the later requests and the close get it).
+    const verifying = check && segment !== undefined ? check.verifyInFlight(segment, s.buffer.subarray(0, length)) : undefined;
+    const writing = this.#writer.write(w.fh, s.buffer, length, at);
+    if (verifying) {
+      w.settling.push(verifying);
+      verifying.catch((e: unknown) => this.#failDeferred("the received data does not match the sender's SHA-512 chain", e as Error));
+    }
+    if (this.#hasher) {
+      // the in-order hash takes the written slab (at most one per request is held: an earlier one is released and its
+      // range read back if needed)
+      try {
+        await writing;
+      } catch (err) {
+        this.#slabs.release(s);
+        throw err;
+      }
+      const prev = w.pieces[w.pieces.length - 1];
+      if (prev?.slab) {
+        this.#slabs.release(prev.slab);
+        prev.slab = null;
+      }
+      w.pieces.push({ begin: at, end: at + length, slab: s });
+      return;
+    }
+    w.settling.push(writing);
+    writing.catch((e: unknown) => this.#failDeferred('writing the received data failed', e as Error));
+    this.#deferred.hold(verifying ? [writing, verifying] : [writing], () => this.#slabs.release(s));
+    w.pieces.push({ begin: at, end: at + length, slab: null });
+  }
+
+  async #sendHole(req: ReceiverHttpRequest, url: URL): Promise<ReceiverHttpReply> {
+    const opts = this.#opts;
+    const begin = intParam(url, 'begin');
+    const end = intParam(url, 'end');
+    this.#checkRange(begin, end);
+    await discardBody(req);
+    // the hasher is read anew at each use: a chain accepted meanwhile drops it
+    this.#hasher?.beginWrite(begin, end);
+    const check = this.#chainCheck;
+    check?.beginWrite(begin, end);
+    try {
+      if (this.#fileAlreadyExists && end > begin) {
+        if (!opts.punchHole) throw new HttpProtocolError(500, 'cannot punch holes into an existing file: no hole puncher');
+        await opts.punchHole(opts.filePath, begin, end - begin);
+      }
+      // whole hole segments are verified as zeros in the background (the request does not wait for it)
+      if (check) check.track(check.verifyHoles(begin, end).finally(() => check.endWrite(begin, end)));
+    } catch (err) {
+      check?.endWrite(begin, end);
+      throw err;
+    } finally {
+      this.#hasher?.endWrite(begin);
+    }
+    this.#hasher?.holeRecorded(begin, end);
+    this.#coverage.add(begin, end);
+    this.#holeBytes += end - begin;
+    return {};
+  }
+
+  async #receiveChain(req: ReceiverHttpRequest): Promise<ReceiverHttpReply> {
+    const body = await req.readAll(MAX_CHAIN_BODY);
+    if (this.#dataBytes > 0 || this.#holeBytes > 0 || this.#coverage.covered > 0) {
+      throw new HttpProtocolError(409, 'the SHA-512 chain must be sent before any data');
+    }
+    let chain: Sha512Chain;
+    try {
+      chain = decodeChain(body);
+    } catch (err) {
+      throw new HttpProtocolError(400, (err as Error).message);
+    }
+    const expectedSize = this.#size >= 0 ? this.#size : this.#opts.size;
+    if (expectedSize > 0 && chain.size !== expectedSize) {
+      throw new HttpProtocolError(400, `the SHA-512 chain is for ${chain.size} bytes, the file has ${expectedSize}`);
+    }
+    this.#chainCheck = new ChainCheck(chain);
+    this.#segmentCut = chain.segmentSize <= MAX_INFLIGHT_SEGMENT ? chain.segmentSize : 0;
+    // the sequential hash is not needed any more
+    if (this.#hasher) {
+      const h = this.#hasher;
+      this.#hasher = undefined;
+      await h.close();
+    }
+    const slabSize = this.#segmentCut > 0 ? this.#segmentCut : (this.#opts.slabSize ?? RECEIVE_SLAB_SIZE);
+    this.#slabs = new SlabPool(slabSize, this.#direct !== undefined, this.#allocate, this.#budget);
+    return {};
+  }
+
+  async #close(req: ReceiverHttpRequest): Promise<ReceiverHttpReply> {
+    await discardBody(req);
+    const fh = this.#fh;
+    const size = this.#size;
+    if (!fh) throw new HttpProtocolError(400, 'file is not open: call open first');
+    if (this.#chainCheck && this.#chainCheck.chain.size !== size) {
+      throw new HttpProtocolError(400, `the SHA-512 chain is for ${this.#chainCheck.chain.size} bytes, the file has ${size}`);
+    }
+    // answered pieces still being written or checked: the sender learns a failure from its close
+    await this.#deferred.drain();
+    if (this.#fatalError) throw new HttpProtocolError(400, this.#fatalError.message);
+    await fh.sync();
+    this.#closedAt = performance.now();
+    const coverage = this.#coverage;
+    const complete = coverage.covers(0, size);
+    return {
+      onSent: () => {
+        void this.#finish(
+          complete ? undefined : new SsyncReceiveError(`the sender closed an incomplete transfer: ${coverage.covered} of ${this.#size} bytes received`),
+        );
+      },
+    };
+  }
+
+  #checkRange(begin: number, end: number): void {
+    if (!this.#fh) throw new HttpProtocolError(400, 'file is not open: call open first');
+    if (end < begin || end > this.#size) throw new HttpProtocolError(400, `invalid range [${begin}, ${end}) for a file of size ${this.#size}`);
+  }
+
+  // ---------------------------------------------------------------- lifecycle
+
+  #armIdle(): void {
+    if (this.#idleTimer) clearTimeout(this.#idleTimer);
+    this.#idleTimer = setTimeout(() => {
+      void this.#finish(new SsyncReceiveError(`no request from the sender in ${Math.round(this.#idleTimeoutMs / 1000)} seconds`));
+    }, this.#idleTimeoutMs);
+    this.#idleTimer.unref();
+  }
+
+  /**
+   * A write or a verification that ended after its request was answered failed: the receive fails, every later
+   * request too.
+   */
+  #failDeferred(what: string, err: Error): void {
+    if (this.#fatalError || this.#finished) return;
+    const fatal = new SsyncReceiveError(`${what}: ${err.message}`);
+    this.#fatalError = fatal;
+    this.#server.close();
+    void Promise.allSettled([...this.#inflight]).then(() => this.#finish(fatal));
+  }
+
+  /** Ends the receive once: stops the server, waits for running work, computes the checksum, settles `done`. */
+  async #finish(failure: Error | undefined): Promise<void> {
+    let err = failure;
+    if (this.#finished) return;
+    this.#finished = true;
+    const opts = this.#opts;
+    if (this.#idleTimer) clearTimeout(this.#idleTimer);
+    opts.signal?.removeEventListener('abort', this.#onAbort);
+    this.#server.close();
+    this.#server.closeAllConnections();
+    this.#hasher?.stopAcquiring(new SsyncReceiveError('the receiver is finishing'));
+    await Promise.allSettled([...this.#inflight]);
+    // pieces still being written or verified after their answer (the file is not closed under them)
+    await this.#deferred.drain();
+    const hasher = this.#hasher;
+    const chainCheck = this.#chainCheck;
+    let sha512: string | undefined;
+    let chain: Sha512Chain | undefined;
+    if (!err && chainCheck && this.#fh) {
+      try {
+        sha512 = await chainCheck.finish(this.#fh, opts.signal);
+        chain = chainCheck.chain;
+      } catch (e) {
+        err = opts.signal?.aborted
+          ? new SsyncReceiveError('receiving cancelled')
+          : new SsyncReceiveError(`the received data does not match the sender's SHA-512 chain: ${(e as Error).message}`);
+      }
+    } else if (!err && hasher) {
+      try {
+        sha512 = await hasher.digest(this.#size, opts.signal);
+        chain = hasher.chain;
+      } catch (e) {
+        err = opts.signal?.aborted ? new SsyncReceiveError('receiving cancelled') : new SsyncReceiveError(`hashing the received file failed: ${(e as Error).message}`);
+      }
+    }
+    await hasher?.close();
+    await this.#direct?.close();
+    if (this.#fh) {
+      const h = this.#fh;
+      this.#fh = undefined;
+      await h.close().catch(() => undefined);
+    }
+    const closedAt = this.#closedAt;
+    const timings = { receiveMs: closedAt && this.#openedAt ? closedAt - this.#openedAt : 0, checksumTailMs: closedAt ? performance.now() - closedAt : 0 };
+    if (err) this.#rejectDone(err);
+    else {
+      this.#resolveDone({
+        size: this.#size,
+        dataBytes: this.#dataBytes,
+        holeBytes: this.#holeBytes,
+        sha512,
+        chain,
+        hashStats: hasher ? { ...hasher.stats } : undefined,
+        chainStats: chainCheck ? { ...chainCheck.stats } : undefined,
+        writeStats: { ...this.#writer.stats },
+        timings,
+      });
+    }
+  }
+}
+
+const json = (value: unknown): ReceiverHttpReply => ({ body: JSON.stringify(value), contentType: 'application/json' });
+
+/** Reads and drops the rest of a request body (a body longer than its range, or a body nobody expects). */
+async function discardBody(req: ReceiverHttpRequest): Promise<void> {
+  if (req.complete) return;
+  const scratch = Buffer.allocUnsafe(64 * 1024);
+  while ((await req.readInto(scratch)) > 0);
+}
+
+function intParam(url: URL, name: string): number {
+  const raw = url.searchParams.get(name);
+  const v = raw === null ? NaN : Number(raw);
+  if (!Number.isSafeInteger(v) || v < 0) throw new HttpProtocolError(400, `invalid or missing query parameter ${name}: ${raw}`);
+  return v;
+}
