@@ -181,6 +181,10 @@ describe('bictl against a live API', () => {
     expect(refused.stderr).toContain('no enough ready files for HA');
     expect((await bictl(['image', 'min-copies', 'base', '1', ...S])).stdout).toBe('backing image base now keeps at least 1 copies\n');
     expect((await bictl(['image', 'min-copies', 'base', '0', ...S])).code).toBe(2);
+    const unknown = await bictl(['image', 'cleanup', 'base', '--disk', 'disk-uuid-2', '--disk', 'no-such-disk', ...S]);
+    expect(unknown.code).toBe(3);
+    expect(unknown.stdout).toBe('');
+    expect(unknown.stderr).toContain('backing image base has no copy on disk no-such-disk; its copies are on disk-uuid-1, disk-uuid-2');
     const ok = await bictl(['image', 'cleanup', 'base', '--disk', 'disk-uuid-2', ...S]);
     expect(ok.code).toBe(0);
     const j = JSON.parse((await bictl(['image', 'get', 'base', '-o', 'json', ...S])).stdout);

@@ -356,6 +356,16 @@ export const COMMANDS: Record<string, Command> = {
     run: async (ctx, [name]) => {
       const disks = ctx.v.disk ?? [];
       if (!disks.length) throw new UsageError('give the disks to clean up with --disk DISK_UUID');
+      // The API ignores a disk without a copy (Longhorn's behaviour): say so instead of claiming a clean-up.
+      const current = await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
+      const copies = Object.keys(current.diskFileStatusMap ?? {});
+      const unknown = disks.filter((d) => !copies.includes(d));
+      if (unknown.length) {
+        throw new CommandFailed(
+          `backing image ${name} has no copy on disk${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}; its copies are on ${copies.length ? copies.join(', ') : 'no disk yet'} (disk UUIDs, see "bictl image get ${name}")`,
+          Exit.notFound,
+        );
+      }
       const bi = await ctx.client.cleanupBackingImage(name, disks, { signal: ctx.io.signal });
       ctx.print(render(ctx.format, bi, () => `cleaning up ${disks.length} cop${disks.length > 1 ? 'ies' : 'y'} of backing image ${name}\n`));
     },
