@@ -171,7 +171,7 @@ describe('bictl against a live API', () => {
     expect(createHash('sha512').update(child.raw).digest('hex')).toBe(sha512);
     const failed = await bictl(['image', 'download', 'bad', join(dir, 'bad.img'), ...S]);
     expect(failed.code).toBe(1);
-    expect(failed.stderr).toContain('failed to find a default backing image manager for backing image bad download');
+    expect(failed.stderr).toContain('backing image bad has no ready copy to download yet (copies: ');
     expect((await readdir(dir)).filter((f) => f.startsWith('bad'))).toEqual([]);
   });
 
