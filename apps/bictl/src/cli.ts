@@ -177,6 +177,18 @@ function nodeRows(list: Node[]): string {
 
 // ---- waiting --------------------------------------------------------------------------------------------------
 
+/**
+ * An upload the server already failed (every copy failed: a checksum mismatch, a size mismatch, a data source that
+ * stopped) cannot be resumed: the data source is gone. Says so at once, with the server's reason and what to do.
+ */
+function failIfUploadFailed(bi: BackingImage): void {
+  if (!summariseCopies(bi).allFailed) return;
+  const msg = Object.values(bi.diskFileStatusMap).find((f) => f.message)?.message;
+  throw new CommandFailed(
+    `the upload of backing image ${bi.name} failed on the server${msg ? `: ${msg}` : ''}\nit cannot be resumed: delete it (bictl image rm ${bi.name} --wait) and run the upload again`,
+  );
+}
+
 async function waitReady(ctx: Ctx, name: string): Promise<BackingImage> {
   const bar = new ProgressBar(ctx.io.stderr, name);
   try {
@@ -299,6 +311,7 @@ export const COMMANDS: Record<string, Command> = {
       if (existing) {
         if (existing.sourceType !== 'upload') throw new CommandFailed(`backing image ${name} exists with source type ${existing.sourceType}; choose another name`);
         if (existing.currentChecksum) throw new CommandFailed(`backing image ${name} has already been uploaded`);
+        failIfUploadFailed(existing);
         ctx.note(`resuming the upload of ${name}`);
       } else {
         await ctx.client.createBackingImage(createRequest(ctx.v, name, { sourceType: 'upload', parameters: {} }), { signal: ctx.io.signal });
@@ -316,10 +329,14 @@ export const COMMANDS: Record<string, Command> = {
       } catch (err) {
         bar.done();
         if (err instanceof ApiClientError && err.kind === 'aborted') throw new CommandFailed(`upload interrupted at ${at} of ${st.size} bytes; run the same command again to resume`, Exit.interrupted);
+        // The server may have failed the transfer meanwhile: say that rather than the last HTTP error.
+        const now = await ctx.client.getBackingImage(name, { signal: ctx.io.signal }).catch(() => undefined);
+        if (now) failIfUploadFailed(now);
         throw err;
       }
       bar.done();
       const bi = ctx.v.wait ? await waitReady(ctx, name) : await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
+      failIfUploadFailed(bi); // e.g. the server's checksum check at the end of the transfer
       ctx.print(render(ctx.format, bi, () => `uploaded ${formatBytes(st.size)} to backing image ${name}${ctx.v.wait ? ` (${describeCopies(summariseCopies(bi))})` : ''}\n`));
     },
   },
