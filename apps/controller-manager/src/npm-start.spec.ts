@@ -102,11 +102,18 @@ describe('npm start', () => {
     const res = await fetch(`${url}/v1/nodes`);
     expect(res.status).toBe(200);
 
-    // The controller-manager is npm's own child (exec replaced the shell) and runs one manager per disk.
+    // An upload image: a data source waits for the file, and the manager of its disk runs.
+    const created = await fetch(`${url}/v1/backingimages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'up', sourceType: 'upload', parameters: {}, minNumberOfCopies: 1 }),
+    });
+    expect(created.status).toBe(200);
+    // The controller-manager is npm's own child (exec replaced the shell); the data plane runs under it.
     const system = () => descendants(npmPid);
     const cm = () => system().find((p) => p.args.some((a) => a.endsWith('controller-manager.js')));
-    const managers = () => system().filter((p) => p.args.some((a) => a.endsWith('backing-image-manager.js')));
-    await until('the managers of both disks', () => managers().length === 2, 120_000);
+    const running = (bin: string) => system().some((p) => p.args.some((a) => a.endsWith(bin)));
+    await until('a data source and a manager', () => running('backing-image-data-source.js') && running('backing-image-manager.js'), 120_000);
     expect(cm()?.ppid).toBe(npmPid);
     const pids = system().map((p) => p.pid);
     expect(pids.length).toBeGreaterThanOrEqual(3);
