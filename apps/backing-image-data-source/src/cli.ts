@@ -132,6 +132,10 @@ async function readDiskUUID(diskPath: string): Promise<string> {
 
 /** Runs the data source until SIGINT/SIGTERM. Returns an exit code for configuration errors. */
 export async function runDataSourceCli(argv: readonly string[]): Promise<number | undefined> {
+  if (argv.some((a) => a === '--help' || a === '-h')) {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
   let args: ParsedArgs;
   let config;
   try {

@@ -17,6 +17,10 @@ environment: ${Object.values(LOCK_TIMING_ENV).join(', ')} (backupstore lock timi
 
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
+  if (argv.some((a) => a === '--help' || a === '-h') || command === 'help') {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
   if (command !== 'daemon') {
     process.stderr.write(`${USAGE}\n`);
     return 2;

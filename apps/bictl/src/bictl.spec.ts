@@ -171,7 +171,7 @@ describe('bictl against a live API', () => {
     expect(createHash('sha512').update(child.raw).digest('hex')).toBe(sha512);
     const failed = await bictl(['image', 'download', 'bad', join(dir, 'bad.img'), ...S]);
     expect(failed.code).toBe(1);
-    expect(failed.stderr).toContain('failed to find a default backing image manager for backing image bad download');
+    expect(failed.stderr).toContain('backing image bad has no ready copy to download yet (copies: ');
     expect((await readdir(dir)).filter((f) => f.startsWith('bad'))).toEqual([]);
   });
 
@@ -181,6 +181,10 @@ describe('bictl against a live API', () => {
     expect(refused.stderr).toContain('no enough ready files for HA');
     expect((await bictl(['image', 'min-copies', 'base', '1', ...S])).stdout).toBe('backing image base now keeps at least 1 copies\n');
     expect((await bictl(['image', 'min-copies', 'base', '0', ...S])).code).toBe(2);
+    const unknown = await bictl(['image', 'cleanup', 'base', '--disk', 'disk-uuid-2', '--disk', 'no-such-disk', ...S]);
+    expect(unknown.code).toBe(3);
+    expect(unknown.stdout).toBe('');
+    expect(unknown.stderr).toContain('backing image base has no copy on disk no-such-disk; its copies are on disk-uuid-1, disk-uuid-2');
     const ok = await bictl(['image', 'cleanup', 'base', '--disk', 'disk-uuid-2', ...S]);
     expect(ok.code).toBe(0);
     const j = JSON.parse((await bictl(['image', 'get', 'base', '-o', 'json', ...S])).stdout);

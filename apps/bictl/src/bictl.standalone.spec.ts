@@ -4,7 +4,7 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, statfs, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
@@ -94,6 +94,37 @@ describe('bictl against controller-manager standalone', () => {
     const dl = await bictl(['image', 'download', 'up', out]);
     expect(dl.stderr).toBe(`downloaded 3.00 MiB to ${out} (SHA-512 verified)\n`);
     expect((await readFile(out)).equals(data)).toBe(true);
+  }, 90_000);
+
+  it('an upload the server failed says so at once, and so does a resume of it, with the reason and what to do', async () => {
+    const path = join(dir, 'upbad.img');
+    const data = randomBytes(2 << 20);
+    await writeFile(path, data);
+    const actual = createHash('sha512').update(data).digest('hex');
+    const wrong = 'e'.repeat(128);
+    const first = await bictl(['image', 'upload', 'upbad', path, '--checksum', wrong, '--min-copies', '1']);
+    // The server checks the checksum after the last byte: when its failure already shows at the end of the upload,
+    // the upload says so; otherwise it reports the bytes uploaded.
+    if (first.code === 0) expect(first.stdout).toBe('uploaded 2.00 MiB to backing image upbad\n');
+    else {
+      expect(first.code).toBe(1);
+      expect(first.stderr).toContain(`the upload of backing image upbad failed on the server: the expected checksum ${wrong} doesn't match the file actual checksum ${actual}`);
+    }
+    for (let i = 0; ; i++) {
+      const j = JSON.parse((await bictl(['image', 'get', 'upbad', '-o', 'json'])).stdout) as { diskFileStatusMap: Record<string, { state: string }> };
+      if (Object.values(j.diskFileStatusMap).some((f) => f.state.startsWith('failed'))) break;
+      if (i > 200) throw new Error(`the upload did not fail: ${JSON.stringify(j)}`);
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    // Running it again (the documented way to resume) fails at once with the same reason, not after the client's
+    // 2-minute wait for an upload server that will never come back.
+    const again = await bictl(['image', 'upload', 'upbad', path]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).not.toContain('resuming');
+    expect(again.stderr).not.toContain('has not been initiated');
+    expect(again.stderr).toContain(`the upload of backing image upbad failed on the server: failed to process sync file: the expected checksum ${wrong} doesn't match the file actual checksum ${actual}`);
+    expect(again.stderr).toContain('it cannot be resumed: delete it (bictl image rm upbad --wait) and run the upload again');
+    expect((await bictl(['image', 'rm', 'upbad', '--wait', '--timeout', '60s'])).code).toBe(0);
   }, 90_000);
 
   it('keeps the HA guard on cleanup and removes copies after lowering min copies', async () => {
@@ -218,4 +249,28 @@ describe('bictl against controller-manager standalone', () => {
     const nodes = JSON.parse((await bictl(['node', 'ls', '-o', 'json'])).stdout);
     expect(Object.keys(nodes[0].disks)).toHaveLength(3);
   }, 120_000);
+
+  it('node ls shows the real size and available space of each disk (its filesystem, measured by statfs)', async () => {
+    const nodes = JSON.parse((await bictl(['node', 'ls', '-o', 'json'])).stdout) as { disks: Record<string, { path: string; storageAvailable: number; storageMaximum: number }> }[];
+    const disks = Object.values(nodes[0]!.disks);
+    expect(disks).toHaveLength(3);
+    for (const d of disks) {
+      const fs = await statfs(d.path);
+      expect(d.storageMaximum).toBe(fs.blocks * fs.bsize);
+      expect(d.storageAvailable).toBeGreaterThan(0);
+      expect(d.storageAvailable).toBeLessThanOrEqual(d.storageMaximum);
+    }
+    const text = await bictl(['node', 'ls']);
+    expect(text.code).toBe(0);
+    const rows = text.stdout.trim().split('\n').slice(1);
+    expect(rows).toHaveLength(3);
+    for (const r of rows) expect(r).toMatch(/\s\d+(\.\d+)? (KiB|MiB|GiB|TiB)$/);
+  }, 30_000);
+
+  it('image cleanup of a disk without a copy fails with exit 3 and names the disk', async () => {
+    const r = await bictl(['image', 'cleanup', 'base', '--disk', 'no-such-disk-uuid']);
+    expect(r.code).toBe(3);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain('backing image base has no copy on disk no-such-disk-uuid; its copies are on ');
+  }, 30_000);
 });

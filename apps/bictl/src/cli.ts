@@ -280,6 +280,18 @@ function copiesDone(bi: BackingImage): boolean {
   return !!short && short.allowed >= 1 && ready >= short.allowed;
 }
 
+/**
+ * An upload the server already failed (every copy failed: a checksum mismatch, a size mismatch, a data source that
+ * stopped) cannot be resumed: the data source is gone. Says so at once, with the server's reason and what to do.
+ */
+function failIfUploadFailed(bi: BackingImage): void {
+  if (!summariseCopies(bi).allFailed) return;
+  const msg = Object.values(bi.diskFileStatusMap).find((f) => f.message)?.message;
+  throw new CommandFailed(
+    `the upload of backing image ${bi.name} failed on the server${msg ? `: ${msg}` : ''}\nit cannot be resumed: delete it (bictl image rm ${bi.name} --wait) and run the upload again`,
+  );
+}
+
 async function waitReady(ctx: Ctx, name: string): Promise<BackingImage> {
   const bi = await waitCopies(ctx, name);
   const short = copiesShortfall(bi);
@@ -410,6 +422,7 @@ export const COMMANDS: Record<string, Command> = {
       if (existing) {
         if (existing.sourceType !== 'upload') throw new CommandFailed(`backing image ${name} exists with source type ${existing.sourceType}; choose another name`);
         if (existing.currentChecksum) throw new CommandFailed(`backing image ${name} has already been uploaded`);
+        failIfUploadFailed(existing);
         ctx.note(`resuming the upload of ${name}`);
       } else {
         await ctx.client.createBackingImage(createRequest(ctx.v, name, { sourceType: 'upload', parameters: {} }), { signal: ctx.io.signal });
@@ -427,10 +440,14 @@ export const COMMANDS: Record<string, Command> = {
       } catch (err) {
         bar.done();
         if (err instanceof ApiClientError && err.kind === 'aborted') throw new CommandFailed(`upload interrupted at ${at} of ${st.size} bytes; run the same command again to resume`, Exit.interrupted);
+        // The server may have failed the transfer meanwhile: say that rather than the last HTTP error.
+        const now = await ctx.client.getBackingImage(name, { signal: ctx.io.signal }).catch(() => undefined);
+        if (now) failIfUploadFailed(now);
         throw err;
       }
       bar.done();
       const bi = ctx.v.wait ? await waitReady(ctx, name) : await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
+      failIfUploadFailed(bi); // e.g. the server's checksum check at the end of the transfer
       ctx.print(render(ctx.format, bi, () => `uploaded ${formatBytes(st.size)} to backing image ${name}${ctx.v.wait ? ` (${describeCopies(summariseCopies(bi))})` : ''}\n`));
     },
   },
@@ -467,6 +484,16 @@ export const COMMANDS: Record<string, Command> = {
     run: async (ctx, [name]) => {
       const disks = ctx.v.disk ?? [];
       if (!disks.length) throw new UsageError('give the disks to clean up with --disk DISK_UUID');
+      // The API ignores a disk without a copy (Longhorn's behaviour): say so instead of claiming a clean-up.
+      const current = await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
+      const copies = Object.keys(current.diskFileStatusMap ?? {});
+      const unknown = disks.filter((d) => !copies.includes(d));
+      if (unknown.length) {
+        throw new CommandFailed(
+          `backing image ${name} has no copy on disk${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}; its copies are on ${copies.length ? copies.join(', ') : 'no disk yet'} (disk UUIDs, see "bictl image get ${name}")`,
+          Exit.notFound,
+        );
+      }
       const bi = await ctx.client.cleanupBackingImage(name, disks, { signal: ctx.io.signal });
       ctx.print(render(ctx.format, bi, () => `cleaning up ${disks.length} cop${disks.length > 1 ? 'ies' : 'y'} of backing image ${name}\n`));
     },

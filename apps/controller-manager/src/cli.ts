@@ -32,6 +32,20 @@ export function defaultUiDir(): string {
   return path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'ui', 'dist');
 }
 
+/** The top-level usage: the two modes. */
+export const TOP_USAGE = `usage: controller-manager <mode> [options]
+
+Modes:
+  standalone   the whole system on this machine (embedded store, local processes)
+  daemon       one node's controllers in a Kubernetes cluster (the Helm chart runs it)
+
+Run "controller-manager <mode> --help" for a mode's options.`;
+
+/** True when the arguments ask for help (`--help`, `-h`, `help`). */
+export function wantsHelp(args: readonly string[]): boolean {
+  return args.some((a) => a === '--help' || a === '-h');
+}
+
 export interface CliIo {
   out: (line: string) => void;
   err: (line: string) => void;
@@ -40,9 +54,17 @@ export interface CliIo {
 /** Parses the CLI, starts the standalone system and returns its handle (or an exit code for usage errors). */
 export async function runStandaloneCli(argv: readonly string[], io: CliIo): Promise<StandaloneHandle | number> {
   const [command, ...rest] = argv;
+  if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
+    (command === undefined ? io.err : io.out)(TOP_USAGE);
+    return command === undefined ? 2 : 0;
+  }
   if (command !== 'standalone') {
-    io.err(USAGE);
+    io.err(`controller-manager: unknown mode "${command}"\n${TOP_USAGE}`);
     return 2;
+  }
+  if (wantsHelp(rest)) {
+    io.out(USAGE);
+    return 0;
   }
   let values;
   try {

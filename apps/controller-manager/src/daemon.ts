@@ -84,6 +84,10 @@ function makeLogger(format: 'plain' | 'json', io: CliIo): Logger {
 
 /** Parses the `daemon` command line and starts the node's controllers; returns an exit code on usage errors. */
 export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<DaemonHandle | number> {
+  if (argv.some((a) => a === '--help' || a === '-h')) {
+    io.out(DAEMON_USAGE);
+    return 0;
+  }
   let values;
   try {
     ({ values } = parseArgs({

@@ -19,7 +19,31 @@ interface Form {
   diskSelector: string;
 }
 
-const blank = (): Form => ({ name: '', sourceType: 'download', url: '', file: null, cloneFrom: '', encryption: 'ignore', backup: '', volume: '', exportType: 'raw', checksum: '', minCopies: '1', nodeSelector: '', diskSelector: '' });
+/** The setting the API applies when a request has no minNumberOfCopies: the form starts from the same value. */
+const MIN_COPIES_SETTING = 'default-min-number-of-backing-image-copies';
+/** Its value once read from the server (undefined until then: the form shows 1 meanwhile). */
+let defaultMinCopies: string | undefined;
+let defaultMinCopiesLoading = false;
+
+const blank = (): Form => ({ name: '', sourceType: 'download', url: '', file: null, cloneFrom: '', encryption: 'ignore', backup: '', volume: '', exportType: 'raw', checksum: '', minCopies: defaultMinCopies ?? '1', nodeSelector: '', diskSelector: '' });
+
+/** Reads the default min copies once; fills the form unless the user already typed a value. */
+function loadDefaultMinCopies(): void {
+  if (defaultMinCopies !== undefined || defaultMinCopiesLoading) return;
+  defaultMinCopiesLoading = true;
+  client.getSetting(MIN_COPIES_SETTING).then(
+    (s) => {
+      const n = Number(s.value);
+      if (!Number.isInteger(n) || n < 1) return;
+      defaultMinCopies = String(n);
+      if (!touched.has('minCopies')) form = { ...form, minCopies: defaultMinCopies };
+      changed();
+    },
+    () => {
+      // Not readable (an older server, a network error): the form keeps 1, which the user sees and can change.
+    },
+  );
+}
 let form: Form = blank();
 let touched = new Set<string>();
 let submitted = false;
@@ -197,6 +221,7 @@ function uploadPanel(run: UploadRun): TemplateResult {
 }
 
 export function createPage(): TemplateResult {
+  loadDefaultMinCopies();
   if (upload && !upload.done) return uploadPanel(upload);
   const errs = validate(form);
   const f = form;

@@ -67,6 +67,10 @@ describe('web UI in headless Chromium against controller-manager standalone', ()
 
   it('shows validation errors inline and creates an image from a URL that reaches ready without a reload', async () => {
     await page.click('#create-link');
+    // Min copies starts from the setting the API applies to a request without one (3 here: 3 disks), not from 1.
+    const setting = (await (await fetch(`${sys.url}/v1/settings/default-min-number-of-backing-image-copies`)).json()) as { value: string };
+    expect(setting.value).toBe('3');
+    await eventually(async () => expect(await page.inputValue('input[name=minCopies]')).toBe(setting.value), 30_000);
     await page.click('#create-submit');
     await expectText(page.locator('[data-field=name] .error'), 'A name is required.');
     await expectText(page.locator('[data-field=url] .error'), 'A download URL is required.');

@@ -239,6 +239,11 @@ describe('updateMinNumberOfCopies and backups', () => {
     h = await startHarness();
     await download('img');
     await putBackupTarget(h, 'default', true);
+    // No ready copy yet: refused up front, with the copies' states.
+    const early = await call(h, 'POST', '/v1/backingimages/img?action=backupBackingImageCreate', { backupTargetName: '' });
+    expect(early.status).toBe(500);
+    expect(early.json.message).toMatch(/^backing image img has no ready copy to back up yet \(copies: .*\); wait until a copy is ready, then create the backup$/);
+    await setDiskStates(h, 'img', { 'disk-a': 'ready' });
     const ok = await call(h, 'POST', '/v1/backingimages/img?action=backupBackingImageCreate', { backupTargetName: '' });
     expect(ok.status).toBe(200);
     expect(ok.text).toBe('');

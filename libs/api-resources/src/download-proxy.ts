@@ -1,7 +1,7 @@
 import { authHeaders } from '@bis/internal-auth';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { pipeline } from 'node:stream/promises';
-import { BackingImageManagerKind, SettingName } from '@bis/controllers';
+import { BackingImageManagerKind, describeImageCopies, diskNamesByUUID, SettingName } from '@bis/controllers';
 import { LabelKey } from '@bis/crd-types';
 import { ApiError, baseUrlOf, errorBody } from '@bis/rest-api';
 import type { FastifyReply, FastifyRequest } from 'fastify';
@@ -23,14 +23,17 @@ export interface DownloadSource {
  */
 export async function resolveDownload(service: BackingImageService, deps: BackingImageApiDeps, name: string): Promise<DownloadSource> {
   const bi = await service.mustGet(name);
-  const fail = (): ApiError => new ApiError(500, `failed to find a default backing image manager for backing image ${name} download`);
   const disk = Object.entries(bi.status?.diskFileStatusMap ?? {}).find(([, s]) => s.state === 'ready')?.[0];
-  if (!disk) throw fail();
+  if (!disk) throw new ApiError(500, `backing image ${name} has no ready copy to download yet (copies: ${await describeImageCopies(deps.store, deps.namespace, bi)})`);
+  const fail = async (): Promise<ApiError> => {
+    const where = (await diskNamesByUUID(deps.store, deps.namespace)).get(disk) ?? `disk ${disk}`;
+    return new ApiError(500, `no backing image manager is running on ${where}, which holds the ready copy of backing image ${name}; check that disk (bictl node ls) and its manager's state and log`);
+  };
   const image = await deps.settings.get(SettingName.DefaultBackingImageManagerImage);
   const { items } = await deps.store.list(BackingImageManagerKind, { namespace: deps.namespace, labelSelector: { matchLabels: { [LabelKey.DiskUUID]: disk } } });
   const bim = items.find((m) => m.spec?.image === image && m.spec?.diskUUID === disk && !m.metadata.deletionTimestamp);
   const address = bim ? deps.endpoints.managerAddress(bim) : undefined;
-  if (!bim || !address) throw fail();
+  if (!bim || !address) throw await fail();
   let prepared: { srcFilePath: string; address: string };
   try {
     prepared = await deps.endpoints.managerClient(address).prepareDownload(name, bi.status?.uuid ?? '');

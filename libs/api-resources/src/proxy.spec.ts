@@ -189,8 +189,11 @@ describe('download proxy (real manager gRPC + sync service)', () => {
     await createUploadImage(h);
     const none = await call(h, 'GET', '/v1/backingimages/img/download');
     expect(none.status).toBe(500);
-    expect(none.json.message).toBe('failed to find a default backing image manager for backing image img download');
+    expect(none.json.message).toBe('backing image img has no ready copy to download yet (copies: none yet)');
     await setDiskStates(h, 'img', { 'disk-a': 'ready' });
+    const noManager = await call(h, 'GET', '/v1/backingimages/img/download');
+    expect(noManager.status).toBe(500);
+    expect(noManager.json.message).toMatch(/^no backing image manager is running on (disk disk-a|\S+ on node \S+), which holds the ready copy of backing image img; check that disk \(bictl node ls\) and its manager's state and log$/);
     await putManager(h, 'disk-a', `127.0.0.1:${port}`);
 
     const gz = await fetch(`${h.url}/v1/backingimages/img/download`);

@@ -36,6 +36,7 @@ import {
 } from './kinds.js';
 import { Annotation, Label } from './names.js';
 import { cleanupRefusal, countCopies } from './rules.js';
+import { describeImageCopies, diskNamesByUUID } from './copies-text.js';
 import { SettingName } from './settings.js';
 import type { ControllerContext } from './base-controller.js';
 
@@ -298,19 +299,55 @@ export class BackingImageActions {
     } catch (err) {
       throw admissionDenied(MUTATOR, (err as Error).message);
     }
-    const others = (await store.list(BackupBackingImageKind, { namespace: this.ns })).items;
+    const all = (await store.list(BackupBackingImageKind, { namespace: this.ns })).items;
+    // A failed backup of the same image to the same target is replaced by the new one (a retry): Longhorn refuses
+    // the create until the failed one is deleted; here the create does that delete itself. Being deleted already, or
+    // in any other state, the other backup still refuses the create (validator below).
+    const target = bbi.spec?.backupTargetName || 'default';
+    const failed = all.filter(
+      (o) =>
+        !o.metadata.deletionTimestamp &&
+        o.spec?.backingImage === biName &&
+        (o.spec?.backupTargetName || 'default') === target &&
+        (o.status?.state === 'Error' || o.status?.state === 'Unknown'),
+    );
+    const others = all.filter((o) => !failed.includes(o));
     const issues = validateBackupBackingImageCreate(bbi, {
       backingImage: bi as BackingImageCrd,
       otherBackupBackingImages: others as BackupBackingImageCrd[],
       backupTarget: targets.get(bbi.metadata.labels?.[LabelKey.BackupTarget] ?? ''),
     });
     denyIfIssues(issues);
+    await this.requireReadyCopy(bi);
+    for (const f of failed) {
+      // Only the custom resource goes: the failed backup's data in the target is the new backup's location, which
+      // the new backup overwrites; removing it remotely could race with the new backup's writes.
+      await retryOnConflict(async () => {
+        const cur = await store.get(BackupBackingImageKind, f.metadata.name, this.ns);
+        await store.update(BackupBackingImageKind, { ...cur, metadata: { ...cur.metadata, labels: { ...cur.metadata.labels, [Label.DeleteCustomResourceOnly]: 'true' } } });
+      }).catch((err: unknown) => {
+        if (!isNotFound(err)) throw err;
+      });
+      await store.delete(BackupBackingImageKind, f.metadata.name, this.ns).catch((err: unknown) => {
+        if (!isNotFound(err)) throw err;
+      });
+    }
     try {
       return await store.create(BackupBackingImageKind, bbi as BackupBackingImage);
     } catch (err) {
       if (isAlreadyExists(err)) throw new ActionError(`backup backing image ${name} already exists`);
       throw err;
     }
+  }
+
+  /**
+   * Refuses a backup of an image without a ready copy (Longhorn accepts it and the backup fails later with "failed
+   * to find a ready backing image manager"): the message lists each copy's disk, state and progress.
+   */
+  private async requireReadyCopy(bi: Stored<BackingImage>): Promise<void> {
+    if (Object.values(bi.status?.diskFileStatusMap ?? {}).some((f) => f?.state === 'ready')) return;
+    const copies = await describeImageCopies(this.d.store, this.ns, bi);
+    throw new ActionError(`backing image ${bi.metadata.name} has no ready copy to back up yet (copies: ${copies}); wait until a copy is ready, then create the backup`);
   }
 
   /** `backupBackingImageRestore` (§2.5): creates BI `bbi.spec.backingImage` of type restore (undefined when it raced with another create). */
@@ -371,7 +408,11 @@ export class BackingImageActions {
     const managers = (await store.list(BackingImageManagerKind, { namespace, labelSelector: { matchLabels: { [Label.DiskUUID]: disk ?? '' } } })).items;
     const bim = managers.find((m) => m.spec?.image === image && !m.metadata.deletionTimestamp);
     const address = bim?.metadata.annotations?.[Annotation.Address];
-    if (!disk || !bim || !address) throw new ActionError(`failed to find a default backing image manager for backing image ${name} download`);
+    if (!disk) throw new ActionError(`backing image ${name} has no ready copy to download yet (copies: ${await describeImageCopies(store, namespace, bi)})`);
+    if (!bim || !address) {
+      const where = (await diskNamesByUUID(store, namespace)).get(disk) ?? `disk ${disk}`;
+      throw new ActionError(`no backing image manager is running on ${where}, which holds the ready copy of backing image ${name}; check that disk (bictl node ls) and its manager's state and log`);
+    }
     const r = await dataPlane.managerClient(address).prepareDownload(name, bi.status?.uuid ?? '');
     const syncAddress = bim.metadata.annotations?.[Annotation.SyncAddress] || r.address;
     return `http://${syncAddress}/v1/files/${encodeURIComponent(r.srcFilePath)}/download`;

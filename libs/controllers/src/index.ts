@@ -17,6 +17,7 @@ export { BackupTargetController, parseGoDuration } from './backup-target-control
 export { NodeController } from './node-controller.js';
 export * from './manager-api.js';
 export * from './actions.js';
+export { describeImageCopies, diskNamesByUUID } from './copies-text.js';
 export * from './controller-manager.js';
 export {
   BACKUP_TARGET_CREDENTIAL_KEYS,

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, stat, statfs, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import {
@@ -14,7 +14,7 @@ import {
   type Node,
 } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
-import { EmbeddedDatastore, isNotFound } from '@bis/datastore';
+import { EmbeddedDatastore, isConflict, isNotFound } from '@bis/datastore';
 import {
   annotationEndpoints,
   backingImageHttpPlugin,
@@ -83,6 +83,8 @@ export interface StandaloneOptions {
   internalTokenFile?: string;
   /** Managers and data sources also admit calls without a token (for Longhorn components); off by default. */
   allowUnauthenticatedInternalCalls?: boolean;
+  /** How often each disk's filesystem is measured into the node's disk status (default 30 s, Longhorn's). */
+  diskCheckIntervalMs?: number;
 }
 
 /**
@@ -170,6 +172,44 @@ async function ensureNode(store: EmbeddedDatastore, disks: StandaloneDisk[]): Pr
     ? await store.update(NodeKind, { ...node, spec })
     : await store.create(NodeKind, { apiVersion: LONGHORN_API_VERSION, kind: 'Node', metadata: { name: STANDALONE_NODE, namespace: STANDALONE_NAMESPACE }, spec });
   await store.updateStatus(NodeKind, { ...saved, status });
+  await measureDisks(store, disks);
+}
+
+/**
+ * Measures each disk's filesystem (statfs) into the node's disk status: `storageMaximum` (its size) and
+ * `storageAvailable` (bytes free to an unprivileged writer), as Longhorn's node controller does. Writes only on a
+ * change; a disk that cannot be measured keeps its last figures and the failure is logged.
+ */
+async function measureDisks(store: EmbeddedDatastore, disks: readonly StandaloneDisk[], log?: Logger): Promise<void> {
+  const measured = new Map<string, { storageMaximum: number; storageAvailable: number }>();
+  for (const d of disks) {
+    try {
+      const fs = await statfs(d.path);
+      measured.set(d.name, { storageMaximum: fs.blocks * fs.bsize, storageAvailable: fs.bavail * fs.bsize });
+    } catch (err) {
+      log?.warn(`disk ${d.name} (${d.path}) cannot be measured: ${(err as Error).message}`);
+    }
+  }
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const node = await store.get(NodeKind, STANDALONE_NODE, STANDALONE_NAMESPACE);
+    const prev = node.status?.diskStatus ?? {};
+    const diskStatus = { ...prev };
+    let changed = false;
+    for (const [name, m] of measured) {
+      const old = prev[name];
+      if (!old) continue;
+      if (old.storageMaximum === m.storageMaximum && old.storageAvailable === m.storageAvailable) continue;
+      diskStatus[name] = { ...old, ...m };
+      changed = true;
+    }
+    if (!changed) return;
+    try {
+      await store.updateStatus(NodeKind, { ...node, status: { ...node.status, diskStatus } });
+      return;
+    } catch (err) {
+      if (!isConflict(err)) throw err;
+    }
+  }
 }
 
 /**
@@ -237,7 +277,9 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   });
   let app: FastifyInstance | undefined;
   let controllers: ControllerManager | undefined;
+  let diskTimer: NodeJS.Timeout | undefined;
   const cleanup = async () => {
+    clearInterval(diskTimer);
     await app?.close().catch(() => {});
     await controllers?.stop().catch(() => {});
     dataPlane.close();
@@ -268,6 +310,10 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
       });
     controllers = makeControllers();
     await controllers.start();
+    diskTimer = setInterval(() => {
+      measureDisks(store, disks, log).catch((err: unknown) => log?.warn(`measuring the disks failed: ${(err as Error).message}`));
+    }, opts.diskCheckIntervalMs ?? 30_000);
+    diskTimer.unref();
 
     const system: StandaloneSystem = { store, controllers, dataPlane, settings, events, namespace: STANDALONE_NAMESPACE, disks };
     const registry = new ApiRegistry().addResource(settingsResource(settings));

@@ -16,9 +16,9 @@ import {
   type SourceResult,
 } from '@bis/file-sources/core';
 import { readSyncingFileConfig, writeSyncingFileConfig } from './backing-cfg.js';
-import { SyncFileNotFoundError, SyncServiceError, errorMessage } from './errors.js';
+import { SyncFileNotFoundError, SyncServiceError, describeFileError, errorMessage } from './errors.js';
 import { hashFile, readVirtualSize, removeFile, statFile, statFileIfExists } from './file-util.js';
-import { DEFAULT_DISK_PATH, cfgPathOf, tmpPathOf } from './layout.js';
+import { DEFAULT_DISK_PATH, backingImageNameFromPath, cfgPathOf, tmpPathOf } from './layout.js';
 import { SyncingFile, type DataEngine, type FileInfo } from './syncing-file.js';
 import type { SendFileOptions } from './ssync/sender.js';
 import type { Sha512Chain } from '@bis/sha512-chain';
@@ -891,8 +891,8 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 
   #fail(f: SyncingFile, err: unknown): void {
     if (f.state === FileState.Ready || f.state === FileState.Failed) return;
-    const message = FAILURE_PREFIX + errorMessage(err);
-    if (f.lifecycle.tryFire(FileEvent.Fail, message)) this.#log(`${f.filePath}: ${message}`);
+    const message = FAILURE_PREFIX + describeFileError(err, { filePath: f.filePath, imageName: backingImageNameFromPath(f.filePath, f.uuid) });
+    if (f.lifecycle.tryFire(FileEvent.Fail, message)) this.#log(`${f.filePath}: ${message}${message.endsWith(errorMessage(err)) ? '' : ` [${errorMessage(err)}]`}`);
   }
 
   // ---------------------------------------------------------------- integrity: scrub and verify on use

@@ -400,7 +400,7 @@ export async function startApiDouble(opts: ApiDoubleOptions = {}): Promise<ApiDo
   });
   app.get<{ Params: { name: string } }>('/v1/backingimages/:name/download', async (req, reply) => {
     const img = imageOr404(req.params.name);
-    if (![...img.files.values()].some((f) => f.state === 'ready')) throw new HttpError(500, `failed to find a default backing image manager for backing image ${img.name} download`);
+    if (![...img.files.values()].some((f) => f.state === 'ready')) throw new HttpError(500, `backing image ${img.name} has no ready copy to download yet (copies: ${[...img.files].map(([d, f]) => `disk ${d} ${f.state}`).join('; ') || 'none yet'})`);
     // Like Longhorn's sync server: the file gzip-compressed, named `<name>.gz`, chunked.
     return reply.header('content-type', 'application/octet-stream').header('content-disposition', `attachment; filename=${img.name}.gz`).send(createReadStream(img.path).pipe(createGzip({ level: 1 })));
   });
