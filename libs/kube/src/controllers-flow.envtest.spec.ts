@@ -2,11 +2,14 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import S3rver from 's3rver';
 import {
   BackingImageDataSourceKind,
   BackingImageKind,
   BackingImageManagerKind,
+  BackupTargetKind,
   ControllerManager,
+  backupTargetCredential,
   NodeKind,
   SettingKind,
   SettingName,
@@ -49,6 +52,8 @@ describeEnv('the controllers flow under the chart RBAC against a real API server
   let dataDir = '';
   let rbac: Obj[] = [];
   let serviceAccount = '';
+  let saToken = '';
+  let s3: S3rver | undefined;
   const logLines: string[] = [];
 
   beforeAll(async () => {
@@ -56,6 +61,7 @@ describeEnv('the controllers flow under the chart RBAC against a real API server
     const identity = await installChartIdentity(cp, NS);
     rbac = identity.rbac;
     serviceAccount = identity.serviceAccount;
+    saToken = identity.token;
     // Longhorn's Replica CRD (Longhorn installs it, the chart does not): the controllers' informers list replicas and
     // wait for that list before they start. A schema-less stand-in is enough here.
     await installCrds(cp, [
@@ -114,6 +120,7 @@ describeEnv('the controllers flow under the chart RBAC against a real API server
     dataPlane?.close();
     await store?.close();
     await admin?.close();
+    await s3?.close();
     await cp?.stop();
     if (dataDir) await rm(dataDir, { recursive: true, force: true });
   }, 60_000);
@@ -218,4 +225,46 @@ describeEnv('the controllers flow under the chart RBAC against a real API server
     await eventually(async () => ((await pod(items[0]!.metadata.name)) ? true : undefined), 30_000, 'the manager pod again');
     await eventually(async () => ((await admin.get(BackingImageManagerKind, items[0]!.metadata.name, NS)).status?.message === '' ? true : undefined), 30_000, 'message cleared');
   }, 120_000);
+
+  it('S3 backup target: the credential Secret read under the chart RBAC, availability polled against s3rver (wrong key: 403; right key: available)', async () => {
+    s3 = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: path.join(dataDir, 's3'), configureBuckets: [{ name: 'lh-backups' }] });
+    const endpoint = `http://127.0.0.1:${(await s3.run()).port}`;
+    // s3rver knows one key pair (S3RVER / S3RVER) and refuses an unknown access key id with 403 InvalidAccessKeyId.
+    const secret = (keyId: string, secretKey: string) => ({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 's3-secret', namespace: NS },
+      stringData: { AWS_ACCESS_KEY_ID: keyId, AWS_SECRET_ACCESS_KEY: secretKey, AWS_ENDPOINTS: endpoint, unrelated: 'x' },
+    });
+    expect((await cp.request('POST', `/api/v1/namespaces/${NS}/secrets`, { body: secret('WRONGKEYID', 'wrong-secret-key-1') })).status).toBe(201);
+    // The account reads it (get on secrets in the namespace); the controllers' credential is Longhorn's keys only.
+    const sa = new KubeSecretStore({ kubeConfig: cp.kubeConfig(saToken), namespace: NS });
+    expect(await backupTargetCredential(sa, { spec: { credentialSecret: 's3-secret' } })).toEqual({ AWS_ACCESS_KEY_ID: 'WRONGKEYID', AWS_SECRET_ACCESS_KEY: 'wrong-secret-key-1', AWS_ENDPOINTS: endpoint });
+    await admin.create(BackupTargetKind, {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'BackupTarget',
+      metadata: { name: 'default', namespace: NS },
+      spec: { backupTargetURL: 's3://lh-backups@us-east-1/', credentialSecret: 's3-secret', pollInterval: '1s' },
+    });
+    const unavailable = await eventually(async () => {
+      const t = await admin.get(BackupTargetKind, 'default', NS);
+      const msg = t.status?.conditions?.find((c) => c.type === 'Unavailable')?.message ?? '';
+      return t.status?.available === false && /403/.test(msg) ? msg : undefined;
+    }, 30_000, 'the target unavailable with the 403').catch(async (err: Error) => {
+      const t = await admin.get(BackupTargetKind, 'default', NS);
+      throw new Error(`${err.message}; target status ${JSON.stringify(t.status)}; log: ${logLines.filter((l) => /target|secret/i.test(l)).slice(-5).join(' | ')}`);
+    });
+    expect(unavailable).not.toContain('wrong-secret-key-1');
+    expect(logLines.some((l) => l.includes('backup target default is not available') && l.includes('403'))).toBe(true);
+
+    const cur = (await cp.request('GET', `/api/v1/namespaces/${NS}/secrets/s3-secret`)).body as { metadata: { resourceVersion: string } };
+    const put = await cp.request('PUT', `/api/v1/namespaces/${NS}/secrets/s3-secret`, { body: { ...secret('S3RVER', 'S3RVER'), metadata: { ...secret('S3RVER', 'S3RVER').metadata, resourceVersion: cur.metadata.resourceVersion } } });
+    expect(put.status).toBe(200);
+    const ok = await eventually(async () => {
+      const t = await admin.get(BackupTargetKind, 'default', NS);
+      return t.status?.available === true ? t : undefined;
+    }, 30_000, 'the target available');
+    expect(ok.status?.conditions ?? []).toEqual([]);
+    expect(ok.status?.ownerID).toBe(NODE);
+  }, 90_000);
 });
