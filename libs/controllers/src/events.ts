@@ -4,6 +4,7 @@ export const EventReason = {
   Delete: 'Delete',
   Update: 'Update',
   FailedDeleting: 'FailedDeleting',
+  FailedStarting: 'FailedStarting',
   Unknown: 'Unknown',
   Fetching: 'Fetching',
   Syncing: 'Syncing',

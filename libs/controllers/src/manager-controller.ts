@@ -253,6 +253,7 @@ export class BackingImageManagerController extends Controller {
     status.currentState = transition(MANAGER_MACHINE, prev, workloadEvent(w, bim), name);
     const next = status.currentState;
     if (next === 'running') {
+      status.message = '';
       if (prev !== 'running') this.event(bim, 'Normal', EventReason.Running, 'Backing image manager becomes state running');
       status.ip = w.ip;
       status.storageIP = w.ip;
@@ -287,10 +288,18 @@ export class BackingImageManagerController extends Controller {
           this.queue.addAfter(name, this.restartBackoff.remaining(name) + 10);
         } else {
           this.restartBackoff.next(name);
-          await this.ctx.dataPlane.startManager(bim, {
-            scrubIntervalSeconds: await this.ctx.settings.int(SettingName.BackingImageScrubInterval),
-            scrubBandwidth: await this.ctx.settings.int(SettingName.BackingImageScrubBandwidth),
-          });
+          try {
+            await this.ctx.dataPlane.startManager(bim, {
+              scrubIntervalSeconds: await this.ctx.settings.int(SettingName.BackingImageScrubInterval),
+              scrubBandwidth: await this.ctx.settings.int(SettingName.BackingImageScrubBandwidth),
+            });
+          } catch (err) {
+            // Operators see why in the object (the reconcile's finally writes it), the log and an event.
+            status.message = `failed to start the backing image manager: ${errMessage(err)}`;
+            this.event(bim, 'Warning', EventReason.FailedStarting, status.message);
+            throw err;
+          }
+          status.message = '';
           status.currentState = transition(MANAGER_MACHINE, next, 'workload-created', name);
           this.event(bim, 'Normal', EventReason.Create, `Starting backing image manager ${name} on node ${bim.spec?.nodeID} disk ${bim.spec?.diskUUID}`);
         }

@@ -20,6 +20,7 @@ import {
 } from '@bis/datastore';
 import { ApiAccess, type ApiVerb } from './api-access.js';
 import { isApiException, statusToError } from './status-errors.js';
+import { WireFormat } from './wire-format.js';
 
 export interface KubeDatastoreOptions {
   kubeConfig: KubeConfig;
@@ -31,6 +32,11 @@ export interface KubeDatastoreOptions {
   unconditionalUpdateRetries?: number;
   /** Consecutive failed watch re-connects before the watch fails. Default 5. */
   watchReconnectAttempts?: number;
+  /**
+   * The serialisation of objects to and from the API server (default: the Longhorn kinds of `@bis/crd-types`, empty
+   * optional strings omitted on write and read back as empty; see {@link WireFormat}).
+   */
+  wireFormat?: WireFormat;
 }
 
 /** Converts a datastore label selector to the query-string syntax of the Kubernetes API. */
@@ -65,6 +71,7 @@ export class KubeDatastore implements Datastore {
   private readonly defaultNamespace: string | undefined;
   private readonly updateRetries: number;
   private readonly reconnects: number;
+  private readonly wire: WireFormat;
   private readonly open = new Set<AbortController>();
   private closed = false;
 
@@ -75,6 +82,12 @@ export class KubeDatastore implements Datastore {
     this.defaultNamespace = opts.defaultNamespace;
     this.updateRetries = opts.unconditionalUpdateRetries ?? 5;
     this.reconnects = opts.watchReconnectAttempts ?? 5;
+    this.wire = opts.wireFormat ?? new WireFormat();
+  }
+
+  /** An object as the API server answered it, as the code reads it. */
+  private read<T>(kind: ResourceKind, obj: T): T {
+    return this.wire.fromWire(obj, kind);
   }
 
   private target(kind: ResourceKind, verb: ApiVerb, sub = ''): { group: string; version: string; plural: string } {
@@ -104,9 +117,10 @@ export class KubeDatastore implements Datastore {
   async get<T extends KubeObject>(kind: ResourceKind<T>, name: string, namespace?: string): Promise<Stored<T>> {
     const t = this.target(kind, 'get');
     const ns = this.ns(kind, namespace, name);
-    return this.call(kind, name, () =>
+    const got = (await this.call(kind, name, () =>
       ns === undefined ? this.api.getClusterCustomObject({ ...t, name }) : this.api.getNamespacedCustomObject({ ...t, namespace: ns, name }),
-    ) as Promise<Stored<T>>;
+    )) as Stored<T>;
+    return this.read(kind, got);
   }
 
   async list<T extends KubeObject>(kind: ResourceKind<T>, opts: ListOptions = {}): Promise<ListResult<T>> {
@@ -126,7 +140,7 @@ export class KubeDatastore implements Datastore {
       }
       throw err;
     })) as { items?: Stored<T>[]; metadata?: { resourceVersion?: string } };
-    const items = (res.items ?? []).map((o) => ({ ...o, apiVersion: o.apiVersion ?? kind.apiVersion, kind: o.kind ?? kind.kind }));
+    const items = (res.items ?? []).map((o) => this.read(kind, { ...o, apiVersion: o.apiVersion ?? kind.apiVersion, kind: o.kind ?? kind.kind }));
     return { items, resourceVersion: res.metadata?.resourceVersion ?? '' };
   }
 
@@ -138,10 +152,10 @@ export class KubeDatastore implements Datastore {
     const t = this.target(kind, 'create');
     const name = obj.metadata?.name ?? '';
     const ns = this.ns(kind, obj.metadata?.namespace, name);
-    const body = { ...obj, metadata: { ...obj.metadata, ...(ns ? { namespace: ns } : {}) } };
-    const created = (await this.call(kind, name, () =>
+    const body = this.wire.toWire({ ...obj, metadata: { ...obj.metadata, ...(ns ? { namespace: ns } : {}) } }, kind);
+    const created = this.read(kind, (await this.call(kind, name, () =>
       ns === undefined ? this.api.createClusterCustomObject({ ...t, body }) : this.api.createNamespacedCustomObject({ ...t, namespace: ns, body }),
-    )) as Stored<T>;
+    )) as Stored<T>);
     const status = (obj as { status?: unknown }).status;
     if (opts?.keepStatus && kind.statusSubresource && status !== undefined) {
       return this.updateStatus(kind, { ...created, status } as T);
@@ -176,16 +190,16 @@ export class KubeDatastore implements Datastore {
         }
         body = { ...obj, metadata: { ...obj.metadata, resourceVersion: cur.metadata.resourceVersion } };
       }
-      const withNs = { ...body, metadata: { ...body.metadata, ...(ns ? { namespace: ns } : {}) } };
+      const withNs = this.wire.toWire({ ...body, metadata: { ...body.metadata, ...(ns ? { namespace: ns } : {}) } }, kind);
       try {
-        return (await this.call(kind, name, () => {
+        return this.read(kind, (await this.call(kind, name, () => {
           if (ns === undefined) {
             return sub ? this.api.replaceClusterCustomObjectStatus({ ...t, name, body: withNs }) : this.api.replaceClusterCustomObject({ ...t, name, body: withNs });
           }
           return sub
             ? this.api.replaceNamespacedCustomObjectStatus({ ...t, namespace: ns, name, body: withNs })
             : this.api.replaceNamespacedCustomObject({ ...t, namespace: ns, name, body: withNs });
-        })) as Stored<T>;
+        })) as Stored<T>);
       } catch (err) {
         if (conditional || !isConflict(err) || attempt >= this.updateRetries) throw err;
       }
@@ -214,7 +228,7 @@ export class KubeDatastore implements Datastore {
         metadata: { name: st.details?.name ?? name, ...(ns ? { namespace: ns } : {}), ...(st.details?.uid ? { uid: st.details.uid } : {}) },
       } as unknown as Stored<T>;
     }
-    return res as Stored<T>;
+    return this.read(kind, res as Stored<T>);
   }
 
   watch<T extends KubeObject>(kind: ResourceKind<T>, opts: WatchOptions = {}): AsyncIterable<WatchEvent<T>> {
@@ -318,7 +332,7 @@ export class KubeDatastore implements Datastore {
           }
           if (ev.type !== 'ADDED' && ev.type !== 'MODIFIED' && ev.type !== 'DELETED') continue;
           lastDelivered = Date.now();
-          yield { type: ev.type, object: ev.object as unknown as Stored<T> };
+          yield { type: ev.type, object: this.read(kind, ev.object as unknown as Stored<T>) };
         }
       } finally {
         opts.signal?.removeEventListener('abort', onAbort);

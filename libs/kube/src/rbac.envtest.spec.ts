@@ -16,10 +16,7 @@ import { ControlPlane, envtestAssets, installCrds } from './testing/envtest.js';
  * ServiceAccount bound only by the chart's rendered Role / ClusterRole (token from the TokenRequest API), never admin.
  * Nothing plays the kubelet: pods stay Pending. Needs KUBEBUILDER_ASSETS; skipped otherwise.
  *
- * The whole controllers flow (ControllerManager + NodeDiskReporter with this identity) is not run here: the
- * kube-apiserver v1.20.2 build used by .ci/run was compiled with Go 1.19, and with Go >= 1.16 that release's CRD
- * validation rejects every empty string as "null" (kubernetes/kubernetes#99804, fixed in 1.21), while the controllers
- * write empty strings (condition messages, diskDriver). Upstream 1.20 binaries (setup-envtest) do not have that bug.
+ * The whole controllers flow with this identity is controllers-flow.envtest.spec.ts.
  */
 const assets = envtestAssets();
 if (!assets.dir) console.warn(`rbac.envtest.spec.ts skipped: ${assets.reason}`);

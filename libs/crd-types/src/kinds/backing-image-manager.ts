@@ -52,6 +52,7 @@ export const backingImageManagerStatusSchema = s.object(
     storageIP: s.string(),
     apiMinVersion: s.int(),
     apiVersion: s.int(),
+    message: s.string({ description: 'Why the manager is not running, e.g. its pod could not be created (our extension; empty when running).' }),
     diskScrub: diskScrubStatusSchema,
   },
   { description: 'BackingImageManagerStatus is the observed state of a backing image manager.' },

@@ -129,6 +129,7 @@ export function fullBackingImageManager(): BackingImageManager {
       storageIP: '10.1.0.5',
       apiMinVersion: 1,
       apiVersion: 3,
+      message: '',
       diskScrub: { lastScrubTime: '2024-01-01T00:00:00.000Z', lastScrubResult: 'ok', lastScrubMessage: '', lastScrubFiles: 1, scrubbing: '' },
     },
   };
