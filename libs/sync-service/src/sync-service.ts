@@ -16,7 +16,7 @@ import {
   type SourceResult,
 } from '@bis/file-sources/core';
 import { readSyncingFileConfig, writeSyncingFileConfig } from './backing-cfg.js';
-import { SyncFileNotFoundError, SyncServiceError, errorMessage } from './errors.js';
+import { SyncFileNotFoundError, SyncInvalidArgumentError, SyncServiceError, errorMessage } from './errors.js';
 import { hashFile, readVirtualSize, removeFile, statFile, statFileIfExists } from './file-util.js';
 import { DEFAULT_DISK_PATH, cfgPathOf, tmpPathOf } from './layout.js';
 import { SyncingFile, type DataEngine, type FileInfo } from './syncing-file.js';
@@ -186,7 +186,7 @@ export interface DownloadHandle {
 
 function requireMultipleOf512(size: number, what = 'file'): void {
   if (!Number.isSafeInteger(size) || size <= 0 || size % 512 !== 0) {
-    throw new SyncServiceError(
+    throw new SyncInvalidArgumentError(
       `the ${what} size ${size} should be a multiple of 512 bytes since Longhorn uses directIO by default`,
     );
   }
