@@ -56,7 +56,7 @@ export interface SyncServiceOptions {
   monitorIntervalMs?: number;
   /** A started file must see its first byte within this time (Longhorn: 60 s). */
   beginTimeoutMs?: number;
-  /** A peer receiver fails after this long without a request (Longhorn: 300 s). */
+  /** A peer receiver fails after this long without a request or data from its sender (default 30 s; Longhorn: 300 s without a request). */
   receiverIdleTimeoutMs?: number;
   /** Concurrent sends per file (Longhorn: 3). */
   sendingLimit?: number;

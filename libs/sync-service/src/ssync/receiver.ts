@@ -56,8 +56,18 @@ export interface SsyncReceiverOptions {
   /** Expected file size; the sender's `open` must announce the same size (0 = accept the sender's). */
   size: number;
   signal?: AbortSignal;
-  /** Fail when no request arrives for this long (Longhorn: 300 s). */
+  /**
+   * Stall timeout: fail when the sender sends nothing for this long while the receiver waits for it — no request,
+   * and no piece of a request's body (a piece is up to one slab, 2 MiB: a sender slower than 2 MiB per timeout counts
+   * as stalled). Time the receiver itself is busy (writing, verifying, syncing to disk) does not count. Default 30 s
+   * (Longhorn: 300 s without a request).
+   */
   idleTimeoutMs?: number;
+  /**
+   * A request whose connection closed in the middle of its body means the sender is gone (killed, or its host lost):
+   * the receive fails when no new request follows within this long. Default 2 s.
+   */
+  senderGoneTimeoutMs?: number;
   /** Called with the number of data bytes written so far. */
   onProgress?: (dataBytes: number) => void;
   /** Used for `sendHole` when the target existed before (a fresh target is already sparse after truncation). */
@@ -328,7 +338,7 @@ function intParam(url: URL, name: string): number {
  * - `getChecksum` answers `null` (= "send the data") unless the range is data in a target that existed before.
  */
 export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<SsyncReceiver> {
-  const idleTimeoutMs = opts.idleTimeoutMs ?? 300_000;
+  const idleTimeoutMs = opts.idleTimeoutMs ?? 30_000;
   opts.signal?.throwIfAborted();
   let fileAlreadyExists = false;
   try {
@@ -485,12 +495,39 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
     void Promise.allSettled([...inflight]).then(() => finish(fatal));
   };
 
-  const armIdle = () => {
+  // The stall timer: re-armed by every request and every piece of a body read from the sender; it fails the receive
+  // only while the receiver waits for the sender (requests in flight that are not reading from it mean the receiver is
+  // busy, and the timer starts again). A connection closed in the middle of a body shortens it: the sender is gone.
+  let readingFromSender = 0;
+  const stalled = () => `no request from the sender in ${Math.round(idleTimeoutMs / 1000)} seconds`;
+  const armIdle = (ms = idleTimeoutMs, why: () => string = stalled) => {
     if (idleTimer) clearTimeout(idleTimer);
     idleTimer = setTimeout(() => {
-      void finish(new SsyncReceiveError(`no request from the sender in ${Math.round(idleTimeoutMs / 1000)} seconds`));
-    }, idleTimeoutMs);
+      if (finished) return;
+      if (inflight.size > readingFromSender) return armIdle();
+      void finish(new SsyncReceiveError(why()));
+    }, ms);
     idleTimer.unref();
+  };
+  const senderGone = (err: unknown) =>
+    armIdle(
+      opts.senderGoneTimeoutMs ?? 2000,
+      () =>
+        `no request from the sender in ${Math.round((opts.senderGoneTimeoutMs ?? 2000) / 1000)} seconds after its connection closed in the middle of a request (${(err as Error).message}): the sender is gone`,
+    );
+  const readFromSender = async (req: ReceiverHttpRequest, into: Buffer): Promise<number> => {
+    readingFromSender++;
+    try {
+      const got = await req.readInto(into);
+      if (got < into.length) senderGone(new Error(`the body ended after ${got} of ${into.length} bytes`));
+      else armIdle();
+      return got;
+    } catch (err) {
+      senderGone(err);
+      throw err;
+    } finally {
+      readingFromSender--;
+    }
   };
   const onAbort = () => {
     void finish(new SsyncReceiveError('receiving cancelled'));
@@ -605,7 +642,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
             let n = Math.min(end - pos - fill, slab.buffer.length - fill);
             // with a chain, pieces end at segment boundaries so that whole segments are verified in flight
             if (segmentCut > 0) n = Math.min(n, segmentCut - ((pos + fill) % segmentCut));
-            const got = await req.readInto(slab.buffer.subarray(fill, fill + n));
+            const got = await readFromSender(req, slab.buffer.subarray(fill, fill + n));
             fill += got;
             if (got < n) throw new HttpProtocolError(400, `short writeData body: got ${pos + fill - begin} of ${end - begin} bytes`);
             if (fill === slab.buffer.length || (segmentCut > 0 && (pos + fill) % segmentCut === 0)) await writeSlab();
