@@ -27,7 +27,6 @@ const NOT_READY_DISK_MESSAGE = (d: string) =>
 /** Longhorn's BackingImage controller (§3.1). */
 export class BackingImageController extends Controller {
   readonly name = 'backing-image';
-  protected readonly maxRetries = 3;
 
   constructor(ctx: ControllerContext) {
     super(ctx);

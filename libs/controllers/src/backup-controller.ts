@@ -26,7 +26,6 @@ const targetAvailable = (t: BackupTarget | undefined) => !!t && !t.metadata.dele
 export class BackupBackingImageController extends Controller {
   readonly name = 'backup-backing-image';
   /** BBI keys are requeued without limit. */
-  protected readonly maxRetries = Number.POSITIVE_INFINITY;
   private readonly monitors = new Map<string, BackupMonitor>();
 
   constructor(ctx: ControllerContext) {

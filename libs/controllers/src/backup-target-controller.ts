@@ -21,7 +21,6 @@ export function parseGoDuration(s: string): number | undefined {
 /** Polls each backup target: availability (`status.available`) and the BBIs of the backups it holds. */
 export class BackupTargetController extends Controller {
   readonly name = 'backup-target';
-  protected readonly maxRetries = 3;
 
   constructor(ctx: ControllerContext) {
     super(ctx);

@@ -67,13 +67,13 @@ export const DEFAULT_TIMING: ControllerTiming = {
 
 /**
  * A level-triggered controller: keys (object names) go through `@bis/datastore`'s rate-limited work queue and
- * reconciler loop to `reconcile`. On error a key is requeued with rate limiting while it has fewer than `maxRetries`
- * requeues, then dropped (the periodic resync brings it back). Conflicts requeue at once without counting as errors.
+ * reconciler loop to `reconcile`. On error a key is requeued with backoff (`RETRY_BOUNDS.reconcile`: exponential with
+ * jitter, capped, never dropped); a `PermanentError` is not retried (the reconcile recorded it in the status).
+ * Conflicts requeue at once without counting as errors.
  */
 export abstract class Controller {
   private readonly loop: Reconciler;
   abstract readonly name: string;
-  protected abstract readonly maxRetries: number;
 
   constructor(protected readonly ctx: ControllerContext) {
     this.loop = new Reconciler({
@@ -81,7 +81,6 @@ export abstract class Controller {
       reconcile: async (key) => {
         await this.reconcile(key);
       },
-      maxRetries: Infinity,
       rateLimiter: ctx.timing.rateLimiter,
       quietDrop: isNotFound,
       logger: { error: (msg, err) => ctx.log.warn(`${msg}: ${err instanceof Error ? err.message : String(err)}`) },
@@ -99,8 +98,6 @@ export abstract class Controller {
   }
 
   start(workers: number): void {
-    // maxRetries is an abstract field of the subclass: only readable once construction finished.
-    this.loop.setMaxRetries(this.maxRetries);
     this.loop.start(undefined, workers);
   }
 

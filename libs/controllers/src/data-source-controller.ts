@@ -33,7 +33,6 @@ interface Monitor {
 /** Longhorn's BackingImageDataSource controller (§3.2). */
 export class BackingImageDataSourceController extends Controller {
   readonly name = 'backing-image-data-source';
-  protected readonly maxRetries = 3;
   private readonly monitors = new Map<string, Monitor>();
   /** Data sources waiting for room in the data plane, oldest first. */
   private readonly deferred = new Set<string>();

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { cidrContains, normalizeBackingImageName } from './actions.js';
+import { seededRandom } from '@bis/datastore';
 import { Backoff } from './backoff.js';
 import { isResponsibleFor } from './base-controller.js';
 import { BACKUP_MACHINE, backupEventForProgress, transition } from '@bis/state-machine';
@@ -14,7 +15,7 @@ import { aggregateFileStatus } from './status.js';
 describe('Backoff (flowcontrol semantics)', () => {
   it('starts at initial, doubles up to max, and expires after 2×max without updates', () => {
     let now = 0;
-    const b = new Backoff(1000, 5000, () => now);
+    const b = new Backoff(1000, 5000, () => now, { jitter: 0 });
     expect(b.isInBackOffSinceUpdate('x')).toBe(false);
     b.next('x');
     expect(b.get('x')).toBe(1000);
@@ -33,6 +34,35 @@ describe('Backoff (flowcontrol semantics)', () => {
     expect(b.get('x')).toBe(1000);
     b.reset('x');
     expect(b.isInBackOffSinceUpdate('x')).toBe(false);
+  });
+});
+
+describe('Backoff (the one retry policy, with jitter)', () => {
+  it('counts attempts, jitters each window within [d·0.8, d] reproducibly, and reports when the next retry is', () => {
+    let now = 0;
+    const run = () => {
+      const b = new Backoff(60_000, 300_000, () => now, { random: seededRandom(3) });
+      const windows: number[] = [];
+      for (let i = 0; i < 6; i++) {
+        b.next('f');
+        windows.push(b.get('f'));
+      }
+      return { b, windows };
+    };
+    const { b, windows } = run();
+    expect(run().windows).toEqual(windows);
+    const nominal = [60_000, 120_000, 240_000, 300_000, 300_000, 300_000];
+    windows.forEach((w, i) => {
+      expect(w).toBeLessThanOrEqual(nominal[i]!);
+      expect(w).toBeGreaterThanOrEqual(nominal[i]! * 0.8);
+    });
+    expect(b.attempts('f')).toBe(6);
+    expect(b.nextAt('f')).toBe(windows[5]);
+    now = 1000;
+    expect(b.remaining('f')).toBe(windows[5]! - 1000);
+    b.reset('f');
+    expect(b.attempts('f')).toBe(0);
+    expect(b.nextAt('f')).toBeUndefined();
   });
 });
 

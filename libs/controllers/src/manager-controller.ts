@@ -1,9 +1,10 @@
 import { isGrpcStatus, MANAGER_API_MIN_VERSION, MANAGER_API_VERSION } from '@bis/bimrpc';
 import type { BackingImageFileInfo, BackingImageManagerStatus } from '@bis/crd-types';
-import { isConflict, type Stored } from '@bis/datastore';
+import { formatRetryDelay, isConflict, isPermanentError, PermanentError, type Stored } from '@bis/datastore';
 import { FILE_MACHINE, IllegalTransitionError, MANAGER_MACHINE, transition, type ManagerEvent } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
+import { failedCopyMessage } from './disk-errors.js';
 import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
 import type { WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
@@ -27,7 +28,7 @@ type NodeFile = { diskUUID: string; biName: string; state: string };
 export const FILE_REQUEST_GRACE_MS = 30_000;
 
 /** gRPC status codes used here (grpc-js `status`). */
-const grpcStatus = { NOT_FOUND: 5, ALREADY_EXISTS: 6 } as const;
+const grpcStatus = { INVALID_ARGUMENT: 3, NOT_FOUND: 5, ALREADY_EXISTS: 6 } as const;
 
 interface Monitor {
   address: string;
@@ -71,7 +72,6 @@ function workloadEvent(w: WorkloadStatus, bim: BackingImageManager): ManagerEven
 /** Longhorn's BackingImageManager controller (§3.3). */
 export class BackingImageManagerController extends Controller {
   readonly name = 'backing-image-manager';
-  protected readonly maxRetries = 3;
   private readonly monitors = new Map<string, Monitor>();
   /** Per-manager file backoff (1 → 5 min), keyed by BI name inside. */
   private readonly fileBackoffs = new Map<string, Backoff>();
@@ -81,6 +81,8 @@ export class BackingImageManagerController extends Controller {
   private readonly gcTimer: NodeJS.Timeout;
   /** Fetch/Sync calls made and not yet visible in the manager's file map: manager name → BI name → when. */
   private readonly requested = new Map<string, Map<string, number>>();
+  /** The attempt whose failure the monitor last saw, per manager and BI (its backoff window starts when it is seen). */
+  private readonly failureSeen = new Map<string, Map<string, number>>();
   /** Managers that found the per-node replenish limit reached, by node: enqueued when a copy on the node finishes. */
   private readonly waitingForSlot = new Map<string, Set<string>>();
 
@@ -200,6 +202,7 @@ export class BackingImageManagerController extends Controller {
     this.syncLimiter.dropDisk(bim.spec?.diskUUID ?? '');
     this.stopMonitor(name);
     this.fileBackoffs.delete(name);
+    this.failureSeen.delete(name);
     this.requested.delete(name);
     for (const w of this.waitingForSlot.values()) w.delete(name);
     this.restartBackoff.reset(name);
@@ -332,7 +335,8 @@ export class BackingImageManagerController extends Controller {
     }
   }
 
-  private async deleteFile(bim: BackingImageManager, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>, biName: string, uuid: string): Promise<void> {
+  /** `keepBackoff`: a failed copy removed to be tried again keeps its backoff (resetting it made a retry storm). */
+  private async deleteFile(bim: BackingImageManager, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>, biName: string, uuid: string, keepBackoff = false): Promise<void> {
     try {
       await api.delete(biName, uuid);
     } catch (err) {
@@ -340,7 +344,7 @@ export class BackingImageManagerController extends Controller {
     }
     delete status.backingImageFileMap![biName];
     this.requested.get(bim.metadata.name)?.delete(biName);
-    this.fileBackoff(bim.metadata.name).reset(biName);
+    if (!keepBackoff) this.fileBackoff(bim.metadata.name).reset(biName);
     this.event(bim, 'Normal', EventReason.Delete, `Deleted backing image ${biName} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID}`);
   }
 
@@ -363,7 +367,15 @@ export class BackingImageManagerController extends Controller {
       const failedHere = own ? own.state === 'failed' : file.state === 'failed';
       if (!failedHere) continue;
       const otherHealthy = Object.entries(bi.status?.diskFileStatusMap ?? {}).some(([d, s]) => d !== disk && s.state !== 'failed');
-      if (otherHealthy) await this.deleteFile(bim, status, api, biName, file.uuid ?? '');
+      if (!otherHealthy) continue;
+      // The failed copy stays (its state and message visible) until its backoff window ends; then it is removed and
+      // synced again in this reconcile.
+      const backoff = this.fileBackoff(bim.metadata.name);
+      if (file.state === 'failed' && backoff.isInBackOffSinceUpdate(biName)) {
+        this.queue.addAfter(bim.metadata.name, backoff.remaining(biName) + 10);
+        continue;
+      }
+      await this.deleteFile(bim, status, api, biName, file.uuid ?? '', true);
     }
   }
 
@@ -423,6 +435,17 @@ export class BackingImageManagerController extends Controller {
                 dataSourceAddress: dsAddress,
               });
             } catch (err) {
+              if (isGrpcStatus(err, grpcStatus.INVALID_ARGUMENT)) {
+                // The manager can never take this file (e.g. its size is not a multiple of 512): retrying is useless.
+                // The first file fails now with the cause; the image's recovery takes it from there.
+                const message = `the backing image manager ${name} refused the first file: ${errMessage(err)}`;
+                const cur = await getOrUndefined(store.get(BackingImageDataSourceKind, biName, namespace));
+                if (cur && cur.status?.currentState !== 'failed' && cur.status?.currentState !== 'failed-and-cleanup') {
+                  await store.updateStatus(BackingImageDataSourceKind, { ...cur, status: { ...cur.status, currentState: transition(FILE_MACHINE, cur.status?.currentState ?? '', 'fail', `data source ${biName}`), message } });
+                }
+                this.event(bim, 'Warning', EventReason.Error, message);
+                throw new PermanentError(message, { cause: err });
+              }
               if (!isAlreadyExistsError(err)) throw err;
             }
             markRequested(biName);
@@ -475,7 +498,9 @@ export class BackingImageManagerController extends Controller {
       this.event(bim, 'Normal', EventReason.Syncing, `Syncing backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID} from ${sender.name}(${from})`);
       break;
     }
-    const failedFetch = (await Promise.allSettled(fetches)).find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    const rejected = (await Promise.allSettled(fetches)).filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+    // a permanent refusal was recorded in its data source's status; another failure is retried with backoff
+    const failedFetch = rejected.find((r) => !isPermanentError(r.reason)) ?? rejected[0];
     if (failedFetch) throw failedFetch.reason;
     const node = bim.spec?.nodeID ?? '';
     if (waiting > 0) {
@@ -491,6 +516,39 @@ export class BackingImageManagerController extends Controller {
   }
 
   // ------------------------------------------------------------ monitor: Watch() + 1 s ticker with forced List
+
+  /**
+   * A ready copy clears its backoff. A failed copy's message names the disk, the disk condition (ENOSPC, EIO, …) and
+   * when it is tried again; the backoff window of the failed attempt starts when its failure is first seen, and the
+   * manager is reconciled when it ends.
+   */
+  private describeFailures(bim: BackingImageManager, map: Record<string, BackingImageFileInfo>): void {
+    const name = bim.metadata.name;
+    const backoff = this.fileBackoff(name);
+    let seen = this.failureSeen.get(name);
+    if (!seen) this.failureSeen.set(name, (seen = new Map()));
+    const diskUUID = bim.spec?.diskUUID ?? '';
+    const disk = this.ctx.informers.cached(NodeKind).flatMap((n) => Object.entries(n.status?.diskStatus ?? {})).find(([, d]) => d.diskUUID === diskUUID)?.[0] ?? diskUUID;
+    for (const [bi, f] of Object.entries(map)) {
+      if (f.state === 'ready') {
+        backoff.reset(bi);
+        seen.delete(bi);
+        continue;
+      }
+      if (f.state !== 'failed') continue;
+      const attempt = backoff.attempts(bi);
+      if (attempt === 0) {
+        map[bi] = { ...f, message: failedCopyMessage(disk, f.message ?? '') };
+        continue;
+      }
+      if (seen.get(bi) !== attempt) {
+        seen.set(bi, attempt);
+        backoff.restart(bi);
+        this.queue.addAfter(name, backoff.remaining(bi) + 10);
+      }
+      map[bi] = { ...f, message: failedCopyMessage(disk, f.message ?? '', { attempt, inText: formatRetryDelay(backoff.get(bi)) }) };
+    }
+  }
 
   private startMonitor(name: string, address: string): void {
     const existing = this.monitors.get(name);
@@ -583,7 +641,7 @@ export class BackingImageManagerController extends Controller {
       const map = fileMapFromList(listed);
       // the disk's scrub (absent from a Longhorn manager's answer: the status keeps what it had)
       const scrub = listed.diskScrub;
-      for (const [bi, f] of Object.entries(map)) if (f.state === 'ready') this.fileBackoff(name).reset(bi);
+      this.describeFailures(first, map);
       // The list is fresh: a write that conflicts (the spec or the reconcile's status changed meanwhile, frequent while
       // many images are added) is retried at once on the latest object instead of a tick later.
       let bim: typeof first | undefined = first;

@@ -12,7 +12,6 @@ import { nodeInfo } from './topology.js';
  */
 export class NodeController extends Controller {
   readonly name = 'node';
-  protected readonly maxRetries = 3;
 
   constructor(ctx: ControllerContext) {
     super(ctx);

@@ -3,6 +3,7 @@ import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Controller } from './controller.js';
+import { PermanentError } from './retry.js';
 import { EmbeddedDatastore } from './embedded/embedded-store.js';
 import { ConflictError } from './errors.js';
 import { Informer, SharedInformers, splitKey, type SharedInformerEventType } from './informer.js';
@@ -117,26 +118,53 @@ describe('Informer and Controller over the embedded store', () => {
     await Promise.all(runs);
   });
 
-  it('drops a key after maxRetries', async () => {
+  it('never drops a failing key: it is retried with backoff until it succeeds', async () => {
     const inf = new Informer({ store, kind: WidgetKind, namespace: 'ns' });
     let calls = 0;
     const errors: string[] = [];
     const ctrl = new Controller({
       name: 'failing',
       workers: 1,
-      maxRetries: 3,
       rateLimiter: { baseDelayMs: 1, maxDelayMs: 5, qps: 0 },
       logger: { error: (m) => errors.push(m) },
       async reconcile() {
         calls++;
-        throw new Error('always');
+        // fails far more often than any retry limit would allow, then recovers
+        if (calls < 12) throw new Error('always');
       },
     }).watch(inf);
     const runs = [inf.run(ac.signal), ctrl.run(ac.signal)];
     await store.create(WidgetKind, w('x', 1));
-    await eventually(() => errors.some((e) => e.includes('dropping ns/x after 3 retries')), 3000, 'drop');
-    await new Promise((r) => setTimeout(r, 50));
-    expect(calls).toBe(4);
+    await eventually(() => calls >= 12, 5000, 'the key is reconciled again after 11 failures');
+    expect(errors.filter((e) => e.includes('reconcile ns/x failed'))).toHaveLength(11);
+    expect(errors.some((e) => e.includes('dropping'))).toBe(false);
+    expect(ctrl.queue.numRequeues('ns/x')).toBe(0);
+    ac.abort();
+    await Promise.all(runs);
+  });
+
+  it('does not retry a permanent error; the next event brings the key back', async () => {
+    const inf = new Informer({ store, kind: WidgetKind, namespace: 'ns' });
+    let calls = 0;
+    const errors: string[] = [];
+    const ctrl = new Controller({
+      name: 'permanent',
+      workers: 1,
+      rateLimiter: { baseDelayMs: 1, maxDelayMs: 5, qps: 0 },
+      logger: { error: (m) => errors.push(m) },
+      async reconcile() {
+        calls++;
+        throw new PermanentError('cannot ever work');
+      },
+    }).watch(inf);
+    const runs = [inf.run(ac.signal), ctrl.run(ac.signal)];
+    const created = await store.create(WidgetKind, w('p', 1));
+    await eventually(() => errors.some((e) => e.includes('reconcile ns/p failed permanently')), 3000, 'permanent failure logged');
+    // a retry would come within 5 ms; an event-free wait well beyond it shows none came
+    await new Promise((r) => setTimeout(r, 100));
+    expect(calls).toBe(1);
+    await store.update(WidgetKind, { ...created, spec: { size: 2 } });
+    await eventually(() => calls === 2, 3000, 'the update enqueues the key again');
     ac.abort();
     await Promise.all(runs);
   });

@@ -1,4 +1,5 @@
 import { isConflict } from './errors.js';
+import { isPermanentError } from './retry.js';
 import { objectKey, type Informer } from './informer.js';
 import type { KubeObject, Stored } from './types.js';
 import { WorkQueue, type RateLimiterOptions } from './workqueue.js';
@@ -20,29 +21,27 @@ export interface ControllerOptions {
   reconcile(key: string, signal: AbortSignal): Promise<ReconcileResult | void>;
   /** Default 5 (Longhorn). */
   workers?: number;
-  /** Retries with backoff before a failing key is dropped until its next event/resync. Default Infinity; Longhorn's BI/BIDS/BIM controllers use 3. */
-  maxRetries?: number;
   rateLimiter?: RateLimiterOptions;
   logger?: ControllerLogger;
-  /** Whether a key that failed `maxRetries` times with this error is dropped without an error log (e.g. NotFound: the object is gone). */
+  /** Whether a key that failed with this error is not retried and not logged (e.g. NotFound: the object is gone; its next event brings it back). */
   quietDrop?: (err: unknown) => boolean;
 }
 
 /**
  * The reconciler loop: informers feed keys into a rate-limited WorkQueue; N workers call `reconcile`.
- * A thrown error re-adds the key with per-item backoff (up to maxRetries); a Conflict re-adds it at once
- * without counting (another writer won; re-read and converge).
+ * A thrown error re-adds the key with per-item exponential backoff with jitter, capped, for as long as it fails (a key
+ * is never dropped for good, as in controller-runtime); a Conflict re-adds it at once without counting (another writer
+ * won; re-read and converge). A {@link PermanentError} is logged and not retried: the reconcile that threw it recorded
+ * the failure in the object's status (`failed` with the cause), and the object's next change brings the key back.
  */
 export class Controller {
   readonly queue: WorkQueue<string>;
   private readonly informers: Informer<KubeObject>[] = [];
   private workers: Promise<void>[] = [];
-  private maxRetries: number;
   private readonly stopper = new AbortController();
 
   constructor(private readonly opts: ControllerOptions) {
     this.queue = new WorkQueue<string>(opts.rateLimiter);
-    this.maxRetries = opts.maxRetries ?? Infinity;
   }
 
   /** Enqueue keys from an informer's events; `map` turns an object into the keys to reconcile (default: its own key). */
@@ -69,11 +68,6 @@ export class Controller {
     this.start(signal);
     await Promise.all(this.workers);
     signal.removeEventListener('abort', onAbort);
-  }
-
-  /** Changes the retry limit (for subclasses whose limit is known only after construction). */
-  setMaxRetries(n: number): void {
-    this.maxRetries = n;
   }
 
   /** Starts the workers now (without waiting for informers); `stop` ends them. */
@@ -104,12 +98,15 @@ export class Controller {
         if (isConflict(err)) {
           // Marked dirty while processing: done() below hands it out again.
           this.queue.add(key);
-        } else if (this.queue.numRequeues(key) < this.maxRetries) {
-          this.queue.addRateLimited(key);
-        } else {
+        } else if (this.opts.quietDrop?.(err)) {
           this.queue.forget(key);
-          if (!this.opts.quietDrop?.(err)) this.opts.logger?.error(`${this.opts.name}: dropping ${key} after ${this.maxRetries} retries`, err);
           continue;
+        } else if (isPermanentError(err)) {
+          this.queue.forget(key);
+          this.opts.logger?.error(`${this.opts.name}: reconcile ${key} failed permanently (not retried)`, err);
+          continue;
+        } else {
+          this.queue.addRateLimited(key);
         }
         if (!isConflict(err)) this.opts.logger?.error(`${this.opts.name}: reconcile ${key} failed`, err);
       } finally {

@@ -5,6 +5,7 @@ export { compileSelector, parseLabelSelector, isValidLabelKey, isValidLabelValue
 export { EmbeddedDatastore, type EmbeddedDatastoreOptions } from './embedded/embedded-store.js';
 export { StoreLogCorruptError } from './embedded/log-file.js';
 export { WorkQueue, ItemExponentialRateLimiter, type RateLimiterOptions } from './workqueue.js';
+export { RETRY_BOUNDS, retryDelay, seededRandom, PermanentError, isPermanentError, formatRetryDelay, type RetryBounds, type RandomSource } from './retry.js';
 export { ManualClock, systemClock, type Clock, type TimerHandle } from './clock.js';
 export { Informer, SharedInformers, objectKey, splitKey, sleep, type InformerHandler, type InformerOptions, type SharedInformerEventType, type SharedInformerHandler, type SharedInformersOptions } from './informer.js';
 export { Controller, type ControllerOptions, type ReconcileResult, type ControllerLogger } from './controller.js';

@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { ItemExponentialRateLimiter, WorkQueue } from './workqueue.js';
 import { ManualClock } from './clock.js';
+import { seededRandom } from './retry.js';
 
 /** Lets every queued callback and promise reaction run (one macrotask turn). */
 const settle = () => new Promise<void>((r) => setImmediate(r));
@@ -73,7 +74,7 @@ describe('WorkQueue', () => {
   });
 
   it('addRateLimited backs off exponentially per item; forget resets', async () => {
-    const rl = new ItemExponentialRateLimiter<string>({ baseDelayMs: 5, maxDelayMs: 40, qps: 0 });
+    const rl = new ItemExponentialRateLimiter<string>({ baseDelayMs: 5, maxDelayMs: 40, qps: 0, jitter: 0 });
     expect([rl.when('k'), rl.when('k'), rl.when('k'), rl.when('k'), rl.when('k')]).toEqual([5, 10, 20, 40, 40]);
     expect(rl.numRequeues('k')).toBe(5);
     expect(rl.when('other')).toBe(5);
@@ -81,7 +82,7 @@ describe('WorkQueue', () => {
     expect(rl.when('k')).toBe(5);
 
     const clock = new ManualClock();
-    const q = new WorkQueue<string>({ baseDelayMs: 20, maxDelayMs: 1000, qps: 0 }, clock);
+    const q = new WorkQueue<string>({ baseDelayMs: 20, maxDelayMs: 1000, qps: 0, jitter: 0 }, clock);
     q.addRateLimited('y'); // due at 20
     q.addRateLimited('y'); // 40: the earlier time wins
     expect(q.numRequeues('y')).toBe(2);
@@ -97,9 +98,40 @@ describe('WorkQueue', () => {
     expect(clock.pending).toBe(0); // shutDown cleared the later timer
   });
 
+  it('never drops a failing item: after any number of failures it comes back within the capped, jittered delay', async () => {
+    const clock = new ManualClock();
+    const q = new WorkQueue<string>({ baseDelayMs: 10, maxDelayMs: 80, qps: 0, jitter: 0.5, random: seededRandom(7) }, clock);
+    const delays: number[] = [];
+    q.add('k');
+    expect(await q.get()).toBe('k');
+    for (let i = 0; i < 40; i++) {
+      // the reconcile of 'k' failed again
+      const before = clock.now();
+      q.addRateLimited('k');
+      q.done('k');
+      const next = q.get();
+      // it comes back once its delay passes, and never later than the cap
+      while ((await peek(next)) === 'pending') {
+        expect(clock.now() - before).toBeLessThan(80);
+        clock.advance(1);
+      }
+      expect(await next).toBe('k');
+      delays.push(clock.now() - before);
+    }
+    q.done('k');
+    expect(q.numRequeues('k')).toBe(40);
+    // grows, then stays within [cap·(1−jitter), cap]
+    expect(delays[0]).toBeLessThanOrEqual(10);
+    for (const d of delays.slice(5)) {
+      expect(d).toBeGreaterThanOrEqual(40);
+      expect(d).toBeLessThanOrEqual(80);
+    }
+    q.shutDown();
+  });
+
   it('the token bucket delays once the burst is spent, and refills with time', () => {
     const clock = new ManualClock();
-    const rl = new ItemExponentialRateLimiter<number>({ baseDelayMs: 1, maxDelayMs: 1, qps: 10, burst: 2 }, () => clock.now());
+    const rl = new ItemExponentialRateLimiter<number>({ baseDelayMs: 1, maxDelayMs: 1, qps: 10, burst: 2, jitter: 0 }, () => clock.now());
     expect(rl.when(1)).toBe(1);
     expect(rl.when(2)).toBe(1);
     expect(rl.when(3)).toBe(100); // one token short at 10 qps

@@ -1,14 +1,20 @@
 /**
  * A controller-runtime style work queue: keys are deduplicated while waiting, a key being processed is not
  * handed to a second worker (it is re-queued after `done` if it was added meanwhile), and failed keys are
- * re-added with per-item exponential backoff combined with a global token bucket (like client-go's
- * `DefaultControllerRateLimiter`: max of 5 ms·2^n capped at 1000 s and 100 qps / burst 1000).
+ * re-added with per-item exponential backoff with jitter combined with a global token bucket (like client-go's
+ * `DefaultControllerRateLimiter`: the max of the two; here 5 ms·2^n capped at 5 min (`RETRY_BOUNDS.reconcile`) and
+ * 100 qps / burst 1000).
  */
 import { systemClock, type Clock, type TimerHandle } from './clock.js';
+import { RETRY_BOUNDS, retryDelay, type RandomSource } from './retry.js';
 
 export interface RateLimiterOptions {
   baseDelayMs?: number;
   maxDelayMs?: number;
+  /** Jitter fraction of the per-item delay (default `RETRY_BOUNDS.reconcile.jitter`); 0 = none. */
+  jitter?: number;
+  /** Random source of the jitter (tests pass `seededRandom(n)`). */
+  random?: RandomSource;
   /** Global bucket refill rate (tokens per second); 0 disables the bucket. */
   qps?: number;
   burst?: number;
@@ -18,6 +24,8 @@ export class ItemExponentialRateLimiter<K> {
   private readonly failures = new Map<K, number>();
   private readonly base: number;
   private readonly max: number;
+  private readonly jitter: number;
+  private readonly random: RandomSource;
   private readonly qps: number;
   private readonly burst: number;
   private tokens: number;
@@ -27,8 +35,10 @@ export class ItemExponentialRateLimiter<K> {
     opts: RateLimiterOptions = {},
     private readonly now: () => number = () => systemClock.now(),
   ) {
-    this.base = opts.baseDelayMs ?? 5;
-    this.max = opts.maxDelayMs ?? 1_000_000;
+    this.base = opts.baseDelayMs ?? RETRY_BOUNDS.reconcile.initialMs;
+    this.max = opts.maxDelayMs ?? RETRY_BOUNDS.reconcile.maxMs;
+    this.jitter = opts.jitter ?? RETRY_BOUNDS.reconcile.jitter;
+    this.random = opts.random ?? Math.random;
     this.qps = opts.qps ?? 100;
     this.burst = opts.burst ?? 1000;
     this.tokens = this.burst;
@@ -38,7 +48,7 @@ export class ItemExponentialRateLimiter<K> {
   when(key: K): number {
     const n = this.failures.get(key) ?? 0;
     this.failures.set(key, n + 1);
-    const itemDelay = Math.min(this.max, this.base * 2 ** Math.min(n, 60));
+    const itemDelay = retryDelay({ initialMs: this.base, maxMs: this.max, jitter: this.jitter }, n + 1, this.random);
     return Math.max(itemDelay, this.bucketDelay());
   }
   private bucketDelay(): number {

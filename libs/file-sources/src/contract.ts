@@ -24,6 +24,8 @@ export interface SourceResult {
    * (they differ only by the zero-padding to a multiple of 512 bytes); the caller need not check it again.
    */
   expectedChecksumVerified?: boolean;
+  /** Set when the image was zero-padded to a multiple of 512 bytes: its size and SHA-512 as received (before it). */
+  unpadded?: { size: number; sha512: string };
 }
 
 export interface SourceRequestBase {

@@ -1,5 +1,5 @@
 import { createReadStream } from 'node:fs';
-import { open, rm, stat } from 'node:fs/promises';
+import { open, rm, stat, truncate } from 'node:fs/promises';
 import { assertChecksumMatches, parseExpectedChecksum, StreamHasher } from './checksum.js';
 import type { CloneRequest, RestoreRequest, SourceResult, UploadRequest } from './contract.js';
 import { SourceCancelledError, SourceError, throwIfAborted } from './errors.js';
@@ -159,8 +159,8 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
         virtualSize = assertSafeQcow2(head.subarray(0, bytesRead)).virtualSize;
         format = 'qcow2';
       }
-      // A restore reproduces the backed-up bytes exactly (no zero-padding), so the SHA-512 recorded in the backup
-      // (backing-image.cfg `Checksum`) is the restored file's checksum.
+      // The restore reproduces the backed-up bytes exactly, so the SHA-512 recorded in the backup (backing-image.cfg
+      // `Checksum`) is the restored bytes' checksum; an unaligned image is zero-padded below, like a download.
     } finally {
       await fh.close();
     }
@@ -171,6 +171,20 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
       sha512 = h.digest().sha512;
     } else if (expected) {
       assertChecksumMatches(expected, sha512);
+    }
+    // A backup written by Longhorn of an image whose size is not a multiple of 512 bytes (Longhorn's own code allows
+    // it): zero-padded like a download (the managers store and sync only multiples of 512, for direct I/O). The
+    // expected checksum was checked on the bytes as restored; the stored file's SHA-512 is that of the padded file,
+    // and both are returned.
+    const pad = (SECTOR_SIZE - (size % SECTOR_SIZE)) % SECTOR_SIZE;
+    if (pad > 0) {
+      const unpadded = { size, sha512 };
+      await truncate(req.dest, size + pad);
+      const h = new StreamHasher(undefined);
+      for await (const c of createReadStream(req.dest, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) h.update(c);
+      const padded = h.digest().sha512;
+      req.sink.updateProgress(size + pad);
+      return { size: size + pad, sha512: padded, virtualSize: format === 'raw' ? size + pad : virtualSize, format, unpadded, ...(expected ? { expectedChecksumVerified: true } : {}) };
     }
     req.sink.updateProgress(size);
     return { size, sha512, virtualSize, format, ...(expected ? { expectedChecksumVerified: true } : {}) };

@@ -33,6 +33,7 @@ import { confineDiskPath, isDiskPathError, normalizeRoot, resolveDiskPath, type 
 import {
   PortAllocator,
   SyncFileNotFoundError,
+  SyncInvalidArgumentError,
   SyncService,
   backingImageNameFromPath,
   errorMessage,
@@ -84,8 +85,13 @@ function unary<Req, Res>(fn: (req: Req) => Promise<Res>): Unary<Req, Res> {
     fn(call.request).then(
       (res) => cb(null, res),
       (err: unknown) => {
-        // a refused name, uuid or path (`@bis/disk-path`) is the caller's error
-        const code = err instanceof RpcError ? err.code : isDiskPathError(err) ? status.INVALID_ARGUMENT : status.UNKNOWN;
+        // a refused name, uuid or path (`@bis/disk-path`), or a request the sync service can never fulfil, is the caller's error
+        const code =
+          err instanceof RpcError
+            ? err.code
+            : isDiskPathError(err) || err instanceof SyncInvalidArgumentError
+              ? status.INVALID_ARGUMENT
+              : status.UNKNOWN;
         cb(grpcError(code, errorMessage(err)));
       },
     );

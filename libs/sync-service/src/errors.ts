@@ -9,6 +9,15 @@ export class SyncServiceError extends Error {
   }
 }
 
+/**
+ * A request that can never succeed as made (e.g. a size that is not a multiple of 512): retrying it is useless. The
+ * manager answers it with gRPC INVALID_ARGUMENT, which the controllers treat as a permanent failure. The HTTP status
+ * stays Longhorn's (500).
+ */
+export class SyncInvalidArgumentError extends SyncServiceError {
+  override readonly name = 'SyncInvalidArgumentError';
+}
+
 export class SyncFileNotFoundError extends SyncServiceError {
   override readonly name = 'SyncFileNotFoundError';
   constructor(readonly filePath: string) {

@@ -10,6 +10,7 @@ import { sendFile } from './ssync/sender.js';
 import { backingFilePath, cfgPathOf } from './layout.js';
 import { readSyncingFileConfig } from './backing-cfg.js';
 import { freePort } from './test-support/free-port.js';
+import net from 'node:net';
 
 const MiB = 1 << 20;
 const sha = (f: string) => createHash('sha512').update(readFileSync(f)).digest('hex');
@@ -97,6 +98,72 @@ describe('SyncService.receiveFromPeer', () => {
     execFileSync('qemu-img', ['convert', '-f', 'qcow2', '-O', 'raw', filePath, back]);
     expect(sha(back)).toBe(sha(src));
     await expect(fsp.stat(filePath + '.tmp.qcow2tmp')).rejects.toThrow();
+  });
+
+  /**
+   * A sender that opens the file and starts a 4 MiB writeData, sends 1 MiB of its body, then either dies (its socket
+   * destroyed: what a kill -9 of its process does to the connection) or stalls (the socket stays open, nothing more).
+   */
+  async function partialSender(port: number, then: 'die' | 'stall'): Promise<net.Socket> {
+    // the receiver starts listening shortly after receiveFromPeer returns: connect once it does
+    let s: net.Socket;
+    for (;;) {
+      const c = net.connect({ host: '127.0.0.1', port });
+      const ok = await new Promise<boolean>((resolve) => c.once('connect', () => resolve(true)).once('error', () => resolve(false)));
+      if (ok) {
+        s = c;
+        break;
+      }
+      c.destroy();
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    s.on('error', () => undefined);
+    const answers: string[] = [];
+    s.on('data', (b: Buffer) => answers.push(b.toString('latin1')));
+    s.write(`GET /v1-ssync/open?begin=0&end=${4 * MiB} HTTP/1.1\r\nHost: rx\r\n\r\n`);
+    // the open is answered before the data starts
+    while (!answers.join('').includes('\r\n\r\n')) await new Promise((r) => setTimeout(r, 10));
+    s.write(`POST /v1-ssync/writeData?begin=0&end=${4 * MiB} HTTP/1.1\r\nHost: rx\r\nContent-Length: ${4 * MiB}\r\n\r\n`);
+    await new Promise<void>((resolve) => s.write(randomBytes(MiB), () => resolve()));
+    if (then === 'die') s.destroy();
+    return s;
+  }
+
+  it('a sender killed mid-transfer fails the receive within the sender-gone time, with a clear message, and the tmp file is removed', async () => {
+    // the stall timeout stays long: only the closed connection can end this receive promptly
+    const svc2 = new SyncService({ diskPath: dir, receiverHost: '127.0.0.1', monitorIntervalMs: 0, receiverIdleTimeoutMs: 600_000 });
+    try {
+      const filePath = backingFilePath(dir, 'img', 'k1');
+      const port = await freePort();
+      await svc2.receiveFromPeer({ filePath, uuid: 'k1', size: 4 * MiB, port });
+      await partialSender(port, 'die');
+      await svc2.settled(filePath);
+      const info = svc2.get(filePath);
+      expect(info.state).toBe('failed');
+      expect(info.message).toMatch(/connection closed in the middle of a request .*the sender is gone/);
+      await expect(fsp.stat(filePath + '.tmp')).rejects.toThrow();
+    } finally {
+      await svc2.close();
+    }
+  });
+
+  it('a sender that stalls (connection open, no byte) fails the receive after the stall timeout and the tmp file is removed', async () => {
+    const svc2 = new SyncService({ diskPath: dir, receiverHost: '127.0.0.1', monitorIntervalMs: 0, receiverIdleTimeoutMs: 500 });
+    let sock: net.Socket | undefined;
+    try {
+      const filePath = backingFilePath(dir, 'img', 'k2');
+      const port = await freePort();
+      await svc2.receiveFromPeer({ filePath, uuid: 'k2', size: 4 * MiB, port });
+      sock = await partialSender(port, 'stall');
+      await svc2.settled(filePath);
+      const info = svc2.get(filePath);
+      expect(info.state).toBe('failed');
+      expect(info.message).toContain('no request from the sender in 1 seconds');
+      await expect(fsp.stat(filePath + '.tmp')).rejects.toThrow();
+    } finally {
+      sock?.destroy();
+      await svc2.close();
+    }
   });
 
   it('refuses an unknown file type with a message naming it', async () => {

@@ -16,7 +16,7 @@ import {
   type SourceResult,
 } from '@bis/file-sources/core';
 import { readSyncingFileConfig, writeSyncingFileConfig } from './backing-cfg.js';
-import { SyncFileNotFoundError, SyncServiceError, describeFileError, errorMessage } from './errors.js';
+import { SyncFileNotFoundError, SyncInvalidArgumentError, SyncServiceError, describeFileError, errorMessage } from './errors.js';
 import { hashFile, readVirtualSize, removeFile, statFile, statFileIfExists } from './file-util.js';
 import { DEFAULT_DISK_PATH, backingImageNameFromPath, cfgPathOf, tmpPathOf } from './layout.js';
 import { SyncingFile, type DataEngine, type FileInfo } from './syncing-file.js';
@@ -56,7 +56,7 @@ export interface SyncServiceOptions {
   monitorIntervalMs?: number;
   /** A started file must see its first byte within this time (Longhorn: 60 s). */
   beginTimeoutMs?: number;
-  /** A peer receiver fails after this long without a request (Longhorn: 300 s). */
+  /** A peer receiver fails after this long without a request or data from its sender (default 30 s; Longhorn: 300 s without a request). */
   receiverIdleTimeoutMs?: number;
   /** Concurrent sends per file (Longhorn: 3). */
   sendingLimit?: number;
@@ -186,7 +186,7 @@ export interface DownloadHandle {
 
 function requireMultipleOf512(size: number, what = 'file'): void {
   if (!Number.isSafeInteger(size) || size <= 0 || size % 512 !== 0) {
-    throw new SyncServiceError(
+    throw new SyncInvalidArgumentError(
       `the ${what} size ${size} should be a multiple of 512 bytes since Longhorn uses directIO by default`,
     );
   }

@@ -93,6 +93,8 @@ export class ReceiveSession {
   /** Pieces written or verified after their answer (each holds its slab). */
   readonly #deferred: DeferredPieces;
   #idleTimer: NodeJS.Timeout | undefined;
+  /** Requests currently reading a body from the sender (the stall timer counts only while every request waits on it). */
+  #readingFromSender = 0;
   readonly #onAbort = (): void => {
     void this.#finish(new SsyncReceiveError('receiving cancelled'));
   };
@@ -100,7 +102,7 @@ export class ReceiveSession {
   constructor(opts: SsyncReceiverOptions, fileAlreadyExists: boolean, budget: ProcessReceiveBudget = processReceiveBudget) {
     this.#opts = opts;
     this.#fileAlreadyExists = fileAlreadyExists;
-    this.#idleTimeoutMs = opts.idleTimeoutMs ?? 300_000;
+    this.#idleTimeoutMs = opts.idleTimeoutMs ?? 30_000;
     this.done = new Promise<SsyncReceiveResult>((res, rej) => {
       this.#resolveDone = res;
       this.#rejectDone = rej;
@@ -277,7 +279,7 @@ export class ReceiveSession {
       // with a chain, pieces end at segment boundaries so that whole segments are verified in flight
       const cut = this.#segmentCut;
       if (cut > 0) n = Math.min(n, cut - ((w.pos + w.fill) % cut));
-      const got = await req.readInto(slab.buffer.subarray(w.fill, w.fill + n));
+      const got = await this.#readFromSender(req, slab.buffer.subarray(w.fill, w.fill + n));
       w.fill += got;
       if (got < n) throw new HttpProtocolError(400, `short writeData body: got ${w.pos + w.fill - w.begin} of ${w.end - w.begin} bytes`);
       if (w.fill === slab.buffer.length || (this.#segmentCut > 0 && (w.pos + w.fill) % this.#segmentCut === 0)) await this.#writeSlab(w);
@@ -417,12 +419,40 @@ export class ReceiveSession {
 
   // ---------------------------------------------------------------- lifecycle
 
-  #armIdle(): void {
+  // The stall timer: re-armed by every request and every piece of a body read from the sender; it fails the receive
+  // only while the receiver waits for the sender (requests in flight that are not reading from it mean the receiver is
+  // busy, and the timer starts again). A connection closed in the middle of a body shortens it: the sender is gone.
+  #armIdle(ms = this.#idleTimeoutMs, why: () => string = () => `no request from the sender in ${Math.round(this.#idleTimeoutMs / 1000)} seconds`): void {
     if (this.#idleTimer) clearTimeout(this.#idleTimer);
     this.#idleTimer = setTimeout(() => {
-      void this.#finish(new SsyncReceiveError(`no request from the sender in ${Math.round(this.#idleTimeoutMs / 1000)} seconds`));
-    }, this.#idleTimeoutMs);
+      if (this.#finished) return;
+      if (this.#inflight.size > this.#readingFromSender) return this.#armIdle();
+      void this.#finish(new SsyncReceiveError(why()));
+    }, ms);
     this.#idleTimer.unref();
+  }
+
+  #senderGone(err: unknown): void {
+    const ms = this.#opts.senderGoneTimeoutMs ?? 2000;
+    this.#armIdle(
+      ms,
+      () => `no request from the sender in ${Math.round(ms / 1000)} seconds after its connection closed in the middle of a request (${(err as Error).message}): the sender is gone`,
+    );
+  }
+
+  async #readFromSender(req: ReceiverHttpRequest, into: Buffer): Promise<number> {
+    this.#readingFromSender++;
+    try {
+      const got = await req.readInto(into);
+      if (got < into.length) this.#senderGone(new Error(`the body ended after ${got} of ${into.length} bytes`));
+      else this.#armIdle();
+      return got;
+    } catch (err) {
+      this.#senderGone(err);
+      throw err;
+    } finally {
+      this.#readingFromSender--;
+    }
   }
 
   /**

@@ -14,8 +14,18 @@ export interface SsyncReceiverOptions {
   /** Expected file size; the sender's `open` must announce the same size (0 = accept the sender's). */
   size: number;
   signal?: AbortSignal;
-  /** Fail when no request arrives for this long (Longhorn: 300 s). */
+  /**
+   * Stall timeout: fail when the sender sends nothing for this long while the receiver waits for it — no request,
+   * and no piece of a request's body (a piece is up to one slab, 2 MiB: a sender slower than 2 MiB per timeout counts
+   * as stalled). Time the receiver itself is busy (writing, verifying, syncing to disk) does not count. Default 30 s
+   * (Longhorn: 300 s without a request).
+   */
   idleTimeoutMs?: number;
+  /**
+   * A request whose connection closed in the middle of its body means the sender is gone (killed, or its host lost):
+   * the receive fails when no new request follows within this long. Default 2 s.
+   */
+  senderGoneTimeoutMs?: number;
   /** Called with the number of data bytes written so far. */
   onProgress?: (dataBytes: number) => void;
   /** Used for `sendHole` when the target existed before (a fresh target is already sparse after truncation). */
