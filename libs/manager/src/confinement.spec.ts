@@ -67,7 +67,7 @@ async function grpcError(p: Promise<unknown>): Promise<{ code: number; details: 
 describe('manager gRPC: path confinement', () => {
   it('refuses the reported Delete and keeps the victim directory; a legitimate Delete still removes its entry', async () => {
     const before = await snapshotOutside(s);
-    const attack = await grpcError(client.delete(`../../../../../${s.base.slice(1)}/victim`, 'x'));
+    const attack = await grpcError(client.delete(`../../../../../${s.base.slice(1)}/victim`, 'x')); // test-isolation: attack string, sent to the API and never read
     expect(attack.code).toBe(status.INVALID_ARGUMENT);
     expect(attack.details).toMatch(/^invalid name ".*victim": a backing image name must match/);
     expect(await fsp.readFile(path.join(s.victimEntry, 'inner', 'data'), 'utf8')).toBe('victim data\n');

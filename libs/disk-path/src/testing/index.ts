@@ -123,7 +123,7 @@ export function traversalCases(s: Sandbox): TraversalCase[] {
   const victimName = path.basename(s.victimEntry).replace(/-x$/, ''); // "victim"
   const list: TraversalCase[] = [
     { label: 'relative .. (the reported Delete)', name: `${rel}/${victimName}`, uuid: 'x', filePathWire: enc(`${b}/../../victim-x/backing`), names: 'name' },
-    { label: 'many .. to an absolute place', name: `../../../../../${s.base.slice(1)}/${victimName}`, uuid: 'x', filePathWire: enc(`${b}/../../../../../../${s.base.slice(1)}/victim-x/backing`), names: 'name' },
+    { label: 'many .. to an absolute place', name: `../../../../../${s.base.slice(1)}/${victimName}`, uuid: 'x', filePathWire: enc(`${b}/../../../../../../${s.base.slice(1)}/victim-x/backing`), names: 'name' }, // test-isolation: attack string, sent to the API and never read
     { label: 'absolute path outside the disk', name: s.victimFile, uuid: 'x', filePathWire: enc(s.victimFile), names: 'name' },
     { label: 'absolute new file outside the disk', name: `${s.base}/created`, uuid: 'x', filePathWire: enc(`${s.base}/created-x`), names: 'name' },
     { label: 'URL-encoded dots', name: '%2e%2e%2f%2e%2e%2fvictim', uuid: 'x', filePathWire: `${enc(b)}%2F%2e%2e%2F%2e%2e%2Fvictim-x%2Fbacking`, names: 'name' },
