@@ -55,18 +55,22 @@ export class SyncingFile {
   }
 
   info(): FileInfo {
-    const l = this.lifecycle;
+    const l = this.lifecycle.snapshot();
+    // Built field by field in Go's order (Longhorn clients and tests compare the JSON key order).
     return {
       diskUUID: this.diskUUID,
       expectedChecksum: this.expectedChecksum,
       filePath: this.filePath,
       uuid: this.uuid,
-      // state, size, processedSize, progress and message, as the lifecycle holds them
-      ...l.snapshot(),
+      size: l.size,
       virtualSize: this.virtualSize,
       realSize: this.realSize,
+      state: l.state,
+      progress: l.progress,
+      processedSize: l.processedSize,
       modificationTime: this.modificationTime,
       currentChecksum: this.currentChecksum,
+      message: l.message,
       sendingReference: this.sendingReference,
     };
   }
