@@ -278,9 +278,18 @@ async function runBackup(
       };
       const marker = encodeBackingImageConfig(config, true);
       await driver.write(cfgPath, marker, signal);
-      let refreshing: Promise<void> = Promise.resolve();
+      // One refresh at a time: a write that is still being retried (the store is unreachable) must be the one awaited
+      // before the final config is written, or it could land after it and turn the backup back into a marker.
+      let refreshing: Promise<void> | undefined;
       const markerRefresh = setInterval(() => {
-        refreshing = driver.write(cfgPath, marker).catch(() => undefined);
+        if (refreshing) return;
+        refreshing = driver
+          .write(cfgPath, marker)
+          // A failed refresh is not an error of the backup: the marker only goes stale, and the next refresh retries.
+          .catch(() => undefined)
+          .finally(() => {
+            refreshing = undefined;
+          });
       }, timing.refreshMs);
       markerRefresh.unref();
       let completed = false;
