@@ -105,7 +105,9 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
     expect((await grpcCode(a.client.prepareDownload('', 'u'))).code).toBe(status.INVALID_ARGUMENT);
     expect((await grpcCode(a.client.backupStatus(''))).details).toContain('empty backing image name');
     const odd = await grpcCode(a.client.fetch({ spec: { ...spec, size: 1000 }, dataSourceAddress: '' }));
-    expect(odd.code).toBe(status.UNKNOWN);
+    // Longhorn answers Unknown (a plain Go error); this manager answers InvalidArgument, which the control plane
+    // treats as an error retrying cannot fix (docs/reliability.md, Retries).
+    expect(odd.code).toBe(status.INVALID_ARGUMENT);
     expect(odd.details).toContain('should be a multiple of 512 bytes');
     const send = await grpcCode(a.client.send('vm', 'u1', '127.0.0.1:1'));
     expect(send.details).toContain('can not find sync file');

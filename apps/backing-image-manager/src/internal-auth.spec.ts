@@ -109,13 +109,13 @@ describe('backing-image-manager daemon: authenticated internal calls (real proce
 
     // a receiver started on B (receiveFromPeer through the authenticated sync API) refuses an unauthenticated sender
     const port = Number(b.child.spawnargs[b.child.spawnargs.indexOf('--port-range') + 1]!.split('-')[1]);
-    await b.sync.receiveFromPeer({ filePath: path.join(b.disk, 'probe'), uuid: 'up', size: MiB, port });
+    await b.sync.receiveFromPeer({ filePath: dataSourceFilePath(b.disk, 'probe', 'up'), uuid: 'up', size: MiB, port });
     const receiver = `127.0.0.1:${port}`;
     await waitFor('receiver listening', async () => ((await httpStatus(receiver, 'GET', '/v1-ssync/open?begin=0&end=0').catch(() => 0)) === 401 ? true : undefined), 10_000);
     expect(await httpStatus(receiver, 'POST', `/v1-ssync/open?begin=0&end=${MiB}`)).toBe(401);
     expect(await httpStatus(receiver, 'POST', `/v1-ssync/open?begin=0&end=${MiB}`, 'Bearer wrong-token-wrong-token-wrong')).toBe(401);
     expect(await httpStatus(receiver, 'POST', `/v1-ssync/writeData?begin=0&end=4`, undefined, Buffer.from('evil'))).toBe(401);
-    await b.sync.delete(path.join(b.disk, 'probe'));
+    await b.sync.delete(dataSourceFilePath(b.disk, 'probe', 'up'));
 
     // the real transfer, authenticated end to end (gRPC B -> A, A's sender -> B's receiver)
     await b.client.sync({ spec: { name: 'img', uuid: 'u1', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress });
