@@ -31,8 +31,12 @@ export {
   IMPL_ENV,
   ADDON_PATH_ENV,
   avx512Available,
+  avx2Available,
+  implAvailable,
+  IMPL_LANES,
   sha512ChainImpl,
   type Sha512Impl,
+  type Sha512Lanes,
 } from './native.js';
 export {
   computeFileChain,

@@ -14,8 +14,8 @@ import {
   Sha512ChainMismatchError,
 } from './index.js';
 import { MiB, flipped, referenceSha512 } from './test-support/reference.js';
-import { CPU_HAS_AVX512, describeImpls } from './test-support/impls.js';
-import { avx512Available, sha512ChainImpl, IMPL_ENV } from './native.js';
+import { CPU_HAS_AVX2, CPU_HAS_AVX512, describeImpls } from './test-support/impls.js';
+import { avx2Available, avx512Available, IMPL_LANES, sha512ChainImpl, IMPL_ENV } from './native.js';
 
 const ADDON = fileURLToPath(new URL('../native/build/Release/sha512_chain.node', import.meta.url));
 
@@ -25,37 +25,46 @@ async function oneByOne(states: Buffer[], data: Array<Uint8Array | null>, length
 }
 
 describe('SHA-512 implementations on this machine', () => {
-  it('the addon offers AVX-512 exactly where /proc/cpuinfo reports AVX-512F and AVX-512BW (x86-64 builds)', () => {
-    console.log(`sha512-chain: this CPU ${CPU_HAS_AVX512 ? 'has' : 'has no'} AVX-512F/BW; by default advanceMany runs ${sha512ChainImpl()}`);
-    if (process.arch === 'x64') expect(avx512Available()).toBe(CPU_HAS_AVX512);
-    else expect(avx512Available()).toBe(false);
-    expect(multiBufferLanes()).toBe(sha512ChainImpl() === 'avx512' ? 8 : 1);
+  it('the addon offers AVX-512 and AVX2 exactly where /proc/cpuinfo reports them (x86-64 builds)', () => {
+    console.log(
+      `sha512-chain: this CPU ${CPU_HAS_AVX512 ? 'has' : 'has no'} AVX-512F/BW and ${CPU_HAS_AVX2 ? 'has' : 'has no'} AVX2; ` +
+        `by default advanceMany runs ${sha512ChainImpl()}`,
+    );
+    const x64 = process.arch === 'x64';
+    expect(avx512Available()).toBe(x64 && CPU_HAS_AVX512);
+    expect(avx2Available()).toBe(x64 && CPU_HAS_AVX2);
+    expect(multiBufferLanes()).toBe(IMPL_LANES[sha512ChainImpl()]);
   });
 
   it('BIS_SHA512_CHAIN_IMPL: auto picks what the CPU has, openssl forces OpenSSL, a bad value or an impossible avx512 is a clear error', () => {
-    expect(sha512ChainImpl(undefined, {})).toBe(CPU_HAS_AVX512 ? 'avx512' : 'openssl');
-    expect(sha512ChainImpl(undefined, { [IMPL_ENV]: 'auto' })).toBe(CPU_HAS_AVX512 ? 'avx512' : 'openssl');
+    const widest = avx512Available() ? 'avx512' : avx2Available() ? 'avx2' : 'openssl';
+    expect(sha512ChainImpl(undefined, {})).toBe(widest);
+    expect(sha512ChainImpl(undefined, { [IMPL_ENV]: 'auto' })).toBe(widest);
     expect(sha512ChainImpl(undefined, { [IMPL_ENV]: 'openssl' })).toBe('openssl');
     expect(sha512ChainImpl('openssl', { [IMPL_ENV]: 'avx512' })).toBe('openssl');
     expect(() => sha512ChainImpl(undefined, { [IMPL_ENV]: 'sse' })).toThrow(
-      'BIS_SHA512_CHAIN_IMPL="sse" is not a SHA-512 implementation: use openssl, avx512, auto',
+      'BIS_SHA512_CHAIN_IMPL="sse" is not a SHA-512 implementation: use openssl, avx2, avx512, auto',
     );
-    if (CPU_HAS_AVX512) expect(sha512ChainImpl(undefined, { [IMPL_ENV]: 'avx512' })).toBe('avx512');
+    if (avx512Available()) expect(sha512ChainImpl(undefined, { [IMPL_ENV]: 'avx512' })).toBe('avx512');
     else expect(() => sha512ChainImpl(undefined, { [IMPL_ENV]: 'avx512' })).toThrow(/BIS_SHA512_CHAIN_IMPL=avx512 but this CPU \(or build\) has no AVX-512F\/BW/);
+    if (avx2Available()) expect(sha512ChainImpl(undefined, { [IMPL_ENV]: 'avx2' })).toBe('avx2');
+    else expect(() => sha512ChainImpl(undefined, { [IMPL_ENV]: 'avx2' })).toThrow(/BIS_SHA512_CHAIN_IMPL=avx2 but this CPU \(or build\) has no AVX2/);
   });
 
-  it('the addon refuses lanes other than 1 and 8, and 8 where the CPU lacks AVX-512', () => {
+  it('the addon refuses lanes other than 1, 4 and 8, 8 where the CPU lacks AVX-512 and 4 where it lacks AVX2', () => {
     const script = `
       const a = require(${JSON.stringify(ADDON)});
       const s = Buffer.alloc(64), d = [Buffer.alloc(128)];
       const tryIt = (lanes) => { try { a.advanceMany(s, d, 128, lanes); return 'ok'; } catch (e) { return e.message; } };
-      console.log(JSON.stringify({ one: tryIt(1), two: tryIt(2), eight: tryIt(8) }));`;
+      console.log(JSON.stringify({ one: tryIt(1), two: tryIt(2), four: tryIt(4), eight: tryIt(8), supported: a.supportedLanes }));`;
     const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8' });
     expect(r.stderr).toBe('');
     expect(JSON.parse(r.stdout)).toEqual({
       one: 'ok',
-      two: 'lanes must be 1 (OpenSSL per message) or 8 (AVX-512)',
+      two: 'lanes must be 1 (OpenSSL per message), 4 (AVX2) or 8 (AVX-512)',
+      four: avx2Available() ? 'ok' : 'lanes 4 needs AVX2, which this CPU or build does not have',
       eight: avx512Available() ? 'ok' : 'lanes 8 needs AVX-512F and AVX-512BW, which this CPU or build does not have',
+      supported: [1, ...(avx2Available() ? [4] : []), ...(avx512Available() ? [8] : [])],
     });
   });
 });
@@ -63,7 +72,7 @@ describe('SHA-512 implementations on this machine', () => {
 describeImpls('advanceMany', (impl) => {
   const advanceManyImpl = (states: Buffer[], data: Array<Uint8Array | null>, length: number) => advanceMany(states, data, length, impl);
   it('compresses as many messages at once as its implementation has lanes', () => {
-    expect(multiBufferLanes(impl)).toBe(impl === 'avx512' ? 8 : 1);
+    expect(multiBufferLanes(impl)).toBe(IMPL_LANES[impl]);
   });
 
   it('equals one OpenSSL advance per message: data, zeros, mixed, any count and length', async () => {
@@ -118,7 +127,7 @@ describeImpls('advanceMany', (impl) => {
         try { return Number(fs.readFileSync('/proc/self/task/' + t + '/stat', 'utf8').split(') ')[1].split(' ')[16]); } catch { return 0; }
       });
       const L = 16 << 20;
-      const LANES = ${impl === 'avx512' ? 8 : 1};
+      const LANES = ${IMPL_LANES[impl]};
       const data = Array.from({ length: 8 }, (_, i) => Buffer.alloc(L, i + 1));
       const states = require('node:crypto').randomBytes(64 * 8);
       (async () => {
@@ -144,8 +153,9 @@ describeImpls('advanceMany', (impl) => {
 });
 
 describeImpls('Sha512BatchScheduler', (impl) => {
-  const eight = impl === 'avx512';
-  it('a backlog is compressed in batches of up to eight messages, each result going to its own caller', async () => {
+  const lanes = IMPL_LANES[impl];
+  const multi = lanes > 1;
+  it('a backlog is compressed in batches of up to its lanes, each result going to its own caller', async () => {
     const scheduler = new Sha512BatchScheduler({ concurrency: 1, impl });
     const states = Array.from({ length: 20 }, () => randomBytes(64));
     const data = states.map((_, i) => (i % 4 === 0 ? null : randomBytes(2048)));
@@ -153,8 +163,9 @@ describeImpls('Sha512BatchScheduler', (impl) => {
     const want = await oneByOne(states, data, 2048);
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
     expect(scheduler.stats.messages).toBe(20);
-    // full passes of eight as soon as eight wait, then the last four after their patience (one by one without AVX-512)
-    expect(scheduler.stats.calls).toBe(eight ? 3 : 20);
+    // full passes as soon as a pass's worth of one kind wait, then the rest after their patience (one by one with one
+    // lane): 3 calls with eight lanes, 5 with four, 20 with one
+    expect(scheduler.stats.calls).toBe(Math.ceil(20 / lanes));
     expect(scheduler.waiting).toBe(0);
   });
 
@@ -164,9 +175,11 @@ describeImpls('Sha512BatchScheduler', (impl) => {
     const got = await Promise.all(jobs.map((j) => scheduler.advance(j.state, j.data, j.data.length)));
     const want = await Promise.all(jobs.map((j) => advance(j.state, j.data)));
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
-    // no length has eight waiting: after their patience the six of 512 bytes (the oldest's length) share one pass,
-    // the six of 256 bytes another
-    if (eight) expect(scheduler.stats.calls).toBe(2);
+    // eight lanes: no length has eight waiting, so after their patience the six of 512 bytes (the oldest's length)
+    // share one pass, the six of 256 bytes another; four lanes: a pass of four 512s as soon as four wait, then four
+    // 256s, then the two 512s and the two 256s after their patience
+    if (lanes === 8) expect(scheduler.stats.calls).toBe(2);
+    if (lanes === 4) expect(scheduler.stats.calls).toBe(4);
   });
 
   it('keeps zero messages apart from data while each kind fills passes, and mixes them only to fill a late pass', async () => {
@@ -176,13 +189,15 @@ describeImpls('Sha512BatchScheduler', (impl) => {
     const got = await Promise.all(jobs.map((j) => scheduler.advance(j.state, j.data, 1024)));
     const want = await Promise.all(jobs.map((j) => (j.data ? advance(j.state, j.data) : advanceZeros(j.state, 1024))));
     expect(got.map((s) => s.toString('hex'))).toEqual(want.map((s) => s.toString('hex')));
-    if (eight) expect(scheduler.stats).toEqual({ calls: 2, messages: 16, mixedCalls: 0 });
+    if (multi) expect(scheduler.stats).toEqual({ calls: 16 / lanes, messages: 16, mixedCalls: 0 });
     // three zeros and two data messages never fill a pass of one kind: when the oldest's patience runs out they share one
     const few = Array.from({ length: 5 }, (_, i) => ({ state: randomBytes(64), data: i < 3 ? null : randomBytes(1024) }));
     const got2 = await Promise.all(few.map((j) => scheduler.advance(j.state, j.data, 1024)));
     const want2 = await Promise.all(few.map((j) => (j.data ? advance(j.state, j.data) : advanceZeros(j.state, 1024))));
     expect(got2.map((s) => s.toString('hex'))).toEqual(want2.map((s) => s.toString('hex')));
-    if (eight) expect(scheduler.stats).toEqual({ calls: 3, messages: 21, mixedCalls: 1 });
+    // eight lanes: all five in one mixed pass; four lanes: the three zeros with one data message, then the last one
+    if (lanes === 8) expect(scheduler.stats).toEqual({ calls: 3, messages: 21, mixedCalls: 1 });
+    if (lanes === 4) expect(scheduler.stats).toEqual({ calls: 6, messages: 21, mixedCalls: 1 });
   });
 
   it('rejects a bad concurrency or patience', async () => {
@@ -198,7 +213,7 @@ describeImpls('Sha512BatchScheduler', (impl) => {
     const b = scheduler.advance(randomBytes(64), null, 1024, 40);
     await Promise.all([a, b]);
     const waited = performance.now() - t0;
-    if (eight) {
+    if (multi) {
       expect(scheduler.stats).toEqual({ calls: 1, messages: 2, mixedCalls: 0 });
       expect(waited).toBeGreaterThanOrEqual(35);
     }
@@ -214,8 +229,8 @@ describeImpls('Sha512BatchScheduler', (impl) => {
     const waited = performance.now() - t0;
     expect(got.equals(await advance(state, data))).toBe(true);
     expect(scheduler.stats).toEqual({ calls: 1, messages: 1, mixedCalls: 0 });
-    // with eight lanes it waits its patience (timers may fire a little early or late), else it starts at once
-    if (eight) expect(waited).toBeGreaterThanOrEqual(15);
+    // with several lanes it waits its patience (timers may fire a little early or late), else it starts at once
+    if (multi) expect(waited).toBeGreaterThanOrEqual(15);
     else expect(scheduler.patienceMs).toBe(0);
   });
 
@@ -244,6 +259,6 @@ describeImpls('Sha512BatchScheduler', (impl) => {
     expect(failed).toHaveLength(1);
     expect(failed[0]!.reason).toBeInstanceOf(Sha512ChainMismatchError);
     expect(vb.pending()).toEqual([5]);
-    if (sha512ChainImpl() === 'avx512') expect(sharedSha512Scheduler().stats.calls - before).toBeLessThan(41);
+    if (multiBufferLanes() > 1) expect(sharedSha512Scheduler().stats.calls - before).toBeLessThan(41);
   });
 });

@@ -17,11 +17,13 @@ export interface Sha512ChainAddon {
    * (`null` = zeros), on the calling thread; returns the n new states back to back. With AVX-512, eight messages are
    * compressed at once (`multiBufferLanes` is then 8).
    */
-  advanceMany(states: Uint8Array, data: ReadonlyArray<Uint8Array | null>, length: number, lanes?: 1 | 8): Buffer;
+  advanceMany(states: Uint8Array, data: ReadonlyArray<Uint8Array | null>, length: number, lanes?: Sha512Lanes): Buffer;
   /** Same as `advanceMany`, on a thread of its own; every data view is referenced until the promise settles. */
-  advanceManyAsync(states: Uint8Array, data: ReadonlyArray<Uint8Array | null>, length: number, lanes?: 1 | 8): Promise<Buffer>;
-  /** 8 when this build and CPU have the AVX-512 eight-lane SHA-512 (`lanes` 8 is then allowed), else 1. */
+  advanceManyAsync(states: Uint8Array, data: ReadonlyArray<Uint8Array | null>, length: number, lanes?: Sha512Lanes): Promise<Buffer>;
+  /** The widest path of this build and CPU: 8 (AVX-512 eight lanes), 4 (AVX2 four lanes) or 1 (OpenSSL). */
   readonly multiBufferLanes: number;
+  /** Every `lanes` value this build and CPU accept (1 always; 4 with AVX2; 8 with AVX-512F/BW). */
+  readonly supportedLanes: readonly number[];
 }
 
 /** Set to `0` to skip loading the addon (the library then behaves as if it were not built). */
@@ -30,17 +32,35 @@ export const DISABLE_NATIVE_ENV = 'BIS_SHA512_CHAIN_NATIVE';
 export const ADDON_PATH_ENV = 'BIS_SHA512_CHAIN_ADDON';
 /**
  * Which SHA-512 runs `advanceMany`: `avx512` (eight messages per pass; an error where the CPU lacks AVX-512F/BW),
- * `openssl` (OpenSSL message by message), or `auto` (the default: `avx512` where the CPU has it).
+ * `avx2` (four messages per pass; an error where the CPU lacks AVX2), `openssl` (OpenSSL message by message; on arm64
+ * OpenSSL itself uses the ARMv8.2 SHA-512 instructions where the CPU has them), or `auto` (the default: the widest the
+ * CPU has).
  */
 export const IMPL_ENV = 'BIS_SHA512_CHAIN_IMPL';
 
-/** The two implementations of `advanceMany`. */
-export type Sha512Impl = 'openssl' | 'avx512';
-const IMPL_SETTINGS = ['openssl', 'avx512', 'auto'] as const;
+/** The implementations of `advanceMany`. */
+export type Sha512Impl = 'openssl' | 'avx2' | 'avx512';
+/** Messages one pass of each implementation compresses at once (the addon's `lanes`). */
+export type Sha512Lanes = 1 | 4 | 8;
+export const IMPL_LANES: Readonly<Record<Sha512Impl, Sha512Lanes>> = { openssl: 1, avx2: 4, avx512: 8 };
+const IMPL_SETTINGS = ['openssl', 'avx2', 'avx512', 'auto'] as const;
+const IMPL_NEEDS: Readonly<Record<Sha512Impl, string>> = { openssl: 'OpenSSL', avx2: 'AVX2', avx512: 'AVX-512F/BW' };
+
+/** Whether the loaded addon can run an implementation (this build, this CPU, this OS). */
+export function implAvailable(impl: Sha512Impl): boolean {
+  const addon = nativeAddon();
+  if (!addon) return false;
+  return addon.supportedLanes.includes(IMPL_LANES[impl]);
+}
 
 /** Whether the loaded addon can run the AVX-512 eight-lane SHA-512 (this build, this CPU, this OS). */
 export function avx512Available(): boolean {
-  return nativeAddon()?.multiBufferLanes === 8;
+  return implAvailable('avx512');
+}
+
+/** Whether the loaded addon can run the AVX2 four-lane SHA-512 (this build, this CPU, this OS). */
+export function avx2Available(): boolean {
+  return implAvailable('avx2');
 }
 
 /**
@@ -61,11 +81,14 @@ function resolveImpl(explicit: Sha512Impl | undefined, env: NodeJS.ProcessEnv): 
   if (!(IMPL_SETTINGS as readonly string[]).includes(value)) {
     throw new RangeError(`${source}=${JSON.stringify(value)} is not a SHA-512 implementation: use ${IMPL_SETTINGS.join(', ')}`);
   }
-  if (value === 'auto') return avx512Available() ? 'avx512' : 'openssl';
-  if (value === 'avx512' && !avx512Available()) {
-    throw new RangeError(`${source}=avx512 but ${nativeAddon() ? 'this CPU (or build) has no AVX-512F/BW' : `the addon is not loaded (${nativeAddonStatus()})`}`);
+  if (value === 'auto') return avx512Available() ? 'avx512' : avx2Available() ? 'avx2' : 'openssl';
+  const impl = value as Sha512Impl;
+  if (impl !== 'openssl' && !implAvailable(impl)) {
+    throw new RangeError(
+      `${source}=${impl} but ${nativeAddon() ? `this CPU (or build) has no ${IMPL_NEEDS[impl]}` : `the addon is not loaded (${nativeAddonStatus()})`}`,
+    );
   }
-  return value as Sha512Impl;
+  return impl;
 }
 
 const ADDON_PATH = '../native/build/Release/sha512_chain.node';
@@ -84,7 +107,11 @@ let loaded: { addon: Sha512ChainAddon | null; reason: string } | undefined;
 function isAddon(value: unknown): value is Sha512ChainAddon {
   if (typeof value !== 'object' || value === null) return false;
   const v = value as Record<string, unknown>;
-  return ADDON_FUNCTIONS.every((name) => typeof v[name] === 'function') && typeof v['multiBufferLanes'] === 'number';
+  return (
+    ADDON_FUNCTIONS.every((name) => typeof v[name] === 'function') &&
+    typeof v['multiBufferLanes'] === 'number' &&
+    Array.isArray(v['supportedLanes'])
+  );
 }
 
 /** Loads the addon on first use; returns null (from then on) when it cannot be loaded. */

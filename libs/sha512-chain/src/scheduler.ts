@@ -6,7 +6,7 @@ export interface Sha512BatchSchedulerOptions {
   /** Calls into the addon running at the same time (thread-pool jobs); default: the number of cores. */
   concurrency?: number;
   /**
-   * With eight lanes: how long a job may wait for a full pass before a call starts with fewer, in ms, unless the job
+   * With several lanes: how long a job may wait for a full pass before a call starts with fewer, in ms, unless the job
    * says otherwise (default 1). 0 starts jobs as soon as a call slot is free.
    */
   patienceMs?: number;
@@ -26,14 +26,15 @@ interface Job {
 
 /**
  * Runs independent SHA-512 compressions (a state and a message of whole blocks, to a new state) on the libuv thread
- * pool, several per call when the addon can compress eight messages at once (AVX-512, `multiBufferLanes() === 8`).
+ * pool, several per call when the addon compresses several messages at once (`multiBufferLanes()`: 8 with AVX-512, 4
+ * with AVX2).
  *
- * A pass costs the same for one message as for eight, so jobs wait for company: a call starts as soon as a call slot
- * is free and either eight jobs of one length and one kind (data, or zero messages) wait or one job has waited its
+ * A pass costs the same for one message as for a full pass, so jobs wait for company: a call starts as soon as a call
+ * slot is free and either a pass's worth of jobs of one length and one kind (data, or zero messages) wait or one job has waited its
  * patience (1 ms by default; a caller that does not wait on the result, like a receiver that has already answered,
  * can give more). Zero messages are kept apart from data while both can fill passes, because a pass of zeros alone
  * skips the message schedule (about 1.7 times the bytes per second); a job whose patience ran out takes its kind
- * first and fills the pass with the other. Without AVX-512 every job starts at once, alone, as soon as a call slot is
+ * first and fills the pass with the other. With one lane (OpenSSL) every job starts at once, alone, as soon as a call slot is
  * free.
  */
 export class Sha512BatchScheduler {
@@ -42,7 +43,7 @@ export class Sha512BatchScheduler {
   readonly impl: Sha512Impl | undefined;
   /** Messages per call. */
   readonly maxBatch: number;
-  /** Default patience of a job, ms (0 without eight lanes). */
+  /** Default patience of a job, ms (0 with one lane). */
   readonly patienceMs: number;
   /**
    * Calls made into the addon, the messages they carried (so `messages / calls` is the mean batch), and the calls that
@@ -130,9 +131,9 @@ export class Sha512BatchScheduler {
   }
 
   /**
-   * Eight waiting jobs of one length and one kind (data or zeros), oldest first, if there are that many: a pass of
+   * A pass's worth of waiting jobs of one length and one kind (data or zeros), oldest first, if there are that many: a pass of
    * zero messages alone skips the message schedule, so zeros are kept apart from data while both can fill a pass.
-   * Without eight lanes: the oldest job.
+   * With one lane: the oldest job.
    */
   #fullPass(): Job[] | undefined {
     if (this.maxBatch === 1) return this.#take(0);

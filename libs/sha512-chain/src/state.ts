@@ -1,5 +1,5 @@
 import { Sha512ChainUnavailableError } from './errors.js';
-import { nativeAddon, nativeAddonStatus, sha512ChainImpl, type Sha512ChainAddon, type Sha512Impl } from './native.js';
+import { IMPL_LANES, nativeAddon, nativeAddonStatus, sha512ChainImpl, type Sha512ChainAddon, type Sha512Impl } from './native.js';
 
 /** Default distance between two recorded chaining states: 2 MiB (Longhorn's sync block size). */
 export const DEFAULT_CHAIN_SEGMENT = 2 * 1024 * 1024;
@@ -97,7 +97,7 @@ export const ADVANCE_MANY_MAX = 4096;
 /**
  * The states after compressing each message (`length` bytes, whole 128-byte blocks; `null` = zeros) into its own
  * state, on the libuv thread pool: `states[i]` with `data[i]` gives `result[i]`. With AVX-512 the addon compresses
- * eight messages at once (see `multiBufferLanes`). Do not change the data until the promise settles. `impl` forces an
+ * eight messages at once, with AVX2 four (see `multiBufferLanes`). Do not change the data until the promise settles. `impl` forces an
  * implementation (default: `BIS_SHA512_CHAIN_IMPL`, else AVX-512 where the CPU has it).
  */
 export async function advanceMany(
@@ -107,7 +107,7 @@ export async function advanceMany(
   impl?: Sha512Impl,
 ): Promise<Sha512State[]> {
   const addon = requireAddon();
-  const lanes = sha512ChainImpl(impl) === 'avx512' ? 8 : 1;
+  const lanes = IMPL_LANES[sha512ChainImpl(impl)];
   if (states.length !== data.length) {
     throw new RangeError(`advanceMany needs one state per message: ${states.length} states, ${data.length} messages`);
   }
@@ -126,11 +126,11 @@ export async function advanceMany(
 
 /**
  * Messages `advanceMany` compresses at once with `impl` (default: the process-wide choice, `BIS_SHA512_CHAIN_IMPL`):
- * 8 with AVX-512, 1 with OpenSSL, 0 without the addon.
+ * 8 with AVX-512, 4 with AVX2, 1 with OpenSSL, 0 without the addon.
  */
 export function multiBufferLanes(impl?: Sha512Impl): number {
   if (!nativeAddon()) return 0;
-  return sha512ChainImpl(impl) === 'avx512' ? 8 : 1;
+  return IMPL_LANES[sha512ChainImpl(impl)];
 }
 
 const EMPTY = new Uint8Array(0);

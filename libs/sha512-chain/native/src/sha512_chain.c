@@ -14,15 +14,18 @@
  *   advanceMany(states, data, length[, lanes]) -> Buffer(64 * n)        n independent advances of `length` bytes each: states is
  *                                                              n states back to back, data an array of n Uint8Arrays
  *                                                              of `length` bytes or nulls (zeros); on the calling thread.
- *                                                              lanes: 8 = the AVX-512 eight-lane path (a RangeError
- *                                                              where it is not supported), 1 = OpenSSL per message;
- *                                                              default 8 where supported, else 1
+ *                                                              lanes: 8 = the AVX-512 eight-lane path, 4 = the AVX2
+ *                                                              four-lane path (a RangeError where the path is not
+ *                                                              supported), 1 = OpenSSL per message; default: the
+ *                                                              widest supported
  *   advanceManyAsync(states, data, length) -> Promise<Buffer(64 * n)>   same, on a thread of its own at a lower
  *                                                              priority (nice +5, BIS_SHA512_CHAIN_NICE): verification
  *                                                              is background work that yields to I/O and request
  *                                                              handling; the libuv pool if no thread can be started
  *   multiBufferLanes                  -> number                8 when this build and CPU can compress 8 messages at
- *                                                              once with AVX-512 (sha512_x8.h), else 1
+ *                                                              once with AVX-512 (sha512_x8.h), else 4 with AVX2
+ *                                                              (sha512_x4.h), else 1
+ *   supportedLanes                    -> number[]              every `lanes` value this build and CPU accept
  *
  * Which path a caller takes is chosen in TypeScript (BIS_SHA512_CHAIN_IMPL, src/native.ts), passed as `lanes`.
  * BIS_SHA512_CHAIN_NICE=<0..19> sets the nice value of advanceManyAsync's threads (default 5; 0 = unchanged).
@@ -37,6 +40,7 @@
 #include <node_api.h>
 #include <openssl/sha.h>
 #include "sha512_x8.h"
+#include "sha512_x4.h"
 
 #define STATE_BYTES 64
 #define BLOCK_BYTES 128
@@ -45,10 +49,11 @@
 
 static const unsigned char zero_chunk[ZERO_CHUNK];
 
-/* advanceMany uses sha512_x8 for groups of at least this many messages (two zero messages already run faster). */
-#define X8_MIN_LANES 2
+/* advanceMany uses a multi-lane path for groups of at least this many messages (two zero messages already run faster). */
+#define MULTI_MIN_LANES 2
 #define MAX_MANY 4096
 static int x8_supported = 0;
+static int x4_supported = 0;
 
 static void import_state(SHA512_CTX *ctx, const unsigned char *state) {
   SHA512_Init(ctx);
@@ -344,18 +349,20 @@ static void store_be64(unsigned char *p, uint64_t v) {
   }
 }
 
-static void advance_many_run(unsigned char *states, const unsigned char *const *data, size_t count, uint64_t length, int x8) {
+/* lanes: 8 (sha512_x8), 4 (sha512_x4) or 1 (OpenSSL per message); the caller checked that the path is supported. */
+static void advance_many_run(unsigned char *states, const unsigned char *const *data, size_t count, uint64_t length, int lanes) {
   size_t i = 0;
-  if (x8 && length > 0) {
-    while (count - i >= X8_MIN_LANES) {
-      size_t n = count - i < SHA512_X8_LANES ? count - i : SHA512_X8_LANES;
+  if (lanes > 1 && length > 0) {
+    while (count - i >= MULTI_MIN_LANES) {
+      size_t n = count - i < (size_t)lanes ? count - i : (size_t)lanes;
       uint64_t st[SHA512_X8_LANES][8];
       const uint8_t *dp[SHA512_X8_LANES];
-      for (size_t l = 0; l < SHA512_X8_LANES; l++) {
+      for (size_t l = 0; l < (size_t)lanes; l++) {
         for (int k = 0; k < 8; k++) st[l][k] = l < n ? load_be64(states + (i + l) * STATE_BYTES + k * 8) : 0;
         dp[l] = l < n ? data[i + l] : NULL;
       }
-      sha512_x8(st, dp, (size_t)(length / BLOCK_BYTES));
+      if (lanes == SHA512_X8_LANES) sha512_x8(st, dp, (size_t)(length / BLOCK_BYTES));
+      else sha512_x4(st, dp, (size_t)(length / BLOCK_BYTES));
       for (size_t l = 0; l < n; l++) {
         for (int k = 0; k < 8; k++) store_be64(states + (i + l) * STATE_BYTES + k * 8, st[l][k]);
       }
@@ -374,7 +381,7 @@ typedef struct {
   napi_deferred deferred;
   size_t count;
   uint64_t length;
-  int x8;                      /* use the AVX-512 eight-lane path */
+  int lanes;                   /* 8: AVX-512 eight-lane path, 4: AVX2 four-lane path, 1: OpenSSL */
   unsigned char *states;       /* count * 64, advanced in place */
   const unsigned char **data;  /* count pointers, NULL = zeros */
   napi_ref *refs;              /* count references keeping the data alive (NULL for zeros) */
@@ -429,24 +436,29 @@ static many_request *parse_many_args(napi_env env, napi_callback_info info, cons
     napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "length must be a multiple of 128 bytes");
     return NULL;
   }
-  int x8 = x8_supported;
+  int use_lanes = x8_supported ? SHA512_X8_LANES : x4_supported ? SHA512_X4_LANES : 1;
   napi_valuetype lanes_type = napi_undefined;
   if (argc >= 4) napi_typeof(env, argv[3], &lanes_type);
   if (lanes_type != napi_undefined) {
     uint32_t lanes = 0;
-    if (lanes_type != napi_number || napi_get_value_uint32(env, argv[3], &lanes) != napi_ok || (lanes != 1 && lanes != SHA512_X8_LANES)) {
-      napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "lanes must be 1 (OpenSSL per message) or 8 (AVX-512)");
+    if (lanes_type != napi_number || napi_get_value_uint32(env, argv[3], &lanes) != napi_ok ||
+        (lanes != 1 && lanes != SHA512_X4_LANES && lanes != SHA512_X8_LANES)) {
+      napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "lanes must be 1 (OpenSSL per message), 4 (AVX2) or 8 (AVX-512)");
       return NULL;
     }
     if (lanes == SHA512_X8_LANES && !x8_supported) {
       napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "lanes 8 needs AVX-512F and AVX-512BW, which this CPU or build does not have");
       return NULL;
     }
-    x8 = lanes == SHA512_X8_LANES;
+    if (lanes == SHA512_X4_LANES && !x4_supported) {
+      napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "lanes 4 needs AVX2, which this CPU or build does not have");
+      return NULL;
+    }
+    use_lanes = (int)lanes;
   }
   many_request *req = calloc(1, sizeof *req);
   if (req != NULL) {
-    req->x8 = x8;
+    req->lanes = use_lanes;
     req->count = count;
     req->length = length;
     req->states = malloc((size_t)count * STATE_BYTES);
@@ -487,7 +499,7 @@ static many_request *parse_many_args(napi_env env, napi_callback_info info, cons
 static napi_value advance_many_sync(napi_env env, napi_callback_info info) {
   many_request *req = parse_many_args(env, info, "advanceMany(states, data, length) needs three arguments", 0);
   if (req == NULL) return NULL;
-  advance_many_run(req->states, req->data, req->count, req->length, req->x8);
+  advance_many_run(req->states, req->data, req->count, req->length, req->lanes);
   napi_value result;
   void *copy;
   napi_create_buffer_copy(env, req->count * STATE_BYTES, req->states, &copy, &result);
@@ -498,7 +510,7 @@ static napi_value advance_many_sync(napi_env env, napi_callback_info info) {
 static void many_execute(napi_env env, void *raw) {
   (void)env;
   many_request *req = raw;
-  advance_many_run(req->states, req->data, req->count, req->length, req->x8);
+  advance_many_run(req->states, req->data, req->count, req->length, req->lanes);
 }
 
 /* Settles an advanceManyAsync promise: the advanced states, or the cancellation. */
@@ -534,7 +546,7 @@ static void *many_thread(void *raw) {
   many_request *req = raw;
   /* per thread on Linux: only this thread runs at the lower priority */
   if (many_nice > 0) setpriority(PRIO_PROCESS, 0, many_nice);
-  advance_many_run(req->states, req->data, req->count, req->length, req->x8);
+  advance_many_run(req->states, req->data, req->count, req->length, req->lanes);
   napi_call_threadsafe_function(req->tsfn, req, napi_tsfn_blocking);
   return NULL;
 }
@@ -573,6 +585,7 @@ static napi_value advance_many_async(napi_env env, napi_callback_info info) {
 
 static napi_value init(napi_env env, napi_value exports) {
   x8_supported = sha512_x8_supported();
+  x4_supported = sha512_x4_supported();
   const char *nice_env = getenv("BIS_SHA512_CHAIN_NICE");
   if (nice_env != NULL && *nice_env != '\0') {
     char *end;
@@ -580,7 +593,18 @@ static napi_value init(napi_env env, napi_value exports) {
     if (*end == '\0' && v >= 0 && v <= 19) many_nice = (int)v;
   }
   napi_value lanes;
-  napi_create_uint32(env, x8_supported ? SHA512_X8_LANES : 1, &lanes);
+  napi_create_uint32(env, x8_supported ? SHA512_X8_LANES : x4_supported ? SHA512_X4_LANES : 1, &lanes);
+  napi_value supported;
+  napi_create_array(env, &supported);
+  uint32_t n_supported = 0;
+  const int all_lanes[] = {1, SHA512_X4_LANES, SHA512_X8_LANES};
+  for (size_t k = 0; k < sizeof all_lanes / sizeof all_lanes[0]; k++) {
+    int ok = all_lanes[k] == 1 || (all_lanes[k] == SHA512_X4_LANES && x4_supported) || (all_lanes[k] == SHA512_X8_LANES && x8_supported);
+    if (!ok) continue;
+    napi_value v;
+    napi_create_uint32(env, (uint32_t)all_lanes[k], &v);
+    napi_set_element(env, supported, n_supported++, v);
+  }
   napi_property_descriptor props[] = {
     {"advance", NULL, advance_sync, NULL, NULL, NULL, napi_enumerable, NULL},
     {"advanceAsync", NULL, advance_async, NULL, NULL, NULL, napi_enumerable, NULL},
@@ -590,6 +614,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"advanceMany", NULL, advance_many_sync, NULL, NULL, NULL, napi_enumerable, NULL},
     {"advanceManyAsync", NULL, advance_many_async, NULL, NULL, NULL, napi_enumerable, NULL},
     {"multiBufferLanes", NULL, NULL, NULL, NULL, lanes, napi_enumerable, NULL},
+    {"supportedLanes", NULL, NULL, NULL, NULL, supported, napi_enumerable, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;
