@@ -37,6 +37,8 @@ const size = blocks * BLOCK;
 const repoRoot = path.resolve(new URL('.', import.meta.url).pathname, '../..');
 const cli = path.join(repoRoot, 'apps/backup-engine/bin/backup-engine.js');
 const work = await fs.mkdtemp(path.join(values.dir, 'bis-bench-'));
+const { describeMachine } = await import('./machine.mjs');
+console.log(await describeMachine(repoRoot));
 
 function timed(cmd, args, env = {}) {
   const t0 = process.hrtime.bigint();

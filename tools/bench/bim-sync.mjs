@@ -21,6 +21,7 @@ import { fileURLToPath } from 'node:url';
 const repo = process.env.BIM_SYNC_REPO ? path.resolve(process.env.BIM_SYNC_REPO) : path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 execFileSync(process.execPath, [path.join(repo, 'node_modules/typescript/bin/tsc'), '-b', path.join(repo, 'apps/backing-image-manager/tsconfig.lib.json')], { stdio: 'inherit' });
 const { ManagerClient } = await import(path.join(repo, 'libs/bimrpc/dist/index.js'));
+const { describeMachine } = await import('./machine.mjs');
 const { startSsyncReceiver, encodeFileId } = await import(path.join(repo, 'libs/sync-service/dist/index.js'));
 const BIN = path.join(repo, 'apps/backing-image-manager/bin/backing-image-manager.js');
 const nodeFlags = (process.env.BIM_SYNC_NODE_FLAGS ?? '').split(' ').filter(Boolean);
@@ -119,6 +120,7 @@ try {
   spec.checksum = ra.status.checksum;
   const backingA = path.join(A, 'backing-images', 'bench-u1', 'backing');
   const mbps = (s) => (dataBytes / 1e6 / s).toFixed(0);
+  console.log(await describeMachine(repo));
   console.log(`image ${size / GiB} GiB, ${dataBytes / GiB} GiB data, 50 % holes (8 MiB segments); ${runs} runs; load ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
 
   const rows = [];
