@@ -1,40 +1,7 @@
+import type { ImageHashReply, ImageHashRequest, ImageHashWorkerData } from './image-hash-worker.js';
 import { WorkerChannel } from './pipeline.js';
 
-/**
- * The worker's code (CommonJS, loaded with `eval` so it works from sources and from dist alike): a streaming SHA-512
- * fed, in order, with slices of shared memory (hashed in place) or copied bytes, and with zero-range lengths that it
- * hashes from one shared zero buffer (nothing is read or allocated for holes).
- */
-const WORKER_SOURCE = `
-'use strict';
-const { parentPort, workerData } = require('node:worker_threads');
-const memory = workerData && workerData.memory;
-const { createHash } = require('node:crypto');
-let hash = createHash('sha512');
-const zeros = Buffer.alloc(1024 * 1024);
-parentPort.on('message', (m) => {
-  try {
-    if (m.op === 'slot') {
-      hash.update(new Uint8Array(memory, m.offset, m.length));
-      parentPort.postMessage({ id: m.id });
-    } else if (m.op === 'bytes') {
-      hash.update(new Uint8Array(m.bytes));
-      parentPort.postMessage({ id: m.id });
-    } else if (m.op === 'zeros') {
-      let left = m.length;
-      while (left > 0) { const n = Math.min(left, zeros.length); hash.update(zeros.subarray(0, n)); left -= n; }
-      parentPort.postMessage({ id: m.id });
-    } else if (m.op === 'digest') {
-      parentPort.postMessage({ id: m.id, hex: hash.digest('hex') });
-      hash = createHash('sha512');
-    } else {
-      parentPort.postMessage({ id: m.id, error: 'unknown image hash operation ' + String(m.op) });
-    }
-  } catch (e) {
-    parentPort.postMessage({ id: m.id, error: e && e.message ? e.message : String(e) });
-  }
-});
-`;
+const IMAGE_HASH_WORKER = new URL('./image-hash-worker.js', import.meta.url);
 
 /**
  * SHA-512 of a whole image, computed in order on a worker thread so that it runs beside the block pipeline instead of
@@ -43,11 +10,15 @@ parentPort.on('message', (m) => {
  * memory in flight is the caller's, e.g. the slots of a {@link SlotPool}). Views of non-shared memory are copied.
  */
 export class ImageHasher {
-  private readonly channel: WorkerChannel;
+  private readonly channel: WorkerChannel<ImageHashRequest, ImageHashReply>;
 
   /** `memory`: shared memory (e.g. a {@link SlotPool}'s) whose views are hashed in place, never copied. */
   constructor(private readonly memory?: SharedArrayBuffer) {
-    this.channel = new WorkerChannel(WORKER_SOURCE, { memory }, 'image SHA-512');
+    this.channel = new WorkerChannel<ImageHashRequest, ImageHashReply>(
+      IMAGE_HASH_WORKER,
+      { memory } satisfies ImageHashWorkerData,
+      'image SHA-512',
+    );
   }
 
   /** Hashes `data` after everything submitted before it; resolves when done (then `data` may be reused). */
@@ -70,7 +41,7 @@ export class ImageHasher {
   async digest(): Promise<string> {
     try {
       const r = await this.channel.send({ op: 'digest' });
-      return String(r['hex']);
+      return String(r.hex);
     } finally {
       await this.close();
     }

@@ -1,7 +1,8 @@
-import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
-import { Worker } from 'node:worker_threads';
-import { decodeFrameInto, STORED_FRAME_HEADER, STORED_FRAME_TRAILER, storedFrameData, writeStoredFrameEnds, xxh32 } from './lz4-frame.js';
+import type { Worker } from 'node:worker_threads';
+import { startModuleWorker } from '@bis/runtime';
+import type { BlockReply, BlockRequest, BlockWorkerData, CheckReply, PrepareReply } from './block-worker.js';
+import { STORED_FRAME_HEADER, STORED_FRAME_TRAILER, writeStoredFrameEnds } from './lz4-frame.js';
 import { BACKUP_BLOCK_SIZE, BackupStoreError } from './names.js';
 
 /**
@@ -106,122 +107,44 @@ export type CheckedBlock =
     }
   | { fast: false };
 
-/**
- * The block workers' program (CommonJS, evaluated from a string so that it runs the same from `dist/` and from the
- * sources under jest). The frame helpers are the functions of `lz4-frame.ts`, inserted as source text.
- */
-const WORKER_SOURCE = `
-'use strict';
-const { parentPort, workerData } = require('node:worker_threads');
-const { createHash } = require('node:crypto');
-const memory = workerData.memory;
-const mem = new Uint8Array(memory);
-const lz4 = require(workerData.lz4Path);
-const ${xxh32.name} = ${xxh32.toString()};
-const ${writeStoredFrameEnds.name} = ${writeStoredFrameEnds.toString()};
-const ${storedFrameData.name} = ${storedFrameData.toString()};
-const ${decodeFrameInto.name} = ${decodeFrameInto.toString()};
-const ZERO = Buffer.alloc(64 * 1024);
-const PROBES = 4, PROBE = 16 * 1024;
-function isZero(b) {
-  const n = b.length;
-  if (n === 0) return true;
-  if (b[0] !== 0 || b[n - 1] !== 0) return false;
-  for (let o = 0; o < n; o += ZERO.length) {
-    const l = Math.min(ZERO.length, n - o);
-    if (Buffer.compare(b.subarray(o, o + l), ZERO.subarray(0, l)) !== 0) return false;
-  }
-  return true;
-}
-function blockName(b) { return createHash('sha512').update(b).digest('hex').slice(0, 64); }
-// LZ4 on a few spread samples: when even they do not shrink, the block is stored as an uncompressed frame block
-// (what the LZ4 compressor would do after spending a full compression on it).
-function incompressible(b) {
-  if (b.length < PROBES * PROBE * 2) return false;
-  const step = Math.floor((b.length - PROBE) / (PROBES - 1));
-  let raw = 0, packed = 0;
-  for (let k = 0; k < PROBES; k++) {
-    const s = b.subarray(k * step, k * step + PROBE);
-    raw += s.length;
-    packed += lz4.compressSync(s).length - 4;
-  }
-  return packed >= raw * 0.98;
-}
-parentPort.on('message', (m) => {
-  try {
-    const view = Buffer.from(memory, m.offset, m.length);
-    if (m.op === 'prepare') {
-      if (isZero(view)) { parentPort.postMessage({ id: m.id, zero: true }); return; }
-      const checksum = blockName(view);
-      let storedLength = 0;
-      let xxh = 0;
-      if (m.lz4 && incompressible(view)) {
-        xxh = xxh32(view, 0);
-        storedLength = writeStoredFrameEnds(view.length, mem, m.outOffset, xxh);
-      }
-      parentPort.postMessage({ id: m.id, zero: false, checksum, storedLength, xxh });
-    } else if (m.op === 'check') {
-      let range;
-      const lz4Frame = view.length >= 4 && view.readUInt32LE(0) === 0x184d2204;
-      if (lz4Frame) range = storedFrameData(view);
-      else if (view.length >= 2 && view[0] === 0x1f && view[1] === 0x8b) range = undefined;
-      else range = [0, view.length];
-      if (!range && lz4Frame) {
-        // A compressed frame: decoded here, straight into the slot's block area, and always checked by its name.
-        const out = Buffer.from(memory, m.dataOffset, m.dataCapacity);
-        const n = decodeFrameInto(view, out);
-        if (n < 0) { parentPort.postMessage({ id: m.id, fast: false }); return; }
-        const data = out.subarray(0, n);
-        parentPort.postMessage({ id: m.id, fast: true, decoded: true, checksum: m.nameDecoded ? blockName(data) : '', zero: isZero(data), dataOffset: 0, dataLength: n });
-        return;
-      }
-      if (!range) { parentPort.postMessage({ id: m.id, fast: false }); return; }
-      const data = view.subarray(range[0], range[0] + range[1]);
-      const checksum = m.verify ? blockName(data) : '';
-      parentPort.postMessage({ id: m.id, fast: true, checksum, zero: isZero(data), dataOffset: range[0], dataLength: range[1] });
-    } else {
-      parentPort.postMessage({ id: m.id, error: 'unknown block worker operation ' + String(m.op) });
-    }
-  } catch (e) {
-    parentPort.postMessage({ id: m.id, error: e && e.message ? e.message : String(e) });
-  }
-});
-`;
-
+/** A worker's answer to a request: identified by the request's id; `error` when the request failed. */
 interface Reply {
   id: number;
-  error?: string;
-  [key: string]: unknown;
 }
 
-interface Pending {
-  resolve(r: Reply): void;
+type Answer<R extends Reply> = Exclude<R, { error: string }>;
+type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
+
+interface Pending<R extends Reply> {
+  resolve(r: Answer<R>): void;
   reject(e: Error): void;
 }
 
-/** One worker thread answering requests in order, by id. */
-class WorkerChannel {
+/**
+ * One worker thread answering requests in order, by id. `Q` and `R` are the requests and replies of the worker's
+ * program (`url`, a module next to this one such as `block-worker.ts`).
+ */
+class WorkerChannel<Q extends { id: number }, R extends Reply> {
   private readonly worker: Worker;
-  private readonly pending = new Map<number, Pending>();
+  private readonly pending = new Map<number, Pending<R>>();
   private nextId = 0;
   private failure: Error | undefined;
   private closed = false;
 
-  constructor(source: string, workerData: unknown, what: string) {
-    this.worker = new Worker(source, {
-      eval: true,
+  constructor(url: URL, workerData: unknown, what: string) {
+    this.worker = startModuleWorker(url, {
       workerData,
       // The workers only hash and frame blocks in shared memory: a small heap keeps the process small.
       resourceLimits: { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 4, stackSizeMb: 1 },
     });
     this.worker.unref();
-    this.worker.on('message', (r: Reply) => {
+    this.worker.on('message', (r: R) => {
       const p = this.pending.get(r.id);
       if (!p) return;
       this.pending.delete(r.id);
       if (this.pending.size === 0) this.worker.unref();
-      if (r.error !== undefined) p.reject(new BackupStoreError('Io', `${what} failed: ${r.error}`));
-      else p.resolve(r);
+      if ('error' in r) p.reject(new BackupStoreError('Io', `${what} failed: ${String(r.error)}`));
+      else p.resolve(r as Answer<R>);
     });
     this.worker.on('error', (e: Error) => this.fail(new BackupStoreError('Io', `${what} thread failed: ${e.message}`, { cause: e })));
     this.worker.on('exit', (code) => {
@@ -239,11 +162,11 @@ class WorkerChannel {
     this.pending.clear();
   }
 
-  send(message: Record<string, unknown>, transfer?: ArrayBuffer[]): Promise<Reply> {
+  send(message: WithoutId<Q>, transfer?: ArrayBuffer[]): Promise<Answer<R>> {
     if (this.failure) return Promise.reject(this.failure);
     if (this.closed) return Promise.reject(new BackupStoreError('Io', 'worker thread is closed'));
     const id = this.nextId++;
-    return new Promise<Reply>((resolve, reject) => {
+    return new Promise<Answer<R>>((resolve, reject) => {
       if (this.pending.size === 0) this.worker.ref(); // an answer is due: keep the process alive until it comes
       this.pending.set(id, { resolve, reject });
       this.worker.postMessage({ ...message, id }, transfer);
@@ -258,27 +181,24 @@ class WorkerChannel {
   }
 }
 
-let lz4Path: string | undefined;
-function resolveLz4(): string {
-  lz4Path ??= createRequire(import.meta.url).resolve('lz4-napi');
-  return lz4Path;
-}
+const BLOCK_WORKER = new URL('./block-worker.js', import.meta.url);
 
 /** Threads that hash blocks in place (their SHA-512 names), check for zeros, and frame incompressible blocks. */
 export class BlockWorkerPool {
-  private readonly channels: WorkerChannel[];
+  private readonly channels: WorkerChannel<BlockRequest, BlockReply>[];
 
   /** `threads` defaults to the smaller of `concurrency` and the machine's parallelism. */
   constructor(private readonly pool: SlotPool, concurrency: number, threads = Math.min(concurrency, availableParallelism())) {
     const n = Math.max(1, threads);
     this.channels = Array.from(
       { length: n },
-      () => new WorkerChannel(WORKER_SOURCE, { lz4Path: resolveLz4(), memory: pool.memory }, 'block worker'),
+      () =>
+        new WorkerChannel<BlockRequest, BlockReply>(BLOCK_WORKER, { memory: pool.memory } satisfies BlockWorkerData, 'block worker'),
     );
   }
 
-  private channel(): WorkerChannel {
-    let best = this.channels[0] as WorkerChannel;
+  private channel(): WorkerChannel<BlockRequest, BlockReply> {
+    let best = this.channels[0] as WorkerChannel<BlockRequest, BlockReply>;
     for (const c of this.channels) if (c.load < best.load) best = c;
     return best;
   }
@@ -293,16 +213,15 @@ export class BlockWorkerPool {
    * into `slot.stored` when the block does not compress. `length` is the block's size in `slot.data`.
    */
   async prepare(slot: Slot, length: number, lz4: boolean): Promise<PreparedBlock> {
-    const r = await this.channel().send({
+    const r = (await this.channel().send({
       op: 'prepare',
       ...this.where(slot.data.subarray(0, length)),
       lz4,
       outOffset: slot.stored.byteOffset,
-    });
-    if (r['zero'] === true) return { zero: true };
-    const framed = Number(r['storedLength']) > 0;
-    if (!framed) return { zero: false, checksum: String(r['checksum']), frame: [] };
-    return { zero: false, checksum: String(r['checksum']), frame: storedFramePieces(slot, length), xxh: Number(r['xxh']) };
+    })) as PrepareReply;
+    if (r.zero) return { zero: true };
+    if (r.storedLength <= 0) return { zero: false, checksum: r.checksum, frame: [] };
+    return { zero: false, checksum: r.checksum, frame: storedFramePieces(slot, length), xxh: r.xxh };
   }
 
   /**
@@ -313,22 +232,22 @@ export class BlockWorkerPool {
    * decoder declines) `fast: false` and the caller decompresses it.
    */
   async check(slot: Slot, storedLength: number, verify = true, nameDecoded = true): Promise<CheckedBlock> {
-    const r = await this.channel().send({
+    const r = (await this.channel().send({
       op: 'check',
       ...this.where(slot.stored.subarray(0, storedLength)),
       verify,
       nameDecoded: verify || nameDecoded,
       dataOffset: slot.data.byteOffset,
       dataCapacity: slot.data.byteLength,
-    });
-    if (r['fast'] !== true) return { fast: false };
+    })) as CheckReply;
+    if (!r.fast) return { fast: false };
     return {
       fast: true,
-      decoded: r['decoded'] === true,
-      checksum: String(r['checksum']),
-      zero: r['zero'] === true,
-      dataOffset: Number(r['dataOffset']),
-      dataLength: Number(r['dataLength']),
+      decoded: r.decoded,
+      checksum: r.checksum,
+      zero: r.zero,
+      dataOffset: r.dataOffset,
+      dataLength: r.dataLength,
     };
   }
 

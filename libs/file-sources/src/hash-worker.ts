@@ -1,48 +1,12 @@
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+import { startModuleWorker } from '@bis/runtime';
 import type { ChecksumAlgorithm } from './checksum.js';
+import type { DigestReply, DigestRequest, DigestWorkerData } from './digest-worker.js';
 
-/**
- * The worker's program (CommonJS, evaluated from a string so that it runs the same from `dist/` and under jest).
- * Messages are handled in order: `update` hashes a slice of a SharedArrayBuffer (shared, never copied),
- * `digest` returns the hex digests and starts new hashes, `peek` returns the digests so far and goes on,
- * `reset` starts new hashes.
- */
-const WORKER_SOURCE = `
-'use strict';
-const { parentPort, workerData } = require('node:worker_threads');
-const { createHash } = require('node:crypto');
-const algorithms = workerData.algorithms;
-let hashes = algorithms.map((a) => createHash(a));
-parentPort.on('message', (m) => {
-  try {
-    if (m.op === 'update') {
-      const view = new Uint8Array(m.buffer, m.offset, m.length);
-      for (const h of hashes) h.update(view);
-      parentPort.postMessage({ id: m.id });
-    } else if (m.op === 'digest') {
-      const digests = hashes.map((h) => h.digest('hex'));
-      hashes = algorithms.map((a) => createHash(a));
-      parentPort.postMessage({ id: m.id, digests });
-    } else if (m.op === 'peek') {
-      const digests = hashes.map((h) => h.copy().digest('hex'));
-      parentPort.postMessage({ id: m.id, digests });
-    } else if (m.op === 'reset') {
-      hashes = algorithms.map((a) => createHash(a));
-      parentPort.postMessage({ id: m.id });
-    } else {
-      parentPort.postMessage({ id: m.id, error: 'unknown hash worker operation ' + String(m.op) });
-    }
-  } catch (e) {
-    parentPort.postMessage({ id: m.id, error: e && e.message ? e.message : String(e) });
-  }
-});
-`;
+const DIGEST_WORKER = new URL('./digest-worker.js', import.meta.url);
 
-interface Reply {
-  id: number;
-  digests?: string[];
-  error?: string;
-}
+type Reply = DigestReply;
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 interface Waiter {
   resolve(r: Reply): void;
@@ -69,9 +33,8 @@ export class HashWorker {
 
   constructor(algorithms: readonly ChecksumAlgorithm[]) {
     this.algorithms = algorithms;
-    this.#worker = new Worker(WORKER_SOURCE, {
-      eval: true,
-      workerData: { algorithms: [...algorithms] },
+    this.#worker = startModuleWorker(DIGEST_WORKER, {
+      workerData: { algorithms: [...algorithms] } satisfies DigestWorkerData,
       // The worker only hashes: a small heap keeps the process's memory low.
       resourceLimits: { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 4, codeRangeSizeMb: 8, stackSizeMb: 1 },
     });
@@ -96,7 +59,7 @@ export class HashWorker {
     this.#waiting.clear();
   }
 
-  #send(message: Record<string, unknown>): Promise<Reply> {
+  #send(message: DistributiveOmit<DigestRequest, 'id'>): Promise<Reply> {
     if (this.#closed) return Promise.reject(new HashWorkerError('the hash worker is closed'));
     if (this.#failure) return Promise.reject(this.#failure);
     const id = this.#nextId++;

@@ -14,3 +14,4 @@ export {
   type ProcessRecord,
   type ProcStat,
 } from './process-lifecycle.js';
+export { startModuleWorker } from './module-worker.js';
