@@ -222,7 +222,7 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
         signal: a.signal,
         onProgress: (p) => a.onProgress(p.processedBytes, p.totalBytes),
       });
-      return { size: r.size, sha512: r.sha512 };
+      return { size: r.size, sha512: r.sha512, ...(r.chain ? { chain: r.chain } : {}) };
     },
   }, SOURCE_KINDS[config.sourceType]);
   const sync = new SyncService({ diskPath, sources, beginTimeoutMs, internalAuth, log });

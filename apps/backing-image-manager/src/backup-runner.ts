@@ -54,6 +54,6 @@ export function backupstoreRestore(opts: BackupstoreRunnerOptions = {}): Restore
       signal: a.signal,
       onProgress: (p) => a.onProgress(p.processedBytes, p.totalBytes),
     });
-    return { size: r.size, sha512: r.sha512 };
+    return { size: r.size, sha512: r.sha512, ...(r.chain ? { chain: r.chain } : {}) };
   };
 }

@@ -209,7 +209,10 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
           onProgress: bar ? (p) => bar.update(p.processedBytes, p.totalBytes, p.progress === 100) : undefined,
         });
         bar?.finish();
-        output(result, `restored ${result.name} to ${values.output}: ${result.size} bytes, sha512 ${result.sha512} (verified ${result.verification === 'sha512-chain' ? 'in parallel with the SHA-512 chain' : 'sequentially'})`);
+        // the verified chain is for the programs that restore through the library (stored with the file); the CLI's
+        // output stays a summary
+        const { chain: _chain, ...summary } = result;
+        output(summary, `restored ${result.name} to ${values.output}: ${result.size} bytes, sha512 ${result.sha512} (verified ${result.verification === 'sha512-chain' ? 'in parallel with the SHA-512 chain' : 'sequentially'})`);
         return 0;
       }
       case 'ls': {

@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import type { Sha512Chain } from '@bis/sha512-chain';
 
 /** Where a source reports how far it got. */
 export interface ProgressSink {
@@ -26,6 +27,11 @@ export interface SourceResult {
   expectedChecksumVerified?: boolean;
   /** Set when the image was zero-padded to a multiple of 512 bytes: its size and SHA-512 as received (before it). */
   unpadded?: { size: number; sha512: string };
+  /**
+   * The SHA-512 chain of the destination file (its `checksum` is `sha512`), recorded in the pass that wrote it, so
+   * that the file can be sent and verified segment by segment without being hashed again.
+   */
+  chain?: Sha512Chain;
 }
 
 export interface SourceRequestBase {

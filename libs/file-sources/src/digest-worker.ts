@@ -2,12 +2,19 @@
  * The hash worker's program (a worker thread started by {@link HashWorker}). Messages are handled in order: `update`
  * hashes a slice of a SharedArrayBuffer (shared, never copied), `digest` returns the hex digests and starts new
  * hashes, `peek` returns the digests so far and goes on, `reset` starts new hashes.
+ *
+ * With `chainSegment`, the SHA-512 is computed by a SHA-512 chain recorder (`@bis/sha512-chain`, OpenSSL's SHA-512
+ * through the addon: the same speed as `createHash`), which also keeps the chaining state at every segment boundary;
+ * `digest` then returns the encoded chain too, so the file gets its chain in the pass that makes it.
  */
 import { createHash, type Hash } from 'node:crypto';
 import { parentPort, workerData } from 'node:worker_threads';
+import { encodeChainParts, Sha512ChainRecorder } from '@bis/sha512-chain';
 
 export interface DigestWorkerData {
   algorithms: string[];
+  /** Record the SHA-512 chain with segments of this many bytes (the `sha512` algorithm must be among `algorithms`). */
+  chainSegment?: number;
 }
 
 export type DigestRequest =
@@ -19,26 +26,78 @@ export type DigestRequest =
 export interface DigestReply {
   id: number;
   digests?: string[];
+  /** With `chainSegment`, on `digest`: the chain of the SHA-512 (`encodeChain` format). */
+  chain?: Uint8Array;
   error?: string;
 }
 
-function answer(algorithms: string[], state: { hashes: Hash[] }, m: DigestRequest): DigestReply {
+/** One running digest: node's `Hash`, or the chain recorder for SHA-512. */
+interface Digest {
+  update(view: Uint8Array): void;
+  peek(): string;
+  digest(): { hex: string; chain?: Uint8Array };
+}
+
+/** States are moved out of the recorder into compact buffers, so a long image costs 64 bytes a segment, not an object. */
+const STATES_PER_CHUNK = 1024;
+
+function chainDigest(segmentSize: number): Digest {
+  const rec = new Sha512ChainRecorder(segmentSize);
+  const chunks: Buffer[] = [];
+  let pending: Buffer[] = [];
+  const collect = (): void => {
+    pending.push(...rec.drainStates());
+    if (pending.length >= STATES_PER_CHUNK) {
+      chunks.push(Buffer.concat(pending));
+      pending = [];
+    }
+  };
+  return {
+    update(view) {
+      rec.updateSync(view);
+      collect();
+    },
+    peek: () => rec.checksumSoFar(),
+    digest() {
+      collect();
+      const chain = rec.finish();
+      const states = Buffer.concat([...chunks, ...pending, ...chain.states]);
+      return { hex: chain.checksum, chain: encodeChainParts(chain, states) };
+    },
+  };
+}
+
+function hashDigest(algorithm: string): Digest {
+  const h: Hash = createHash(algorithm);
+  return {
+    update: (view) => h.update(view),
+    peek: () => h.copy().digest('hex'),
+    digest: () => ({ hex: h.digest('hex') }),
+  };
+}
+
+function start(data: DigestWorkerData): Digest[] {
+  return data.algorithms.map((a) => (a === 'sha512' && data.chainSegment !== undefined ? chainDigest(data.chainSegment) : hashDigest(a)));
+}
+
+function answer(data: DigestWorkerData, state: { digests: Digest[] }, m: DigestRequest): DigestReply {
   try {
     switch (m.op) {
       case 'update': {
         const view = new Uint8Array(m.buffer, m.offset, m.length);
-        for (const h of state.hashes) h.update(view);
+        for (const d of state.digests) d.update(view);
         return { id: m.id };
       }
       case 'digest': {
-        const digests = state.hashes.map((h) => h.digest('hex'));
-        state.hashes = algorithms.map((a) => createHash(a));
-        return { id: m.id, digests };
+        const done = state.digests.map((d) => d.digest());
+        state.digests = start(data);
+        const chain = done.find((d) => d.chain)?.chain;
+        return { id: m.id, digests: done.map((d) => d.hex), ...(chain ? { chain } : {}) };
       }
       case 'peek':
-        return { id: m.id, digests: state.hashes.map((h) => h.copy().digest('hex')) };
+        return { id: m.id, digests: state.digests.map((d) => d.peek()) };
       case 'reset':
-        state.hashes = algorithms.map((a) => createHash(a));
+        state.digests = start(data);
         return { id: m.id };
     }
     const other = m as { id: number; op: unknown };
@@ -50,7 +109,7 @@ function answer(algorithms: string[], state: { hashes: Hash[] }, m: DigestReques
 
 if (parentPort) {
   const port = parentPort;
-  const { algorithms } = workerData as DigestWorkerData;
-  const state = { hashes: algorithms.map((a) => createHash(a)) };
-  port.on('message', (m: DigestRequest) => port.postMessage(answer(algorithms, state, m)));
+  const data = workerData as DigestWorkerData;
+  const state = { digests: start(data) };
+  port.on('message', (m: DigestRequest) => port.postMessage(answer(data, state, m)));
 }

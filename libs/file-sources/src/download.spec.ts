@@ -8,6 +8,7 @@ import { createFileSources, type FileSourcesOptions } from './provider.js';
 import { startImageServer, type ImageServer, type ImageServerOptions } from './test-support/image-server.js';
 import { compressWith, padTo512, qcow2Header, RecordingProgress, sha, sparseImage } from './test-support/images.js';
 import { SourceHostRefusedError } from './ip-policy.js';
+import { computeFileChain } from '@bis/sha512-chain';
 import { ChecksumMismatchError } from './checksum.js';
 
 let dir: string;
@@ -48,7 +49,11 @@ describe('download source', () => {
     expect(bytes.equals(want)).toBe(true);
     expect(result).toEqual({
       size: want.length, sha512: sha('sha512', want), virtualSize: want.length, format: 'raw', expectedChecksumVerified: true,
+      chain: expect.objectContaining({ size: want.length, checksum: sha('sha512', want), segmentSize: 2 * 1024 * 1024 }),
     });
+    // the chain was recorded in the same pass: its states are those of the stored file
+    const again = await computeFileChain(dest);
+    expect(again.states.map((s) => s.toString('hex'))).toEqual(result.chain!.states.map((s) => Buffer.from(s).toString('hex')));
     expect(sink.size).toBe(img.length);
     expect(sink.sizes.at(-1)).toBe(want.length); // the final (padded) size is announced at the end
     expect(sink.last).toBe(want.length);

@@ -13,6 +13,14 @@ interface Waiter {
   reject(e: Error): void;
 }
 
+export interface HashWorkerOptions {
+  /**
+   * Compute the SHA-512 with a SHA-512 chain recorder that keeps the chaining state every `chainSegment` bytes
+   * (`@bis/sha512-chain`; needs its native addon), so that `digestWithChain` returns the chain with the checksum.
+   */
+  chainSegment?: number;
+}
+
 export class HashWorkerError extends Error {
   override readonly name = 'HashWorkerError';
 }
@@ -31,11 +39,19 @@ export class HashWorker {
   #failure: Error | undefined;
   #closed = false;
 
-  constructor(algorithms: readonly ChecksumAlgorithm[]) {
+  /** Whether `digest` also returns the SHA-512 chain (see {@link HashWorkerOptions.chainSegment}). */
+  readonly recordsChain: boolean;
+
+  constructor(algorithms: readonly ChecksumAlgorithm[], options: HashWorkerOptions = {}) {
     this.algorithms = algorithms;
+    this.recordsChain = options.chainSegment !== undefined && algorithms.includes('sha512');
     this.#worker = startModuleWorker(DIGEST_WORKER, {
-      workerData: { algorithms: [...algorithms] } satisfies DigestWorkerData,
-      // The worker only hashes: a small heap keeps the process's memory low.
+      workerData: {
+        algorithms: [...algorithms],
+        ...(this.recordsChain ? { chainSegment: options.chainSegment } : {}),
+      } satisfies DigestWorkerData,
+      // The worker only hashes: a small heap keeps the process's memory low (chain states are kept in compact
+      // buffers outside the heap, 64 bytes a segment).
       resourceLimits: { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 4, codeRangeSizeMb: 8, stackSizeMb: 1 },
     });
     this.#worker.unref();
@@ -79,8 +95,16 @@ export class HashWorker {
 
   /** Finishes the hashes (hex, in the order of `algorithms`) and starts new ones. */
   async digest(): Promise<string[]> {
+    return (await this.digestWithChain()).digests;
+  }
+
+  /**
+   * `digest`, with the SHA-512 chain of what was hashed when the worker records one (`chain`: the `encodeChain`
+   * bytes; decode with `decodeChain` of `@bis/sha512-chain`).
+   */
+  async digestWithChain(): Promise<{ digests: string[]; chain?: Uint8Array }> {
     const r = await this.#send({ op: 'digest' });
-    return r.digests ?? [];
+    return { digests: r.digests ?? [], ...(r.chain ? { chain: r.chain } : {}) };
   }
 
   /** The digests of what was hashed so far (hex, in the order of `algorithms`); hashing goes on. */

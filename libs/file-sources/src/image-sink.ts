@@ -1,5 +1,6 @@
 import { open, rm, type FileHandle } from 'node:fs/promises';
 import { assertChecksumMatches, type ExpectedChecksum } from './checksum.js';
+import { DEFAULT_CHAIN_SEGMENT, decodeChain, nativeSha512ChainAvailable } from '@bis/sha512-chain';
 import { HashWorker } from './hash-worker.js';
 import { hasQcow2Magic, assertSafeQcow2, QCOW2_HEADER_PROBE_BYTES } from './qcow2.js';
 import type { ImageFormat, SourceResult } from './contract.js';
@@ -26,6 +27,11 @@ export interface ImageSinkOptions {
    * fails with {@link SizeLimitError} and writes nothing of its chunk.
    */
   limit?: SizeLimit;
+  /**
+   * Record the file's SHA-512 chain in the same pass (segments of this many bytes; default 2 MiB, Longhorn's block
+   * size; `false`: do not). Without the SHA-512 chain addon nothing is recorded.
+   */
+  chainSegment?: number | false;
 }
 
 interface Slab {
@@ -121,7 +127,8 @@ export class ImageSink {
   ) {
     this.#fh = fh;
     const extra = options.expected && options.expected.algorithm !== 'sha512' ? [options.expected.algorithm] : [];
-    this.#hasher = new HashWorker(['sha512', ...extra]);
+    const segment = options.chainSegment ?? DEFAULT_CHAIN_SEGMENT;
+    this.#hasher = new HashWorker(['sha512', ...extra], segment !== false && nativeSha512ChainAvailable() ? { chainSegment: segment } : {});
   }
 
   /** Creates (or truncates) `dest` and returns a sink writing into it. */
@@ -312,7 +319,10 @@ export class ImageSink {
     await fh.truncate(this.#position);
     await fh.close();
     this.#fh = undefined;
-    const [sha512, extra] = await this.#hasher.digest();
+    const {
+      digests: [sha512, extra],
+      chain,
+    } = await this.#hasher.digestWithChain();
     await this.#hasher.close();
     const expected = this.options.expected;
     if (expected) {
@@ -326,6 +336,7 @@ export class ImageSink {
       virtualSize: this.#format === 'qcow2' ? this.#virtualSize! : this.#position,
       format: this.#format,
       ...(expected ? { expectedChecksumVerified: true } : {}),
+      ...(chain ? { chain: decodeChain(chain) } : {}),
     };
   }
 

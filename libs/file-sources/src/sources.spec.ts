@@ -37,7 +37,10 @@ describe('upload source', () => {
     const dest = join(dir, 'up.tmp');
     const sink = new RecordingProgress();
     const r = await createFileSources().upload({ dest, body: bodyOf(img), size: img.length, sink, signal: never() });
-    expect(r).toEqual({ size: img.length, sha512: sha('sha512', img), virtualSize: img.length, format: 'raw' });
+    expect(r).toEqual({
+      size: img.length, sha512: sha('sha512', img), virtualSize: img.length, format: 'raw',
+      chain: expect.objectContaining({ size: img.length, checksum: sha('sha512', img) }),
+    });
     expect((await readFile(dest)).equals(img)).toBe(true);
     expect(sink.sizes[0]).toBe(img.length);
     expect(sink.last).toBe(img.length);
@@ -110,7 +113,10 @@ describe('clone source', () => {
     const dest = join(dir, 'clone.tmp');
     const sink = new RecordingProgress();
     const r = await createFileSources().clone({ sourcePath: src, encryption: 'ignore', credential: {}, dest, sink, signal: never(), expectedChecksum: sha('sha512', img) });
-    expect(r).toEqual({ size: img.length, sha512: sha('sha512', img), virtualSize: img.length, format: 'raw', expectedChecksumVerified: true });
+    expect(r).toEqual({
+      size: img.length, sha512: sha('sha512', img), virtualSize: img.length, format: 'raw', expectedChecksumVerified: true,
+      chain: expect.objectContaining({ size: img.length, checksum: sha('sha512', img) }),
+    });
     expect((await readFile(dest)).equals(img)).toBe(true);
     expect((await stat(dest)).blocks * 512).toBeLessThanOrEqual(img.length - (1 << 20));
     expect(sink.sizes[0]).toBe(img.length);

@@ -7,6 +7,7 @@ import { ImageSink, SECTOR_SIZE } from './image-sink.js';
 import { linkedController, pumpOnce, ThrottledProgress } from './download.js';
 import { assertSafeQcow2, hasQcow2Magic, QCOW2_HEADER_PROBE_BYTES } from './qcow2.js';
 import type { Readable } from 'node:stream';
+import type { Sha512Chain } from '@bis/sha512-chain';
 import { imageSizeLimit, SizeLimitError, type SizeLimitPolicy } from './size-limit.js';
 
 export interface StreamSettings {
@@ -119,7 +120,7 @@ export type RestoreBackupFn = (args: {
   credential: Record<string, string>;
   signal: AbortSignal;
   onProgress: (processed: number, total: number) => void;
-}) => Promise<{ size: number; sha512: string }>;
+}) => Promise<{ size: number; sha512: string; chain?: Sha512Chain }>;
 
 /**
  * Restores a backing image from a backup URL through the backup engine, then checks what the engine cannot: the
@@ -187,7 +188,9 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
       return { size: size + pad, sha512: padded, virtualSize: format === 'raw' ? size + pad : virtualSize, format, unpadded, ...(expected ? { expectedChecksumVerified: true } : {}) };
     }
     req.sink.updateProgress(size);
-    return { size, sha512, virtualSize, format, ...(expected ? { expectedChecksumVerified: true } : {}) };
+    // The chain the engine verified every segment against is the restored file's (unpadded, so unchanged) chain.
+    const chain = restored.chain && restored.chain.checksum === sha512 && restored.chain.size === size ? restored.chain : undefined;
+    return { size, sha512, virtualSize, format, ...(expected ? { expectedChecksumVerified: true } : {}), ...(chain ? { chain } : {}) };
   } catch (e) {
     await rm(req.dest, { force: true });
     if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);

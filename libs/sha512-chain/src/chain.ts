@@ -78,14 +78,29 @@ export const CHAIN_HEADER_BYTES = 92;
  */
 export function encodeChain(chain: Sha512Chain): Buffer {
   assertChain(chain);
-  const out = Buffer.alloc(CHAIN_HEADER_BYTES + chain.states.length * SHA512_STATE_BYTES);
+  const states = Buffer.alloc(chain.states.length * SHA512_STATE_BYTES);
+  chain.states.forEach((s, i) => states.set(s, i * SHA512_STATE_BYTES));
+  return encodeChainParts(chain, states);
+}
+
+/**
+ * `encodeChain` of a chain whose states are already back to back in one buffer (`states.length` = count × 64), for a
+ * producer that keeps them compact instead of one object per state.
+ */
+export function encodeChainParts(header: Omit<Sha512Chain, 'states'>, states: Uint8Array): Buffer {
+  assertSegmentSize(header.segmentSize);
+  const count = states.length / SHA512_STATE_BYTES;
+  if (!Number.isInteger(count) || count !== segmentCount(header.size, header.segmentSize)) {
+    throw new RangeError(`${states.length} bytes of states do not fit size ${header.size} in segments of ${header.segmentSize} bytes`);
+  }
+  const out = Buffer.alloc(CHAIN_HEADER_BYTES + states.length);
   CHAIN_MAGIC.copy(out, 0);
   out.writeUInt32BE(CHAIN_VERSION, 8);
-  out.writeUInt32BE(chain.segmentSize, 12);
-  out.writeBigUInt64BE(BigInt(chain.size), 16);
-  out.write(chain.checksum, 24, 'hex');
-  out.writeUInt32BE(chain.states.length, 88);
-  chain.states.forEach((s, i) => out.set(s, CHAIN_HEADER_BYTES + i * SHA512_STATE_BYTES));
+  out.writeUInt32BE(header.segmentSize, 12);
+  out.writeBigUInt64BE(BigInt(header.size), 16);
+  out.write(header.checksum, 24, 'hex');
+  out.writeUInt32BE(count, 88);
+  out.set(states, CHAIN_HEADER_BYTES);
   return out;
 }
 

@@ -15,6 +15,7 @@ export { Sha512BatchScheduler, sharedSha512Scheduler, type Sha512BatchSchedulerO
 export {
   type Sha512Chain,
   encodeChain,
+  encodeChainParts,
   decodeChain,
   segmentCount,
   CHAIN_MAGIC,

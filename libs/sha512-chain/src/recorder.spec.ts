@@ -48,6 +48,19 @@ describe('Sha512ChainRecorder', () => {
     expect(finalizeHex(last, whole.length, whole.subarray(whole.length - (whole.length % 128)))).toBe(chain.checksum);
   });
 
+  it('checksumSoFar gives the SHA-512 of what was fed so far, and the image goes on', () => {
+    const a = randomData(5000);
+    const b = randomData(300);
+    const rec = new Sha512ChainRecorder(4096);
+    expect(rec.checksumSoFar()).toBe(referenceSha512(Buffer.alloc(0)));
+    rec.updateSync(a);
+    expect(rec.checksumSoFar()).toBe(referenceSha512(a));
+    rec.updateSync(b);
+    const chain = rec.finish();
+    expect(chain.checksum).toBe(referenceSha512(Buffer.concat([a, b])));
+    expect(chain.states.map((s) => s.toString('hex'))).toEqual(expectedStates(Buffer.concat([a, b]), 4096).map((s) => s.toString('hex')));
+  });
+
   it('an image that ends exactly on a segment boundary has one state per segment', async () => {
     const data = randomData(3 * 4096);
     const rec = new Sha512ChainRecorder(4096);

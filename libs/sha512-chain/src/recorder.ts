@@ -78,6 +78,24 @@ export class Sha512ChainRecorder {
     }
   }
 
+  /**
+   * The SHA-512 of the bytes fed so far, without ending the image (updates may follow). Call after every update has
+   * settled.
+   */
+  checksumSoFar(): string {
+    this.assertUsable();
+    if (this.inFlight > 0) throw new Error('checksumSoFar called while updates are still running');
+    return finalizeHex(this.state, this.size, this.partial.subarray(0, this.partialLength));
+  }
+
+  /**
+   * Removes and returns the states recorded so far (segment boundaries already passed), so that a producer of a long
+   * image can keep them compactly; `finish()` then returns only the states recorded after the last call.
+   */
+  drainStates(): Sha512State[] {
+    return this.states.splice(0);
+  }
+
   /** Ends the image and returns its chain. Call after every update has settled. */
   finish(): Sha512Chain {
     this.assertUsable();

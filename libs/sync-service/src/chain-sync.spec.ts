@@ -4,7 +4,9 @@ import { createHash, randomBytes } from 'node:crypto';
 import { promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import http from 'node:http';
 import { getFileLayout } from '@bis/block-mapping';
+import { createFileSources } from '@bis/file-sources';
 import { computeFileChain, nativeSha512ChainAvailable } from '@bis/sha512-chain';
 import { SyncService } from './sync-service.js';
 import { planBySegments, sendFile } from './ssync/sender.js';
@@ -14,6 +16,7 @@ import { readSyncingFileConfig } from './backing-cfg.js';
 import { chainPathOf, readChainFile, readStoredChain, writeChainFile } from './chain-file.js';
 import { statFile } from './file-util.js';
 import { freePort } from './test-support/free-port.js';
+import { listenOnLoopback } from './test-support/loopback-server.js';
 
 const MiB = 1 << 20;
 const SEG = 2 * MiB;
@@ -165,6 +168,49 @@ describeChain('Sync with a SHA-512 chain', () => {
     expect(b.get(fileB()).state).toBe('ready');
     expect(b.get(fileB()).currentChecksum).toBe(sha(src));
     expect(logsB.some((l) => l.includes('SHA-512 chain:'))).toBe(false);
+  });
+
+  it('a download records the chain in the pass that writes the file: the first send uses it at once, nothing is hashed again', async () => {
+    // 12 MiB + 300 bytes of data with a run of zeros: the image is zero-padded to 512 bytes, and the chain covers
+    // the padded file the managers store
+    const image = Buffer.concat([randomBytes(5 * MiB), Buffer.alloc(3 * MiB), randomBytes(4 * MiB + 300)]);
+    const server = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-length': image.length });
+      res.end(image);
+    });
+    const origin = await listenOnLoopback(server);
+    const dl = new SyncService({
+      diskPath: path.join(dir, 'A'),
+      receiverHost: '127.0.0.1',
+      monitorIntervalMs: 0,
+      sources: createFileSources({ allowSourceHosts: ['127.0.0.1'] }),
+      log: (m) => logsA.push(m),
+    });
+    try {
+      const f = fileA();
+      await dl.downloadFromURL({ filePath: f, uuid: 'u1', url: `http://127.0.0.1:${origin.port}/img`, diskUUID: 'A' });
+      await dl.settled(f);
+      expect(dl.get(f)).toMatchObject({ state: 'ready', message: '' });
+      const padded = Buffer.concat([image, Buffer.alloc(512 - (image.length % 512))]);
+      const sum = createHash('sha512').update(padded).digest('hex');
+      expect(dl.get(f).currentChecksum).toBe(sum);
+      // stored with the file, bound to its size, mtime and checksum, and it verifies the file
+      const chain = await readChainFile(f, await bindingOf(f));
+      expect(chain?.checksum).toBe(sum);
+      expect(chain?.size).toBe(padded.length);
+      expect(chain?.states.length).toBe(Math.ceil(padded.length / SEG));
+      const port = await receiveOnB(padded.length);
+      await dl.sendToPeer(f, `127.0.0.1:${port}`);
+      await b.settled(fileB());
+      expect(b.get(fileB()).state).toBe('ready');
+      expect(b.get(fileB()).currentChecksum).toBe(sum);
+      expect(logsA.some((l) => l.includes('computed and stored its SHA-512 chain'))).toBe(false);
+      // the receiver verified segments against the chain the sender offered
+      expect(logsB.some((l) => l.includes('SHA-512 chain:'))).toBe(true);
+    } finally {
+      await dl.close();
+      await origin.close();
+    }
   });
 
   it('a chain deleted on A is computed again when first needed for a send, stored, and used', async () => {

@@ -1150,5 +1150,12 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 type ChainJob = Promise<Sha512Chain | undefined>;
 
 function fromSource(r: SourceResult): WorkResult {
-  return { size: r.size, sha512: r.sha512, virtualSize: r.virtualSize, expectedVerified: r.expectedChecksumVerified === true };
+  // the chain recorded (or verified) in the pass that made the file: stored with it, so a send starts at once
+  return {
+    size: r.size,
+    sha512: r.sha512,
+    virtualSize: r.virtualSize,
+    expectedVerified: r.expectedChecksumVerified === true,
+    ...(r.chain ? { chain: r.chain } : {}),
+  };
 }

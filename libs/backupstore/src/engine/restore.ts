@@ -62,6 +62,11 @@ export interface RestoreResult {
    * `sequential` (one in-order pass: no usable sidecar, e.g. a Longhorn backup).
    */
   verification: 'sha512-chain' | 'sequential';
+  /**
+   * With `sha512-chain`: the chain every segment of the restored file was verified against, so the file can be sent
+   * and verified segment by segment without being hashed again.
+   */
+  chain?: Sha512Chain;
 }
 
 function checkBlockList(config: BackingImageBackupConfig): void {
@@ -255,6 +260,7 @@ async function restoreOnce(
     writer = await DirectFileWriter.open(tmp, fh);
     let sha512: string | undefined;
     let verification: RestoreResult['verification'] = 'sequential';
+    let verifiedChain: Sha512Chain | undefined;
     const sidecar = config.checksum === '' ? undefined : await loadImageChain(driver, config, signal);
     if (sidecar?.chain) {
       // The image's SHA-512 chain: every block's segment (and every hole's) is verified as it arrives, in parallel,
@@ -262,6 +268,7 @@ async function restoreOnce(
       try {
         sha512 = await restoreBlocksChained(driver, config, sidecar.chain, writer, concurrency, signal, progress);
         verification = 'sha512-chain';
+        verifiedChain = sidecar.chain;
       } catch (err) {
         if (!(err instanceof Sha512ChainMismatchError)) throw err;
         // A link does not hold. If the segment is a stored block that does not match its own name, that block is
@@ -295,7 +302,7 @@ async function restoreOnce(
     await fs.rename(tmp, output);
     renamed = true;
     report({ name, processedBytes: config.size, totalBytes: config.size, progress: 100 }, true);
-    return { name, size: config.size, sha512, blockCount: config.blocks.length, verification };
+    return { name, size: config.size, sha512, blockCount: config.blocks.length, verification, ...(verifiedChain ? { chain: verifiedChain } : {}) };
   } finally {
     await writer?.close().catch(() => undefined);
     await fh.close().catch(() => undefined);

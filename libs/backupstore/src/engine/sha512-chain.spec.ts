@@ -1,7 +1,7 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { decodeChain, encodeChain, nativeSha512ChainAvailable } from '@bis/sha512-chain';
+import { computeFileChain, decodeChain, encodeChain, nativeSha512ChainAvailable } from '@bis/sha512-chain';
 import { S3Driver } from '../drivers/s3.js';
 import { parseTargetUrl, type S3TargetLocation } from '../url.js';
 import { backingImageChainPath, backingImageConfigPath, backingImageDir, blockChecksum, blockPath, BACKING_IMAGES_DIR } from '../names.js';
@@ -79,7 +79,10 @@ describe('the SHA-512 chain sidecar over vfs', () => {
     const out = output();
     const progress: number[] = [];
     const r = await restoreBackup({ backupUrl: b.url, output: out, concurrency: 3, lockTiming: FAST_LOCKS, onProgress: (p) => progress.push(p.processedBytes) });
-    expect(r).toEqual({ name: b.name, size: b.size, sha512: b.sha512, blockCount: 5, verification: 'sha512-chain' });
+    expect(r).toEqual({
+      name: b.name, size: b.size, sha512: b.sha512, blockCount: 5, verification: 'sha512-chain',
+      chain: expect.objectContaining({ size: b.size, checksum: b.sha512, segmentSize: 2 * 1024 * 1024 }),
+    });
     expect(await sha512File(out)).toBe(b.sha512);
     expect(progress[progress.length - 1]).toBe(b.size);
   });
@@ -240,8 +243,13 @@ describe('removing and collecting', () => {
     expect(await fs.readdir(path.join(root, BACKING_IMAGES_DIR))).toEqual(['gc-b']);
     expect((await verifyTarget(target, { lockTiming: FAST_LOCKS })).ok).toBe(true);
 
-    const r = await restoreBackup({ backupUrl: b.backupUrl, output: output(), lockTiming: FAST_LOCKS });
+    const out = output();
+    const r = await restoreBackup({ backupUrl: b.backupUrl, output: out, lockTiming: FAST_LOCKS });
     expect(r.verification).toBe('sha512-chain');
+    // the chain every segment was verified against is returned with the file, and it is the restored file's chain
+    expect(r.chain).toMatchObject({ size: r.size, checksum: r.sha512 });
+    const recomputed = await computeFileChain(out, { segmentSize: r.chain!.segmentSize });
+    expect(recomputed.states.map((x) => x.toString('hex'))).toEqual(r.chain!.states.map((x) => Buffer.from(x).toString('hex')));
     await deleteBackup(b.backupUrl, { lockTiming: FAST_LOCKS });
     expect(await storedBlocks(root)).toEqual([]);
   });
