@@ -1,4 +1,5 @@
-import { open, rm, type FileHandle } from 'node:fs/promises';
+import { rm, type FileHandle } from 'node:fs/promises';
+import { CREATE_NOFOLLOW, UPDATE_NOFOLLOW, openNoFollow } from './no-follow.js';
 import { assertChecksumMatches, type ExpectedChecksum } from './checksum.js';
 import { HashWorker } from './hash-worker.js';
 import { hasQcow2Magic, assertSafeQcow2, QCOW2_HEADER_PROBE_BYTES } from './qcow2.js';
@@ -124,9 +125,9 @@ export class ImageSink {
     this.#hasher = new HashWorker(['sha512', ...extra]);
   }
 
-  /** Creates (or truncates) `dest` and returns a sink writing into it. */
+  /** Creates (or truncates) `dest` and returns a sink writing into it. A symbolic link at `dest` is refused. */
   static async create(dest: string, options: ImageSinkOptions = {}): Promise<ImageSink> {
-    const fh = await open(dest, 'w', 0o644);
+    const fh = await openNoFollow(dest, CREATE_NOFOLLOW);
     return new ImageSink(dest, fh, options);
   }
 
@@ -135,7 +136,7 @@ export class ImageSink {
    * `offset` is kept) so that the following writes append at `offset`.
    */
   static async resume(dest: string, offset: number, options: ImageSinkOptions = {}): Promise<ImageSink> {
-    const fh = await open(dest, 'r+');
+    const fh = await openNoFollow(dest, UPDATE_NOFOLLOW);
     const sink = new ImageSink(dest, fh, options);
     try {
       const { size } = await fh.stat();
