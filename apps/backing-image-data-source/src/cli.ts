@@ -221,6 +221,7 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
         credential: a.credential,
         signal: a.signal,
         onProgress: (p) => a.onProgress(p.processedBytes, p.totalBytes),
+        checkSize: a.checkSize,
       });
       return { size: r.size, sha512: r.sha512, ...(r.chain ? { chain: r.chain } : {}) };
     },

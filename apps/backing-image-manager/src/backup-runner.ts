@@ -53,6 +53,7 @@ export function backupstoreRestore(opts: BackupstoreRunnerOptions = {}): Restore
       lockTiming: opts.lockTiming,
       signal: a.signal,
       onProgress: (p) => a.onProgress(p.processedBytes, p.totalBytes),
+      checkSize: a.checkSize,
     });
     return { size: r.size, sha512: r.sha512, ...(r.chain ? { chain: r.chain } : {}) };
   };

@@ -2,6 +2,7 @@ import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import http from 'node:http';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -142,6 +143,41 @@ describe('controller-manager standalone as a process', () => {
     expect(out).toContain('--auth-token-file');
     expect(out).toContain('--insecure');
   });
+
+  it('starts with --listen 0.0.0.0:<port> --insecure and serves REST without a token, then stops cleanly', async () => {
+    // a free port (the listener is closed again before the process binds it)
+    const probe = net.createServer();
+    await new Promise<void>((r) => probe.listen(0, '0.0.0.0', r));
+    const port = (probe.address() as net.AddressInfo).port;
+    await new Promise<void>((r) => probe.close(() => r()));
+    const proc = spawn(
+      process.execPath,
+      [BIN, 'standalone', '--data-dir', path.join(dir, 'insecure'), '--listen', `0.0.0.0:${port}`, '--insecure', '--disks', '1'],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    proc.stdout!.on('data', (d) => (out += d));
+    proc.stderr!.on('data', (d) => (out += d));
+    const exited = new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
+    try {
+      const deadline = Date.now() + 30_000;
+      while (!out.includes('Press Ctrl-C')) {
+        if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`controller-manager did not start: ${out}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(out).toContain('REST auth:       NONE (--insecure): anyone who can reach the port controls the system');
+      expect(out).toMatch(new RegExp(`REST API:\\s+http://[^:]+:${port}/v1`));
+      // only reached over loopback; no authorization header at all
+      const list = await fetch(`http://127.0.0.1:${port}/v1/backingimages`);
+      expect(list.status).toBe(200);
+      expect(((await list.json()) as { data: unknown[] }).data).toEqual([]);
+      expect((await fetch(`http://127.0.0.1:${port}/v1/settings`)).status).toBe(200);
+    } finally {
+      proc.kill('SIGTERM');
+    }
+    expect(await exited).toBe(0);
+    expect(out).toContain('stopped');
+  }, 60_000);
 
   it('with --auth-token-file on 0.0.0.0: REST calls without the token get 401, with it 200; the UI files stay public', async () => {
     const tokenFile = path.join(dir, 'rest-token');

@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { assertByteCount } from './extent.js';
 import { nativeAddon } from './native.js';
@@ -34,7 +35,8 @@ export async function punchHole(path: string, offset: number, length: number): P
     await punchHoleWithFallocateTool(path, offset, length);
     return;
   }
-  const fh = await open(path, 'r+');
+  // O_NOFOLLOW: a symbolic link at `path` is refused (ELOOP), never punched in its target's place
+  const fh = await open(path, constants.O_RDWR | constants.O_NOFOLLOW);
   try {
     const st = await fh.stat();
     if (!st.isFile()) throw new PunchHoleError(`cannot punch a hole in ${path}: not a regular file`, undefined, null);

@@ -7,7 +7,7 @@ import type { InternalAuth } from '@bis/internal-auth';
 import { FileState } from '@bis/state-machine';
 import { assertNoEscapingLinks, resolveDiskPath } from '@bis/disk-path';
 import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service/service';
-import { imageSizeLimit, type SizeLimitPolicy } from '@bis/file-sources/core';
+import { imageSizeLimit, SizeLimitError, type SizeLimitPolicy } from '@bis/file-sources/core';
 import { DEFAULT_EXPORT_RECEIVER_PORT, exportType, type DataSourceConfig } from './config.js';
 
 /** Longhorn's `api.DataSourceInfo` (JSON key order as Go emits it). */
@@ -49,8 +49,9 @@ export interface DataSourceOptions {
   internalAuth?: InternalAuth;
   log?: (message: string) => void;
   /**
-   * Bounds an upload's declared size (refused with 413 before the body is read): the disk's free space less its
-   * reserve, at most the `backing-image-max-size` setting. Must match what the file sources enforce on the bytes.
+   * Bounds an upload's declared size (refused with 413 before the body is read) and an export's volume size (the
+   * data source fails before its receiver listens): the disk's free space less its reserve, at most the
+   * `backing-image-max-size` setting. Must match what the file sources enforce on the bytes.
    */
   sizeLimit?: SizeLimitPolicy;
 }
@@ -142,6 +143,15 @@ export class DataSource {
       case 'export-from-volume': {
         const port = this.#o.exportReceiverPort ?? DEFAULT_EXPORT_RECEIVER_PORT;
         const size = Number(c.parameters['volume-size']);
+        // The receiver writes exactly volume-size bytes (its open refuses any other size): that size is bounded like
+        // an upload's declared size, before a receiver listens or the replica is asked to send.
+        const limit = await imageSizeLimit(this.filePath, this.#o.sizeLimit);
+        if (size > limit.bytes) {
+          const message = SizeLimitError.declared(limit, "the volume's size", size).message;
+          this.#frozen = { ...this.#local(FileState.Failed), size, virtualSize: size, message };
+          this.#o.log?.(`export-from-volume refused: ${message}`);
+          return;
+        }
         if (exportType(c.parameters) === 'qcow2') {
           this.#exportPhase = { state: FileState.Starting, progress: 0, processed: 0 };
           this.#exportWork = this.#exportQcow2(port, size);

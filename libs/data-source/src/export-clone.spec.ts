@@ -5,8 +5,9 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes, createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { createFileSources } from '@bis/file-sources';
-import { SyncService, sendFile, backingFilePath, type FileLayout } from '@bis/sync-service';
+import { createFileSources, type SizeLimitPolicy } from '@bis/file-sources';
+import type { InternalAuth } from '@bis/internal-auth';
+import { SyncService, SsyncSendError, sendFile, backingFilePath, type FileLayout } from '@bis/sync-service';
 import { DataSource } from './data-source.js';
 import { validateDataSourceConfig } from './config.js';
 
@@ -25,13 +26,26 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-async function start(sourceType: string, parameters: Record<string, string>, o: { exportReceiverPort?: number; checksum?: string; dir?: string } = {}) {
+async function start(
+  sourceType: string,
+  parameters: Record<string, string>,
+  o: { exportReceiverPort?: number; checksum?: string; dir?: string; internalAuth?: InternalAuth; sizeLimit?: SizeLimitPolicy } = {},
+) {
   const dir = o.dir ?? (await mkdtemp(join(tmpdir(), 'ds-x-')));
   cleanups.push(() => rm(dir, { recursive: true, force: true }));
-  const sync = new SyncService({ diskPath: dir, sources: createFileSources(), monitorIntervalMs: 0, receiverHost: '127.0.0.1' });
+  const sync = new SyncService({ diskPath: dir, sources: createFileSources({ sizeLimit: o.sizeLimit }), monitorIntervalMs: 0, receiverHost: '127.0.0.1', internalAuth: o.internalAuth });
   cleanups.push(() => sync.close());
   const config = validateDataSourceConfig({ name: 'img1', uuid: 'u1', sourceType, parameters, checksum: o.checksum });
-  const ds = new DataSource({ config, diskPath: dir, diskUUID: 'disk-1', sync, exportReceiverPort: o.exportReceiverPort, receiverHost: '127.0.0.1' });
+  const ds = new DataSource({
+    config,
+    diskPath: dir,
+    diskUUID: 'disk-1',
+    sync,
+    exportReceiverPort: o.exportReceiverPort,
+    receiverHost: '127.0.0.1',
+    internalAuth: o.internalAuth,
+    sizeLimit: o.sizeLimit,
+  });
   await ds.start();
   cleanups.push(() => ds.close());
   return { ds, dir, sync };
@@ -108,6 +122,54 @@ describe('export-from-volume through the ssync sender', () => {
     await new Promise<void>((resolve, reject) => srv.once('error', reject).listen(port, '127.0.0.1', () => resolve()));
     await new Promise<void>((r) => srv.close(() => r()));
   });
+});
+
+async function portIsFree(port: number): Promise<void> {
+  const srv = createServer();
+  await new Promise<void>((resolve, reject) => srv.once('error', reject).listen(port, '127.0.0.1', () => resolve()));
+  await new Promise<void>((r) => srv.close(() => r()));
+}
+
+describe('export-from-volume: the receiver is internal', () => {
+  for (const type of ['raw', 'qcow2']) {
+    it(`refuses a sender without the internal token with 401 and writes nothing; the token's holder is served (${type})`, async () => {
+      const src = await mkdtemp(join(tmpdir(), 'replica-'));
+      cleanups.push(() => rm(src, { recursive: true, force: true }));
+      const vol = await volume(src);
+      const port = await freePort();
+      const token = 't'.repeat(32);
+      const params = { 'snapshot-name': 'snap-1', 'sender-address': '127.0.0.1:10000', 'volume-size': String(vol.bytes.length), 'export-type': type };
+      const { ds, dir } = await start('export-from-volume', params, { exportReceiverPort: port, internalAuth: { token } });
+      for (const bad of [undefined, 'w'.repeat(32)]) {
+        const err = await sendFile({ path: vol.path, toAddress: `127.0.0.1:${port}`, layout: async () => vol.layout, token: bad }).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(SsyncSendError);
+        expect(err).toMatchObject({ status: 401 });
+        expect((err as Error).message).toContain('HTTP 401');
+      }
+      // nothing was received: no target file, and the data source still waits for the export
+      expect(await readdir(join(dir, 'tmp'))).toEqual([]);
+      expect(['starting', 'in-progress']).toContain(ds.info().state);
+      await sendFile({ path: vol.path, toAddress: `127.0.0.1:${port}`, layout: async () => vol.layout, token });
+      expect(await until(ds, ['ready-for-transfer', 'failed'], 30_000)).toMatchObject({ state: 'ready-for-transfer' });
+    });
+  }
+});
+
+describe('export-from-volume: size limit', () => {
+  for (const type of ['raw', 'qcow2']) {
+    it(`fails an export whose volume size is over the limit before a receiver listens (${type})`, async () => {
+      const port = await freePort();
+      const size = 4 << 20;
+      const params = { 'snapshot-name': 'snap-1', 'sender-address': '127.0.0.1:10000', 'volume-size': String(size), 'export-type': type };
+      const { ds, dir } = await start('export-from-volume', params, { exportReceiverPort: port, sizeLimit: { maxImageSize: 1 << 20 } });
+      expect(ds.info()).toMatchObject({
+        state: 'failed',
+        message: `the volume's size of ${size} bytes is larger than the limit of ${1 << 20} bytes (the backing-image-max-size setting)`,
+      });
+      await portIsFree(port);
+      expect(await readdir(join(dir, 'tmp'))).toEqual([]);
+    });
+  }
 });
 
 describe('clone', () => {

@@ -25,11 +25,14 @@ export class DirectTarget {
     return this.#usable && this.#fh !== undefined;
   }
 
-  /** Opens the (existing) file for direct writes; where the filesystem refuses `O_DIRECT`, they stay off. */
+  /**
+   * Opens the (existing) file for direct writes; where the filesystem refuses `O_DIRECT`, they stay off. A symbolic
+   * link at `filePath` is not followed (the open fails with `ELOOP`).
+   */
   async open(filePath: string): Promise<void> {
     if (this.#fh || !this.#usable) return;
     try {
-      this.#fh = await fsp.open(filePath, fsConstants.O_WRONLY | O_DIRECT);
+      this.#fh = await fsp.open(filePath, fsConstants.O_WRONLY | O_DIRECT | fsConstants.O_NOFOLLOW);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== 'EINVAL' && code !== 'EOPNOTSUPP' && code !== 'ENOTSUP') throw err;

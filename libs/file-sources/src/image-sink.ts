@@ -1,4 +1,5 @@
-import { open, rm, type FileHandle } from 'node:fs/promises';
+import { rm, type FileHandle } from 'node:fs/promises';
+import { CREATE_NOFOLLOW, UPDATE_NOFOLLOW, openNoFollow } from './no-follow.js';
 import { assertChecksumMatches, type ExpectedChecksum } from './checksum.js';
 import { DEFAULT_CHAIN_SEGMENT, decodeChain, nativeSha512ChainAvailable } from '@bis/sha512-chain';
 import { HashWorker } from './hash-worker.js';
@@ -131,9 +132,9 @@ export class ImageSink {
     this.#hasher = new HashWorker(['sha512', ...extra], segment !== false && nativeSha512ChainAvailable() ? { chainSegment: segment } : {});
   }
 
-  /** Creates (or truncates) `dest` and returns a sink writing into it. */
+  /** Creates (or truncates) `dest` and returns a sink writing into it. A symbolic link at `dest` is refused. */
   static async create(dest: string, options: ImageSinkOptions = {}): Promise<ImageSink> {
-    const fh = await open(dest, 'w', 0o644);
+    const fh = await openNoFollow(dest, CREATE_NOFOLLOW);
     return new ImageSink(dest, fh, options);
   }
 
@@ -142,7 +143,7 @@ export class ImageSink {
    * `offset` is kept) so that the following writes append at `offset`.
    */
   static async resume(dest: string, offset: number, options: ImageSinkOptions = {}): Promise<ImageSink> {
-    const fh = await open(dest, 'r+');
+    const fh = await openNoFollow(dest, UPDATE_NOFOLLOW);
     const sink = new ImageSink(dest, fh, options);
     try {
       const { size } = await fh.stat();

@@ -1,13 +1,14 @@
 import { createReadStream } from 'node:fs';
-import { access, open, readFile, rm, stat } from 'node:fs/promises';
+import { access, mkdtemp, open, readFile, rm, stat } from 'node:fs/promises';
 import { createHash, randomBytes } from 'node:crypto';
-import { basename } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { assertChecksumMatches, parseExpectedChecksum } from './checksum.js';
 import type { CloneRequest, SourceResult } from './contract.js';
 import { linkedController, pumpOnce, ThrottledProgress } from './download.js';
 import { SourceCancelledError, SourceError, throwIfAborted } from './errors.js';
 import { ImageSink } from './image-sink.js';
 import { assertSafeQcow2, hasQcow2Magic, QCOW2_HEADER_PROBE_BYTES } from './qcow2.js';
+import { CREATE_NOFOLLOW, openNoFollow } from './no-follow.js';
 import { runTool } from './tool-process.js';
 
 /** Size of the LUKS2 header cryptsetup writes by default (Longhorn's `EncryptionMetaSize`). */
@@ -176,7 +177,7 @@ export async function luksCloneToFile(req: CloneRequest): Promise<SourceResult> 
     throw e;
   } finally {
     await devices.release().catch(() => undefined);
-    for (const f of scratch) await rm(f, { force: true });
+    for (const f of scratch) await rm(f, { recursive: true, force: true });
     if (!ok) await rm(req.dest, { force: true });
   }
 }
@@ -195,14 +196,16 @@ async function encrypt(req: CloneRequest, p: LuksParameters, devices: DeviceStac
   if (hasQcow2Magic(await readHead(source))) {
     // LUKS wraps raw data: convert a qcow2 source first (Longhorn's `<src>-raw.tmp`, here next to dest).
     assertSafeQcow2(await readHead(source));
-    const raw = `${req.dest}.raw-source`;
-    scratch.push(raw);
+    // qemu-img creates its output by name: inside a new private directory nothing can be planted at that name
+    const dir = await mkdtemp(join(dirname(req.dest), `.${basename(req.dest)}.raw-source.`));
+    scratch.push(dir);
+    const raw = join(dir, 'raw');
     await runTool('qemu-img', ['convert', '-f', 'qcow2', '-O', 'raw', source, raw], { packageName: 'qemu-utils', signal: req.signal });
     source = raw;
     size = (await stat(raw)).size;
   }
   const total = size + LUKS_HEADER_BYTES;
-  const fh = await open(req.dest, 'w', 0o644);
+  const fh = await openNoFollow(req.dest, CREATE_NOFOLLOW);
   await fh.truncate(total);
   await fh.close();
   req.sink.setSize(total);

@@ -1,4 +1,5 @@
 import { rm } from 'node:fs/promises';
+import { produceBeside } from './no-follow.js';
 import { runTool } from './tool-process.js';
 
 export interface Qcow2ConversionRequest {
@@ -19,7 +20,8 @@ export interface Qcow2ConversionRequest {
 export async function convertRawToQcow2(req: Qcow2ConversionRequest): Promise<void> {
   let pending = '';
   try {
-    await runTool('qemu-img', ['convert', '-p', '-f', 'raw', '-O', 'qcow2', req.source, req.dest], {
+    // qemu-img creates its output by name: it writes into a private directory, and the result is renamed to dest
+    await produceBeside(req.dest, (out) => runTool('qemu-img', ['convert', '-p', '-f', 'raw', '-O', 'qcow2', req.source, out], {
       packageName: 'qemu-utils',
       signal: req.signal,
       onStdout: (s) => {
@@ -31,7 +33,7 @@ export async function convertRawToQcow2(req: Qcow2ConversionRequest): Promise<vo
           if (m) req.onProgress?.(Number(m[1]));
         }
       },
-    });
+    }).then(() => undefined));
     req.onProgress?.(100);
   } catch (e) {
     await rm(req.dest, { force: true });

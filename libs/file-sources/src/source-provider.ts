@@ -23,7 +23,8 @@ export interface FileSourcesOptions {
   parallel?: Partial<ParallelPolicy>;
   connectTimeoutMs?: number;
   /**
-   * Bounds every image a source writes (downloads after decompression, uploads by their declared size, clones):
+   * Bounds every image a source writes (downloads after decompression, uploads by their declared size, clones,
+   * restores by the backup's declared size):
    * the destination disk's free space less `reservedBytes`, at most `maxImageSize` (default 2 TiB).
    */
   sizeLimit?: SizeLimitPolicy;
@@ -64,7 +65,7 @@ export function assembleFileSources(options: FileSourcesOptions, client: Got | u
         : Promise.reject(new SourceError('download sources are not available: this file source provider was loaded without the download client')),
     upload: (req: UploadRequest) => settle(req.sink, uploadToFile(req, { stallTimeoutMs, sizeLimit: options.sizeLimit })),
     clone: (req: CloneRequest) => settle(req.sink, cloneToFile(req, { stallTimeoutMs, encryption, sizeLimit: options.sizeLimit })),
-    restore: (req: RestoreRequest) => settle(req.sink, restoreToFile(req, options.restoreBackup)),
+    restore: (req: RestoreRequest) => settle(req.sink, restoreToFile(req, options.restoreBackup, { sizeLimit: options.sizeLimit })),
   };
 }
 

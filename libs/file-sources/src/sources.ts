@@ -1,5 +1,5 @@
 import { createReadStream } from 'node:fs';
-import { open, rm, stat, truncate } from 'node:fs/promises';
+import { rm, stat } from 'node:fs/promises';
 import { assertChecksumMatches, parseExpectedChecksum, StreamHasher } from './checksum.js';
 import type { CloneRequest, RestoreRequest, SourceResult, UploadRequest } from './contract.js';
 import { SourceCancelledError, SourceError, throwIfAborted } from './errors.js';
@@ -8,7 +8,8 @@ import { linkedController, pumpOnce, ThrottledProgress } from './download.js';
 import { assertSafeQcow2, hasQcow2Magic, QCOW2_HEADER_PROBE_BYTES } from './qcow2.js';
 import type { Readable } from 'node:stream';
 import type { Sha512Chain } from '@bis/sha512-chain';
-import { imageSizeLimit, SizeLimitError, type SizeLimitPolicy } from './size-limit.js';
+import { imageSizeLimit, SizeLimitError, type SizeLimit, type SizeLimitPolicy } from './size-limit.js';
+import { READ_NOFOLLOW, UPDATE_NOFOLLOW, openNoFollow } from './no-follow.js';
 
 export interface StreamSettings {
   stallTimeoutMs: number;
@@ -120,19 +121,48 @@ export type RestoreBackupFn = (args: {
   credential: Record<string, string>;
   signal: AbortSignal;
   onProgress: (processed: number, total: number) => void;
+  /**
+   * Called with the image size the backup declares, after its config is read and before the output is created: a
+   * throw stops the restore with that error and nothing is written.
+   */
+  checkSize: (size: number) => void;
 }) => Promise<{ size: number; sha512: string; chain?: Sha512Chain }>;
+
+/** Reads `file` (not following a link at its name) in 1 MiB chunks. */
+async function* readNoFollow(file: string): AsyncGenerator<Buffer> {
+  const fh = await openNoFollow(file, READ_NOFOLLOW);
+  try {
+    yield* fh.createReadStream({ highWaterMark: 1 << 20, autoClose: false }) as AsyncIterable<Buffer>;
+  } finally {
+    await fh.close();
+  }
+}
 
 /**
  * Restores a backing image from a backup URL through the backup engine, then checks what the engine cannot: the
  * expected checksum (re-reading the file only when it is not SHA-512), the qcow2 header, and 512-byte padding.
+ *
+ * The image is bounded like every other source ({@link imageSizeLimit}): the size the backup declares is checked
+ * before the engine writes anything, and a restore that reports or produces more bytes than the limit is stopped
+ * with a {@link SizeLimitError}. On every failure the output is removed.
  */
-export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupFn | undefined): Promise<SourceResult> {
+export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupFn | undefined, s: { sizeLimit?: SizeLimitPolicy } = {}): Promise<SourceResult> {
   if (!restore) throw new SourceError('restore from a backup is not available: no backup engine is configured');
   const expected = parseExpectedChecksum(req.expectedChecksum);
   if (!Number.isSafeInteger(req.concurrentLimit) || req.concurrentLimit < 1) {
     throw new SourceError(`invalid concurrent-limit ${req.concurrentLimit}: it must be a positive integer`);
   }
   throwIfAborted(req.signal);
+  const limit: SizeLimit = await imageSizeLimit(req.dest, s.sizeLimit);
+  // Stops the engine when it reports more than the limit (an engine that does not call checkSize, or a store whose
+  // blocks go past the declared size); the reason is the SizeLimitError, not a cancellation.
+  const { ctl, unlink } = linkedController(req.signal);
+  let tooLarge: SizeLimitError | undefined;
+  const stop = (err: SizeLimitError): never => {
+    tooLarge ??= err;
+    ctl.abort(err);
+    throw err;
+  };
   let sizeSet = false;
   try {
     const restored = await restore({
@@ -140,8 +170,18 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
       output: req.dest,
       concurrency: req.concurrentLimit,
       credential: req.credential,
-      signal: req.signal,
+      signal: ctl.signal,
+      checkSize: (size) => {
+        if (size > limit.bytes) stop(SizeLimitError.declared(limit, 'the backup\'s declared size', size));
+      },
       onProgress: (processed, total) => {
+        if (total > limit.bytes || processed > limit.bytes) {
+          try {
+            stop(total > limit.bytes ? SizeLimitError.declared(limit, 'the backup\'s declared size', total) : SizeLimitError.exceeded(limit));
+          } catch {
+            return; // the engine sees the abort of its signal
+          }
+        }
         if (!sizeSet) req.sink.setSize(total);
         sizeSet = true;
         req.sink.updateProgress(Math.min(processed, total));
@@ -149,8 +189,10 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
     });
     const { size } = restored;
     let { sha512 } = restored;
+    if (tooLarge) throw tooLarge;
+    if (size > limit.bytes) throw SizeLimitError.exceeded(limit);
     throwIfAborted(req.signal);
-    const fh = await open(req.dest, 'r+');
+    const fh = await openNoFollow(req.dest, UPDATE_NOFOLLOW);
     let format: 'raw' | 'qcow2' = 'raw';
     let virtualSize = size;
     try {
@@ -162,27 +204,34 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
       }
       // The restore reproduces the backed-up bytes exactly, so the SHA-512 recorded in the backup (backing-image.cfg
       // `Checksum`) is the restored bytes' checksum; an unaligned image is zero-padded below, like a download.
+      // A backup written by Longhorn of an image whose size is not a multiple of 512 bytes (Longhorn's own code
+      // allows it): zero-padded like a download (the managers store and sync only multiples of 512, for direct I/O).
+      // Through the handle opened without following links, as every write to the image.
+      if (size % SECTOR_SIZE !== 0) await fh.truncate(size + ((SECTOR_SIZE - (size % SECTOR_SIZE)) % SECTOR_SIZE));
     } finally {
       await fh.close();
     }
-    // The engine hashed what it wrote; a non-SHA-512 expected checksum needs one read of the result.
+    // The engine hashed what it wrote; a non-SHA-512 expected checksum needs one read of the result (the padding,
+    // added above, is not part of what the expected checksum covers).
     if (expected && expected.algorithm !== 'sha512') {
       const h = new StreamHasher(expected);
-      for await (const c of createReadStream(req.dest, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) h.update(c);
+      let left = size;
+      for await (const c of readNoFollow(req.dest)) {
+        const part = c.subarray(0, Math.min(c.length, left));
+        left -= part.length;
+        if (part.length > 0) h.update(part);
+      }
       sha512 = h.digest().sha512;
     } else if (expected) {
       assertChecksumMatches(expected, sha512);
     }
-    // A backup written by Longhorn of an image whose size is not a multiple of 512 bytes (Longhorn's own code allows
-    // it): zero-padded like a download (the managers store and sync only multiples of 512, for direct I/O). The
-    // expected checksum was checked on the bytes as restored; the stored file's SHA-512 is that of the padded file,
-    // and both are returned.
+    // The expected checksum was checked on the bytes as restored; the stored file's SHA-512 is that of the padded
+    // file, and both are returned.
     const pad = (SECTOR_SIZE - (size % SECTOR_SIZE)) % SECTOR_SIZE;
     if (pad > 0) {
       const unpadded = { size, sha512 };
-      await truncate(req.dest, size + pad);
       const h = new StreamHasher(undefined);
-      for await (const c of createReadStream(req.dest, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) h.update(c);
+      for await (const c of readNoFollow(req.dest)) h.update(c);
       const padded = h.digest().sha512;
       req.sink.updateProgress(size + pad);
       return { size: size + pad, sha512: padded, virtualSize: format === 'raw' ? size + pad : virtualSize, format, unpadded, ...(expected ? { expectedChecksumVerified: true } : {}) };
@@ -193,7 +242,10 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
     return { size, sha512, virtualSize, format, ...(expected ? { expectedChecksumVerified: true } : {}), ...(chain ? { chain } : {}) };
   } catch (e) {
     await rm(req.dest, { force: true });
+    if (tooLarge) throw tooLarge;
     if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);
     throw e;
+  } finally {
+    unlink();
   }
 }

@@ -87,7 +87,8 @@ export async function readSyncingFileConfig(cfgPath: string): Promise<SyncingFil
 /** Writes `<file>.cfg` atomically (temporary file + rename in the same directory). */
 export async function writeSyncingFileConfig(cfgPath: string, cfg: SyncingFileConfig): Promise<void> {
   const tmp = path.join(path.dirname(cfgPath), `.${path.basename(cfgPath)}.${process.pid}.${Date.now()}.new`);
-  await fsp.writeFile(tmp, encodeSyncingFileConfig(cfg));
+  // O_EXCL: a link (or anything) planted at the temporary name is never written through
+  await fsp.writeFile(tmp, encodeSyncingFileConfig(cfg), { flag: 'wx' });
   try {
     await fsp.rename(tmp, cfgPath);
   } catch (err) {

@@ -25,7 +25,7 @@ import type { Sha512Chain } from '@bis/sha512-chain';
 import { chainPathOf, removeChainFile } from './chain-path.js';
 import { loadBlockMapping, loadChainFile, loadQemuImg, loadSha512Chain, loadSsyncReceiver, loadSsyncSender } from './lazy-modules.js';
 import type { FileLayoutProvider, HolePuncher } from './ssync/layout.js';
-import { READ_NOFOLLOW, assertNoEscapingLinks, normalizeRoot, resolveDiskPath, type DiskFileKind } from '@bis/disk-path';
+import { READ_NOFOLLOW, WRITE_NOFOLLOW, assertNoEscapingLinks, normalizeRoot, resolveDiskPath, type DiskFileKind } from '@bis/disk-path';
 import {
   ChainVerifyingStream,
   ChecksumVerifyingStream,
@@ -1038,7 +1038,8 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     const target = this.#scrubStatePath();
     const tmp = `${target}.tmp`;
     const status = { ...this.#scrubStatus, scrubbing: '' };
-    await fsp.writeFile(tmp, JSON.stringify({ files: this.#scrubRecords ?? {}, status }));
+    // O_NOFOLLOW: a link planted at the predictable temporary name is refused, not written through
+    await fsp.writeFile(tmp, JSON.stringify({ files: this.#scrubRecords ?? {}, status }), { flag: WRITE_NOFOLLOW });
     await fsp.rename(tmp, target);
   }
 

@@ -40,6 +40,12 @@ export interface RestoreBackupOptions extends StoreAccessOptions {
   /** Blocks fetched and decompressed at once. Default 2. */
   concurrency?: number;
   onProgress?: (progress: RestoreProgress) => void;
+  /**
+   * Called with the image size the backup's config declares, after the config is read and before the output's
+   * temporary file is created: a throw (an image larger than the destination may take) stops the restore with that
+   * error, and nothing is written.
+   */
+  checkSize?: (size: number) => void | Promise<void>;
 }
 
 export interface RestoreProgress {
@@ -239,6 +245,8 @@ async function restoreOnce(
   }
   effectiveCompressionMethod(config);
   checkBlockList(config);
+  await opts.checkSize?.(config.size);
+  throwIfAborted(signal);
   const output = path.resolve(opts.output);
   const tmp = path.join(path.dirname(output), `.${path.basename(output)}.restore-${randomBytes(4).toString('hex')}`);
   const fh = await fs.open(tmp, 'wx', 0o644);

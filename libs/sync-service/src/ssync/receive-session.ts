@@ -1,4 +1,4 @@
-import { promises as fsp } from 'node:fs';
+import { constants as fsConstants, promises as fsp } from 'node:fs';
 import { alignedBuffer, DirectTarget } from '@bis/direct-io';
 import { AUTHORIZATION_HEADER, checkInternalCaller } from '@bis/internal-auth';
 import { decodeChain, nativeSha512ChainAvailable, type Sha512Chain } from '@bis/sha512-chain';
@@ -16,6 +16,23 @@ import type { SsyncReceiveResult, SsyncReceiverOptions } from './receiver-types.
 const MAX_INFLIGHT_SEGMENT = 16 << 20;
 /** Largest accepted `sha512Chain` body (64 bytes of state per segment: 32 MiB is 1 TiB in 2 MiB segments). */
 const MAX_CHAIN_BODY = 64 << 20;
+
+/**
+ * Opens the target for reading and writing (created and truncated unless it existed) with `O_NOFOLLOW`: its path was
+ * confined when the receive was launched, and a symbolic link planted at that name since then must not make the
+ * received bytes land in the link's target. A link there is refused (400, naming the file).
+ */
+async function openTarget(filePath: string, exists: boolean): Promise<fsp.FileHandle> {
+  const flags = fsConstants.O_RDWR | fsConstants.O_NOFOLLOW | (exists ? 0 : fsConstants.O_CREAT | fsConstants.O_TRUNC);
+  try {
+    return await fsp.open(filePath, flags, 0o644);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ELOOP') {
+      throw new HttpProtocolError(400, `refusing to write ${filePath}: it is a symbolic link (a link at the target's path is never followed)`);
+    }
+    throw err;
+  }
+}
 
 /** One received piece of a writeData request: its range, and its slab while the in-order hasher may still want it. */
 interface Piece {
@@ -216,7 +233,7 @@ export class ReceiveSession {
     if (url.searchParams.get('directIO') === 'true' && end % 4096 !== 0) {
       throw new HttpProtocolError(400, `invalid file size ${end} for directIO`);
     }
-    if (!this.#fh) this.#fh = await fsp.open(opts.filePath, this.#fileAlreadyExists ? 'r+' : 'w+');
+    if (!this.#fh) this.#fh = await openTarget(opts.filePath, this.#fileAlreadyExists);
     await this.#fh.truncate(end);
     await this.#direct?.open(opts.filePath);
     if (!this.#openedAt) this.#openedAt = performance.now();
