@@ -2,7 +2,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { CONTROLLER_KINDS, KubeApiDouble } from '@bis/kube/testing';
+import { CONTROLLER_KINDS, KubeApiDouble, TestDaemonSetKind } from '@bis/kube/testing';
 import { runDaemonCli, type DaemonHandle } from './daemon.js';
 
 const NS = 'bis-test';
@@ -95,6 +95,21 @@ describe('controller-manager daemon: /v1/healthz and the web UI', () => {
       expect((await fetch(`${r.url}/`, { headers: { accept: 'text/html' } })).headers.get('content-type') ?? '').not.toContain('text/html');
     } finally {
       await r.stop();
+    }
+  }, 60_000);
+
+  it("refuses to start beside Longhorn's controllers, with a message that says why", async () => {
+    const io = { out: () => undefined, err: (l: string) => err.push(l) };
+    await api.store.create(TestDaemonSetKind, { apiVersion: 'apps/v1', kind: 'DaemonSet', metadata: { name: 'longhorn-manager', namespace: 'longhorn-system', labels: { app: 'longhorn-manager' } }, spec: {} });
+    try {
+      const started = runDaemonCli(
+        ['--namespace', NS, '--node-id', 'node-3', '--listen', '127.0.0.1:0', '--backing-image-manager-image', 'bim:1', '--kubeconfig', path.join(dir, 'kubeconfig'),
+          '--default-settings', path.join(dir, 'none.yaml'), '--default-data-path', path.join(dir, 'data3')],
+        io,
+      );
+      await expect(started).rejects.toThrow('Longhorn is installed in this cluster (DaemonSet longhorn-system/longhorn-manager labelled app=longhorn-manager)');
+    } finally {
+      await api.store.delete(TestDaemonSetKind, 'longhorn-manager', 'longhorn-system');
     }
   }, 60_000);
 });

@@ -14,6 +14,7 @@ import {
   KubeSecretStore,
   NodeDiskReporter,
   NodeHealthMonitor,
+  assertNoLonghorn,
   ensureInternalTokenSecret,
   podSettingsFromStore,
 } from '@bis/kube';
@@ -39,7 +40,10 @@ Internal calls (to manager and data-source pods) carry the system's internal tok
 when missing, mounted read-only into every manager and data-source pod. --internal-token-file reads the controller's
 copy of the token from a file instead (the Secret is then neither read nor created, and must hold the same token).
 --allow-unauthenticated-internal-calls (or the setting allow-unauthenticated-internal-calls=true) lets new pods also
-admit callers that send no token (Longhorn's Go components).`;
+admit callers that send no token (Longhorn's Go components).
+
+The daemon refuses to start when Longhorn's manager DaemonSet (label app=longhorn-manager) exists in any namespace:
+both systems act on the same longhorn.io objects.`;
 
 export interface DaemonHandle {
   url: string;
@@ -141,6 +145,8 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const kubeConfig = new KubeConfig();
   if (values.kubeconfig) kubeConfig.loadFromFile(values.kubeconfig);
   else kubeConfig.loadFromDefault();
+  // Both systems act on the same longhorn.io objects: never run beside Longhorn's controllers.
+  await assertNoLonghorn(kubeConfig);
   const defaults = await readDefaultSettings(values['default-settings']!);
   let internalToken: string;
   if (values['internal-token-file']) {
