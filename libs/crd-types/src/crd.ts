@@ -90,7 +90,7 @@ export function buildCustomResourceDefinition(def: KindDefinition): CustomResour
 /** Header of every generated manifest. */
 export const CRD_FILE_HEADER = 'Generated from @bis/crd-types by tools/generators/crds.mjs. Do not edit: run `npx nx run @bis/crd-types:generate`.';
 
-/** File name of a kind's manifest in `charts/backing-image-system/crds/`: the lower-case singular, e.g. `backingimage.yaml`. */
+/** File name of a kind's manifest (renderCrdManifests): the lower-case singular, e.g. `backingimage.yaml`. */
 export function crdFileName(def: KindDefinition): string {
   return `${def.singular}.yaml`;
 }
