@@ -54,6 +54,8 @@ describe('Dockerfiles', () => {
     let dir: string;
     beforeAll(async () => {
       dir = await mkdtemp(path.join(os.tmpdir(), 'bis-dockerfile-cmd-'));
+      // A Longhorn disk: the controller-manager of the node writes its longhorn-disk.cfg before any manager starts.
+      await writeFile(path.join(dir, 'longhorn-disk.cfg'), JSON.stringify({ diskUUID: '0b5e5c1c-7d3e-4c1e-9a51-2b6f0d1f4e2a' }));
     });
     afterAll(async () => {
       await rm(dir, { recursive: true, force: true });
