@@ -142,7 +142,7 @@ describe('KubePodRuntime against the API double', () => {
     const bim = await createBim();
     const dp = new KubeDataPlane({ kubeConfig: kubeConfigFor(api.url, api.token), settings: { namespace: NS, serviceAccountName: 'sa' }, managerImage: IMAGE });
     try {
-      await dp.startManager(bim, { scrubIntervalSeconds: 86400, scrubBandwidth: 52428800 });
+      await dp.startManager(bim as unknown as Parameters<KubeDataPlane['startManager']>[0], { scrubIntervalSeconds: 86400, scrubBandwidth: 52428800 });
     } finally {
       dp.close();
     }

@@ -3,7 +3,7 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse, parseAllDocuments } from 'yaml';
-import Ajv from 'ajv';
+import { Ajv } from 'ajv';
 import { CHART_CRD_KINDS, CRD_TEMPLATE_FILE, buildCustomResourceDefinition, renderCrdTemplate } from '@bis/crd-types';
 import { rbacRules } from '../api-access.js';
 import { ChartTemplates, TemplateError } from './go-template.js';
