@@ -1,4 +1,5 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { parse as parseYaml } from 'yaml';
@@ -13,22 +14,25 @@ import {
   KubeSecretStore,
   NodeDiskReporter,
   NodeHealthMonitor,
+  assertNoLonghorn,
   ensureInternalTokenSecret,
   podSettingsFromStore,
 } from '@bis/kube';
 import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources } from '@bis/api-resources';
-import { ApiRegistry, restApiPlugin, settingsResource, SettingsService } from '@bis/rest-api';
-import type { CliIo } from './cli.js';
+import { ApiRegistry, controllersHealthCheck, registerHealthz, restApiPlugin, settingsResource, SettingsService, storeHealthCheck } from '@bis/rest-api';
+import { uiServerPlugin } from '@bis/ui-server';
+import { defaultUiDir, type CliIo } from './cli.js';
 
 export const DAEMON_USAGE = `usage: controller-manager daemon --datastore kubernetes --namespace <ns> --node-id <node>
        --backing-image-manager-image <image> [--listen 0.0.0.0:9500] [--service-account <sa>]
        [--default-settings <file>] [--default-data-path <dir>] [--log-format plain|json] [--kubeconfig <file>] [--disk-check-interval <seconds>]
        [--manager-pod-selector <label selector>] [--internal-token-secret <name>] [--internal-token-file <file>]
-       [--allow-unauthenticated-internal-calls]
+       [--allow-unauthenticated-internal-calls] [--ui-dir <dir>]
 
 Runs the controllers of one node in Kubernetes mode (the chart's DaemonSet): objects in the Kubernetes API, manager
 and data-source pods, this node's disks reported, every Longhorn node marked down or up from its Kubernetes node and
-manager pod (--manager-pod-selector, default ${DEFAULT_MANAGER_POD_SELECTOR}), the REST API on --listen. Without --kubeconfig the in-cluster
+manager pod (--manager-pod-selector, default ${DEFAULT_MANAGER_POD_SELECTOR}), the REST API and the web UI (--ui-dir, default the built apps/ui/dist next to this app) on --listen, with
+GET /v1/healthz (200 when the store answers and the controllers run, else 503; no token) for the probes. Without --kubeconfig the in-cluster
 service account (or $KUBECONFIG) is used.
 
 Internal calls (to manager and data-source pods) carry the system's internal token, kept in the Secret
@@ -36,7 +40,10 @@ Internal calls (to manager and data-source pods) carry the system's internal tok
 when missing, mounted read-only into every manager and data-source pod. --internal-token-file reads the controller's
 copy of the token from a file instead (the Secret is then neither read nor created, and must hold the same token).
 --allow-unauthenticated-internal-calls (or the setting allow-unauthenticated-internal-calls=true) lets new pods also
-admit callers that send no token (Longhorn's Go components).`;
+admit callers that send no token (Longhorn's Go components).
+
+The daemon refuses to start when Longhorn's manager DaemonSet (label app=longhorn-manager) exists in any namespace:
+both systems act on the same longhorn.io objects.`;
 
 export interface DaemonHandle {
   url: string;
@@ -108,6 +115,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         'internal-token-secret': { type: 'string', default: INTERNAL_TOKEN_SECRET },
         'internal-token-file': { type: 'string' },
         'allow-unauthenticated-internal-calls': { type: 'boolean', default: false },
+        'ui-dir': { type: 'string', default: defaultUiDir() },
       },
       strict: true,
     }));
@@ -137,6 +145,8 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const kubeConfig = new KubeConfig();
   if (values.kubeconfig) kubeConfig.loadFromFile(values.kubeconfig);
   else kubeConfig.loadFromDefault();
+  // Both systems act on the same longhorn.io objects: never run beside Longhorn's controllers.
+  await assertNoLonghorn(kubeConfig);
   const defaults = await readDefaultSettings(values['default-settings']!);
   let internalToken: string;
   if (values['internal-token-file']) {
@@ -202,6 +212,10 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
     await app.register(backingImageHttpPlugin, { api });
     await app.register(restApiPlugin, { registry });
+    registerHealthz(app, { checks: [storeHealthCheck(store, namespace), controllersHealthCheck(() => controllers.isRunning)] });
+    const uiDir = path.resolve(values['ui-dir']!);
+    if (await stat(path.join(uiDir, 'index.html')).then((s) => s.isFile(), () => false)) await app.register(uiServerPlugin, { root: uiDir });
+    else log.warn(`web UI not served: ${uiDir} has no index.html`);
     await app.listen({ host: listen.host, port: listen.port });
     const addr = app.server.address();
     const port = typeof addr === 'object' && addr ? addr.port : listen.port;

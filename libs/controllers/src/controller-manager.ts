@@ -49,6 +49,7 @@ export class ControllerManager {
   private readonly informers: SharedInformers;
   private readonly workers: number;
   private running = false;
+  private synced = false;
 
   constructor(opts: ControllerManagerOptions) {
     const namespace = opts.namespace ?? 'longhorn-system';
@@ -92,12 +93,19 @@ export class ControllerManager {
     for (const c of this.controllers) c.start(this.workers);
     this.informers.start();
     await this.informers.waitForSync();
+    this.synced = this.running;
+  }
+
+  /** True from the end of start() (every kind listed once) until stop(): what the health endpoint reports. */
+  get isRunning(): boolean {
+    return this.running && this.synced;
   }
 
   /** Stops watches, workers and monitors. Workloads keep running (the data plane owns them). */
   async stop(): Promise<void> {
     if (!this.running) return;
     this.running = false;
+    this.synced = false;
     await this.informers.stop();
     await Promise.all(this.controllers.map((c) => c.stop()));
   }

@@ -1,6 +1,6 @@
 import { stringify } from 'yaml';
 import { LONGHORN_GROUP, LONGHORN_VERSION } from './enums.js';
-import { KINDS } from './kinds/index.js';
+import { CHART_CRD_KINDS } from './kinds/index.js';
 import type { KindDefinition, PrinterColumn } from './kinds/kind.js';
 import { CRD_LABELS } from './names.js';
 import { toOpenApi, type OpenApiSchema } from './schema/openapi.js';
@@ -90,7 +90,7 @@ export function buildCustomResourceDefinition(def: KindDefinition): CustomResour
 /** Header of every generated manifest. */
 export const CRD_FILE_HEADER = 'Generated from @bis/crd-types by tools/generators/crds.mjs. Do not edit: run `npx nx run @bis/crd-types:generate`.';
 
-/** File name of a kind's manifest in `charts/backing-image-system/crds/`: the lower-case singular, e.g. `backingimage.yaml`. */
+/** File name of a kind's manifest (renderCrdManifests): the lower-case singular, e.g. `backingimage.yaml`. */
 export function crdFileName(def: KindDefinition): string {
   return `${def.singular}.yaml`;
 }
@@ -103,5 +103,25 @@ export function renderCrdYaml(def: KindDefinition): string {
 
 /** Every CRD manifest of the chart: file name → YAML text, in a stable order. */
 export function renderCrdManifests(): Map<string, string> {
-  return new Map(KINDS.map((def) => [crdFileName(def), renderCrdYaml(def)]));
+  return new Map(CHART_CRD_KINDS.map((def) => [crdFileName(def), renderCrdYaml(def)]));
+}
+
+/** Where the chart's CRDs live: a template, so that `helm upgrade` updates them (files under `crds/` are never upgraded). */
+export const CRD_TEMPLATE_FILE = 'templates/crds.yaml';
+
+/**
+ * The chart template of every CRD: rendered when `crds.install` is true, each CRD annotated
+ * `helm.sh/resource-policy: keep` when `crds.keep` is true (an uninstall then leaves the CRDs and every object).
+ */
+export function renderCrdTemplate(): string {
+  const keep = '  {{- if .Values.crds.keep }}\n  annotations:\n    helm.sh/resource-policy: keep\n  {{- end }}\n';
+  const docs = CHART_CRD_KINDS.map((def) => {
+    const body = stringify(buildCustomResourceDefinition(def), { lineWidth: 0, indentSeq: false, aliasDuplicateObjects: false });
+    if (body.includes('{{')) throw new Error(`the CRD of ${def.kind} contains "{{", which the chart template would interpret`);
+    const at = body.indexOf('\nmetadata:\n');
+    if (at < 0) throw new Error(`the CRD of ${def.kind} has no metadata`);
+    const split = at + '\nmetadata:\n'.length;
+    return `---\n${body.slice(0, split)}${keep}${body.slice(split)}`;
+  });
+  return `{{- /* ${CRD_FILE_HEADER} */ -}}\n{{- if .Values.crds.install }}\n${docs.join('')}{{- end }}\n`;
 }

@@ -42,8 +42,12 @@ export const API_RESOURCE_USES: readonly ApiResourceUse[] = [
   // The internal token's Secret, created at start when missing (RBAC cannot restrict `create` by resourceNames: the
   // name is not known when the request is authorized). Its `get` is the one above.
   { group: '', version: 'v1', resource: 'secrets', verbs: ['create'], usedBy: 'ensureInternalTokenSecret' },
+  // Each data source's credential Secret (backing-image-ds-<name>-credential): written before its pod, deleted with it.
+  { group: '', version: 'v1', resource: 'secrets', verbs: ['create', 'update', 'delete'], usedBy: 'KubePodRuntime' },
   { group: '', version: 'v1', resource: 'pods', verbs: ['list', 'watch'], usedBy: 'NodeHealthMonitor' },
   { group: '', version: 'v1', resource: 'nodes', verbs: ['get', 'list', 'watch'], usedBy: 'NodeHealthMonitor', scope: 'cluster' },
+  // Longhorn's manager DaemonSet anywhere in the cluster: the daemon refuses to start beside Longhorn (one list at start).
+  { group: 'apps', version: 'v1', resource: 'daemonsets', verbs: ['list'], usedBy: 'assertNoLonghorn', scope: 'cluster' },
 ];
 
 /** Thrown when code tries a call that is not declared in `API_RESOURCE_USES` (a programming error, caught by tests). */

@@ -21,7 +21,7 @@ import { KubeDataPlane, podSettingsFromStore } from './kube-data-plane.js';
 import { KubeDatastore } from './kube-datastore.js';
 import { KubeSecretStore } from './kube-secret-store.js';
 import { NodeDiskReporter } from './node-disks.js';
-import { ControlPlane, envtestAssets, installCrds } from './testing/envtest.js';
+import { ControlPlane, envtestAssets } from './testing/envtest.js';
 import { applyObject, installChartIdentity, rbacPath, roleWithout, type Obj, type Rule } from './test-support/chart-rbac.js';
 
 /**
@@ -62,21 +62,8 @@ describeEnv('the controllers flow under the chart RBAC against a real API server
     rbac = identity.rbac;
     serviceAccount = identity.serviceAccount;
     saToken = identity.token;
-    // Longhorn's Replica CRD (Longhorn installs it, the chart does not): the controllers' informers list replicas and
-    // wait for that list before they start. A schema-less stand-in is enough here.
-    await installCrds(cp, [
-      {
-        apiVersion: 'apiextensions.k8s.io/v1',
-        kind: 'CustomResourceDefinition',
-        metadata: { name: 'replicas.longhorn.io' },
-        spec: {
-          group: 'longhorn.io',
-          scope: 'Namespaced',
-          names: { plural: 'replicas', singular: 'replica', kind: 'Replica', listKind: 'ReplicaList' },
-          versions: [{ name: 'v1beta2', served: true, storage: true, subresources: { status: {} }, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
-        },
-      },
-    ]);
+    // installChartIdentity installed every CRD of the chart, Longhorn's Replica among them (the controllers'
+    // informers list replicas and wait for that list before they start).
     admin = new KubeDatastore({ kubeConfig: cp.kubeConfig(), defaultNamespace: NS });
     // `controller-manager daemon` writes this setting from its flag; here the admin does (the account may too).
     await admin.create(SettingKind, { apiVersion: LONGHORN_API_VERSION, kind: 'Setting', metadata: { name: SettingName.DefaultBackingImageManagerImage, namespace: NS }, value: IMAGE });

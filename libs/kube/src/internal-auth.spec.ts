@@ -71,14 +71,15 @@ describe('the internal token Secret (against the Kubernetes API double)', () => 
     await expect(ensureInternalTokenSecret({ kubeConfig, namespace: NS, name: 'nokey' })).rejects.toThrow('secret nokey in namespace longhorn-system has no key "token"');
   });
 
-  it('RBAC: get and create on secrets in the namespace only (create cannot be restricted by name)', () => {
+  it('RBAC: secrets in the namespace only, never listed or watched (create cannot be restricted by name)', () => {
     expect(API_RESOURCE_USES.filter((u) => u.resource === 'secrets').map((u) => [u.verbs, u.usedBy])).toEqual([
       [['get'], 'KubeSecretStore'],
       [['create'], 'ensureInternalTokenSecret'],
+      [['create', 'update', 'delete'], 'KubePodRuntime'], // the data sources' credential Secrets
     ]);
-    expect(rbacRules().filter((r) => r.resources.includes('secrets'))).toEqual([{ apiGroups: [''], resources: ['secrets'], verbs: ['get', 'create'] }]);
+    expect(rbacRules().filter((r) => r.resources.includes('secrets'))).toEqual([{ apiGroups: [''], resources: ['secrets'], verbs: ['get', 'create', 'update', 'delete'] }]);
     expect(rbacRules(undefined, 'cluster').some((r) => r.resources.includes('secrets'))).toBe(false);
-    for (const verb of ['list', 'watch', 'update', 'patch', 'delete'] as const) expect(new ApiAccess().allows('', 'secrets', verb)).toBe(false);
+    for (const verb of ['list', 'watch', 'patch'] as const) expect(new ApiAccess().allows('', 'secrets', verb)).toBe(false);
   });
 });
 

@@ -147,7 +147,8 @@ describe('KubeDataPlane with the controllers against the API double', () => {
     const pod = await api.store.get(TestPodKind, podName, NS);
     expect(pod.spec.nodeName).toBe('node-1');
     expect(pod.spec.containers[0]!.image).toBe(IMAGE);
-    expect(pod.spec.containers[0]!.command).toEqual(['backing-image-manager', '--debug', 'daemon', '--listen', ':8000', '--sync-listen', ':8001']);
+    // The scrub settings reach the pod as flags (their defaults here: 7 days, 50 MiB/s), as in standalone mode.
+    expect(pod.spec.containers[0]!.command).toEqual(['backing-image-manager', '--debug', 'daemon', '--listen', ':8000', '--sync-listen', ':8001', '--scrub-interval', '604800', '--scrub-bandwidth', '52428800']);
     expect(pod.spec.volumes).toEqual([{ name: 'disk-path', hostPath: { path: a.dir } }]);
     expect((pod.spec as { tolerations?: unknown }).tolerations).toEqual([{ key: 'nodetype', operator: 'Equal', value: 'storage', effect: 'NoSchedule' }]);
     expect(pod.metadata.ownerReferences?.[0]).toMatchObject({ kind: 'BackingImageManager', name: podName, uid: bim.metadata.uid });

@@ -12,6 +12,7 @@ import {
   type DataSourceApi,
   type DataSourceLaunch,
   type ManagerApi,
+  type ManagerLaunch,
   type WorkloadStatus,
 } from '@bis/controllers';
 import { isNotFound, type Datastore } from '@bis/datastore';
@@ -50,7 +51,7 @@ export class KubeDataPlane implements DataPlane {
     return this.pods.managerStatus({ metadata: bim.metadata, spec: { nodeID: bim.spec?.nodeID ?? '', diskUUID: bim.spec?.diskUUID ?? '' } });
   }
 
-  async startManager(bim: BackingImageManager): Promise<void> {
+  async startManager(bim: BackingImageManager, launch?: ManagerLaunch): Promise<void> {
     const uid = bim.metadata.uid;
     if (!uid) throw new Error(`backing image manager ${bim.metadata.name} has no uid: its pod needs an owner reference`);
     await this.pods.startManager({
@@ -60,6 +61,7 @@ export class KubeDataPlane implements DataPlane {
       nodeID: bim.spec?.nodeID ?? '',
       diskUUID: bim.spec?.diskUUID ?? '',
       diskPath: bim.spec?.diskPath ?? '',
+      ...(launch ? { launch } : {}),
     });
   }
 

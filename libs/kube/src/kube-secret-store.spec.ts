@@ -35,13 +35,14 @@ describe('KubeSecretStore (against the Kubernetes API double)', () => {
     await expect(secrets.get('nope')).rejects.toThrow('secret nope not found in namespace longhorn-system');
   });
 
-  it('the RBAC table grants get on secrets in the namespace (plus create for the internal token), nothing cluster-wide', () => {
+  it('the RBAC table grants get on secrets in the namespace (plus create for the internal token and the data sources\' credentials), nothing cluster-wide', () => {
     expect(API_RESOURCE_USES.filter((u) => u.resource === 'secrets')).toEqual([
       { group: '', version: 'v1', resource: 'secrets', verbs: ['get'], usedBy: 'KubeSecretStore' },
       { group: '', version: 'v1', resource: 'secrets', verbs: ['create'], usedBy: 'ensureInternalTokenSecret' },
+      { group: '', version: 'v1', resource: 'secrets', verbs: ['create', 'update', 'delete'], usedBy: 'KubePodRuntime' },
     ]);
     const rules = rbacRules().filter((r) => r.resources.includes('secrets'));
-    expect(rules.map((r) => ({ apiGroups: r.apiGroups, verbs: r.verbs }))).toEqual([{ apiGroups: [''], verbs: ['get', 'create'] }]);
+    expect(rules.map((r) => ({ apiGroups: r.apiGroups, verbs: r.verbs }))).toEqual([{ apiGroups: [''], verbs: ['get', 'create', 'update', 'delete'] }]);
     expect(rbacRules(undefined, 'cluster').some((r) => r.resources.includes('secrets'))).toBe(false);
     expect(new ApiAccess().allows('', 'secrets', 'list')).toBe(false);
   });

@@ -1,5 +1,5 @@
-import type { V1Container, V1Pod, V1Toleration, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
-import { DATA_SOURCE_CREDENTIAL_ENV } from '@bis/controllers';
+import type { V1Container, V1Pod, V1Secret, V1Toleration, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
+import { DATA_SOURCE_CREDENTIAL_ENV, managerLaunchArgs, type ManagerLaunch } from '@bis/controllers';
 import {
   LONGHORN_API_VERSION,
   backingImageDataSourcePodLabels,
@@ -58,6 +58,8 @@ export interface ManagerPodInput {
   nodeID: string;
   diskUUID: string;
   diskPath: string;
+  /** Settings the manager takes at its start (`--scrub-interval`, `--scrub-bandwidth`), as in standalone mode. */
+  launch?: ManagerLaunch;
 }
 
 /** The fields of a BackingImageDataSource the pod is made from, with the command-line inputs. */
@@ -153,6 +155,7 @@ export function managerPodManifest(bim: ManagerPodInput, s: PodSettings): V1Pod 
   const c = container(BIM_CONTAINER, bim.image, [MANAGER_BINARY, '--debug', 'daemon', '--listen', `:${DATA_PLANE_PORT}`, '--sync-listen', `:${SYNC_PORT}`], s, [
     { name: 'disk-path', mountPath: '/data/' },
   ]);
+  c.command = [...(c.command ?? []), ...managerLaunchArgs(bim.launch)];
   const volumes = [diskVolume(bim.diskPath)];
   withInternalAuth(c, volumes, s);
   return commonPod(backingImageManagerPodName(bim.name), backingImageManagerLabels(bim.nodeID, bim.diskUUID), { kind: 'BackingImageManager', name: bim.name, uid: bim.uid }, bim.nodeID, s, c, volumes);
@@ -173,9 +176,40 @@ export function dataSourcePodManifest(ds: DataSourcePodInput, s: PodSettings): V
     { name: 'host-dev', mountPath: '/dev' },
     { name: 'host-proc', mountPath: '/host/proc' },
   ]);
-  // Deviation from Longhorn (`--credential k=v`): the credential goes by environment, never on the command line.
-  if (Object.keys(ds.credentials).length > 0) c.env = [...(c.env ?? []), { name: DATA_SOURCE_CREDENTIAL_ENV, value: JSON.stringify(ds.credentials) }];
+  // Deviation from Longhorn (`--credential k=v`): the credential goes by environment, never on the command line, and
+  // the environment takes it from the data source's own Secret (dataSourceCredentialSecret), so reading the pod
+  // (get/list pods) does not reveal it.
+  if (Object.keys(ds.credentials).length > 0) {
+    c.env = [...(c.env ?? []), { name: DATA_SOURCE_CREDENTIAL_ENV, valueFrom: { secretKeyRef: { name: dataSourceCredentialSecretName(ds.name), key: DATA_SOURCE_CREDENTIAL_KEY } } }];
+  }
   const volumes: V1Volume[] = [diskVolume(ds.diskPath), { name: 'host-dev', hostPath: { path: '/dev' } }, { name: 'host-proc', hostPath: { path: '/proc' } }];
   withInternalAuth(c, volumes, s);
   return commonPod(backingImageDataSourcePodName(ds.name), backingImageDataSourcePodLabels(ds.name, ds.nodeID, ds.diskUUID), { kind: 'BackingImageDataSource', name: ds.name, uid: ds.uid }, ds.nodeID, s, c, volumes);
+}
+
+/** The key of the data source's credential Secret: the credential map as JSON (what the data source reads from its environment). */
+export const DATA_SOURCE_CREDENTIAL_KEY = 'credential';
+
+/** The Secret holding a data source's credential: `backing-image-ds-<name>-credential`. */
+export function dataSourceCredentialSecretName(bidsName: string): string {
+  return `${backingImageDataSourcePodName(bidsName)}-credential`;
+}
+
+/**
+ * The Secret a data-source pod takes its credential from (env `valueFrom.secretKeyRef`). It is owned by the
+ * BackingImageDataSource (garbage-collected with it) and deleted with the pod.
+ */
+export function dataSourceCredentialSecret(ds: Pick<DataSourcePodInput, 'name' | 'uid' | 'nodeID' | 'diskUUID' | 'credentials'>, namespace: string): V1Secret {
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    type: 'Opaque',
+    metadata: {
+      name: dataSourceCredentialSecretName(ds.name),
+      namespace,
+      labels: backingImageDataSourcePodLabels(ds.name, ds.nodeID, ds.diskUUID),
+      ownerReferences: [{ apiVersion: LONGHORN_API_VERSION, kind: 'BackingImageDataSource', name: ds.name, uid: ds.uid }],
+    },
+    data: { [DATA_SOURCE_CREDENTIAL_KEY]: Buffer.from(JSON.stringify(ds.credentials)).toString('base64') },
+  };
 }

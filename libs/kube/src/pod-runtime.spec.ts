@@ -2,6 +2,8 @@ import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { defineKind, type KubeObject } from '@bis/datastore';
 import { eventually } from '@bis/datastore/testing';
 import { LONGHORN_API_VERSION, backingImageManagerName } from '@bis/crd-types';
+import { DATA_SOURCE_CREDENTIAL_ENV, SecretKind } from '@bis/controllers';
+import { KubeDataPlane } from './kube-data-plane.js';
 import { ApiAccess, API_RESOURCE_USES } from './api-access.js';
 import { KubeDatastore, kubeConfigFor } from './kube-datastore.js';
 import { KubePodRuntime } from './pod-runtime.js';
@@ -34,7 +36,7 @@ describe('KubePodRuntime against the API double', () => {
   let rt: KubePodRuntime;
   let ds: KubeDatastore;
   beforeEach(async () => {
-    api = await KubeApiDouble.start({ kinds: [PodKind, BimKind, BidsKind] });
+    api = await KubeApiDouble.start({ kinds: [PodKind, BimKind, BidsKind, SecretKind] });
     const kc = kubeConfigFor(api.url, api.token);
     rt = new KubePodRuntime({ kubeConfig: kc, settings: { namespace: NS, serviceAccountName: 'bis-service-account', priorityClassName: 'bis-critical', tolerations: [{ key: 'a', operator: 'Exists' }, { key: 'a', operator: 'Exists' }] }, watchRetryMs: 50 });
     ds = new KubeDatastore({ kubeConfig: kc, defaultNamespace: NS });
@@ -134,6 +136,61 @@ describe('KubePodRuntime against the API double', () => {
     const st = await rt.dataSourceStatus({ metadata: { name: 'bi-test' }, spec: { nodeID: 'node-1', diskUUID: DISK } });
     expect(st.phase).toBe('failed');
     expect(st.message).toBe('the pod dedicated to prepare the first backing image file failed: download failed: 404 Not Found');
+  });
+
+  it('passes the scrub settings to the manager pod as daemon flags (as the standalone data plane does)', async () => {
+    const bim = await createBim();
+    const dp = new KubeDataPlane({ kubeConfig: kubeConfigFor(api.url, api.token), settings: { namespace: NS, serviceAccountName: 'sa' }, managerImage: IMAGE });
+    try {
+      await dp.startManager(bim as unknown as Parameters<KubeDataPlane['startManager']>[0], { scrubIntervalSeconds: 86400, scrubBandwidth: 52428800 });
+    } finally {
+      dp.close();
+    }
+    const pod = await api.store.get(PodKind, bim.metadata.name, NS);
+    expect(pod.spec.containers[0].command).toEqual([
+      'backing-image-manager', '--debug', 'daemon', '--listen', ':8000', '--sync-listen', ':8001', '--scrub-interval', '86400', '--scrub-bandwidth', '52428800',
+    ]);
+  });
+
+  it("gives the data source its credential through a Secret of its own (secretKeyRef): the pod never holds it", async () => {
+    const bids = await ds.create(BidsKind, { apiVersion: LONGHORN_API_VERSION, kind: 'BackingImageDataSource', metadata: { name: 'bi-cred', namespace: NS }, spec: {} });
+    const credentials = { AWS_ACCESS_KEY_ID: 'AKIDEXAMPLE', AWS_SECRET_ACCESS_KEY: 'very-secret-key-123' };
+    const input = { name: 'bi-cred', uid: bids.metadata.uid, image: IMAGE, nodeID: 'node-1', diskUUID: DISK, diskPath: '/var/lib/longhorn/', uuid: 'u1', sourceType: 'restore', parameters: { 'backup-url': 's3://b@us-east-1/?backingImage=x' }, checksum: '', credentials };
+    await rt.startDataSource(input);
+    const pod = await api.store.get(PodKind, 'backing-image-ds-bi-cred', NS);
+    expect(JSON.stringify(pod)).not.toContain('very-secret-key-123');
+    expect(JSON.stringify(pod)).not.toContain('AKIDEXAMPLE');
+    expect(pod.spec.containers[0].env).toContainEqual({ name: DATA_SOURCE_CREDENTIAL_ENV, valueFrom: { secretKeyRef: { name: 'backing-image-ds-bi-cred-credential', key: 'credential' } } });
+    const decode = async () => {
+      const secret = (await api.store.get(SecretKind, 'backing-image-ds-bi-cred-credential', NS)) as unknown as { data: Record<string, string>; metadata: { ownerReferences?: unknown[]; labels?: Record<string, string> } };
+      return { secret, credential: JSON.parse(Buffer.from(secret.data['credential']!, 'base64').toString()) as Record<string, string> };
+    };
+    const first = await decode();
+    expect(first.credential).toEqual(credentials);
+    expect(first.secret.metadata.ownerReferences).toEqual([{ apiVersion: LONGHORN_API_VERSION, kind: 'BackingImageDataSource', name: 'bi-cred', uid: bids.metadata.uid }]);
+    expect(first.secret.metadata.labels?.['longhorn.io/backing-image-data-source']).toBe('bi-cred');
+
+    // A retry after the pod is gone, with a rotated key: the Secret is replaced, not left stale.
+    await rt.deleteDataSource('bi-cred');
+    await expect(api.store.get(SecretKind, 'backing-image-ds-bi-cred-credential', NS)).rejects.toThrow();
+    await rt.startDataSource(input);
+    await api.store.delete(PodKind, 'backing-image-ds-bi-cred', NS);
+    await rt.startDataSource({ ...input, credentials: { ...credentials, AWS_SECRET_ACCESS_KEY: 'rotated-key-456' } });
+    expect((await decode()).credential.AWS_SECRET_ACCESS_KEY).toBe('rotated-key-456');
+
+    // Deleting the data source removes the pod and the Secret (a second delete finds nothing and is fine).
+    await rt.deleteDataSource('bi-cred');
+    await rt.deleteDataSource('bi-cred');
+    await expect(api.store.get(SecretKind, 'backing-image-ds-bi-cred-credential', NS)).rejects.toThrow();
+    const access = new ApiAccess(API_RESOURCE_USES);
+    expect(api.calls.filter((c) => !access.allows(c.group, c.resource, c.verb))).toEqual([]);
+    const used = new Set(api.calls.map((c) => `${c.verb} ${c.resource}`));
+    for (const v of ['create secrets', 'update secrets', 'delete secrets']) expect(used).toContain(v);
+
+    // Without a credential no Secret is written.
+    await rt.startDataSource({ ...input, credentials: {} });
+    await expect(api.store.get(SecretKind, 'backing-image-ds-bi-cred-credential', NS)).rejects.toThrow();
+    expect((await api.store.get(PodKind, 'backing-image-ds-bi-cred', NS)).spec.containers[0].env).toEqual([{ name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }]);
   });
 
   it('makes only API calls that the RBAC table (and so the chart) grants', async () => {

@@ -1,7 +1,7 @@
-import { CoreV1Api, Watch, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, Watch, type KubeConfig, type V1Pod, type V1Secret } from '@kubernetes/client-node';
 import { Component, LabelKey } from '@bis/crd-types';
 import { ApiAccess } from './api-access.js';
-import { DATA_PLANE_PORT, SYNC_PORT, BIDS_CONTAINER, NETWORK_STATUS_ANNOTATION, STORAGE_NETWORK_INTERFACE, dataSourcePodManifest, managerPodManifest, type DataSourcePodInput, type ManagerPodInput, type PodSettings } from './pod-manifests.js';
+import { DATA_PLANE_PORT, SYNC_PORT, BIDS_CONTAINER, NETWORK_STATUS_ANNOTATION, STORAGE_NETWORK_INTERFACE, dataSourceCredentialSecret, dataSourceCredentialSecretName, dataSourcePodManifest, managerPodManifest, type DataSourcePodInput, type ManagerPodInput, type PodSettings } from './pod-manifests.js';
 import { isApiException, withApiMessage } from './status-errors.js';
 
 /** Same shape as `WorkloadStatus` of the controllers' `DataPlane` interface. */
@@ -181,11 +181,42 @@ export class KubePodRuntime {
   }
 
   async startDataSource(ds: DataSourcePodInput): Promise<void> {
-    return this.createPod(dataSourcePodManifest(ds, await this.podSettings()));
+    const settings = await this.podSettings();
+    if (Object.keys(ds.credentials).length > 0) await this.putSecret(dataSourceCredentialSecret(ds, this.ns));
+    return this.createPod(dataSourcePodManifest(ds, settings));
   }
 
-  deleteDataSource(bidsName: string): Promise<void> {
-    return this.deletePod(`backing-image-ds-${bidsName}`);
+  async deleteDataSource(bidsName: string): Promise<void> {
+    await this.deletePod(`backing-image-ds-${bidsName}`);
+    await this.deleteSecret(dataSourceCredentialSecretName(bidsName));
+  }
+
+  /** Creates the Secret, or replaces the one left by an earlier attempt (the credential may have changed). */
+  private async putSecret(secret: V1Secret): Promise<void> {
+    const name = secret.metadata?.name ?? '';
+    this.access.require('', 'secrets', 'create');
+    try {
+      await this.core.createNamespacedSecret({ namespace: this.ns, body: secret });
+      return;
+    } catch (err) {
+      if (!(isApiException(err) && err.code === 409)) throw withApiMessage(`create secret ${name}`, err);
+    }
+    this.access.require('', 'secrets', 'update');
+    try {
+      await this.core.replaceNamespacedSecret({ name, namespace: this.ns, body: secret });
+    } catch (err) {
+      throw withApiMessage(`replace secret ${name}`, err);
+    }
+  }
+
+  private async deleteSecret(name: string): Promise<void> {
+    this.access.require('', 'secrets', 'delete');
+    try {
+      await this.core.deleteNamespacedSecret({ name, namespace: this.ns });
+    } catch (err) {
+      if (isApiException(err) && err.code === 404) return;
+      throw withApiMessage(`delete secret ${name}`, err);
+    }
   }
 
   /** Subscribes to pod changes of both components; the watch starts with the first listener. */

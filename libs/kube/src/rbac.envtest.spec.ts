@@ -1,14 +1,13 @@
-import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { parse, parseAllDocuments } from 'yaml';
+import { parseAllDocuments } from 'yaml';
 import { BackingImageManagerKind, SettingKind, SettingName, backingImageManagerName } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { eventually } from '@bis/datastore/testing';
 import { KubeDataPlane, podSettingsFromStore } from './kube-data-plane.js';
 import { KubeDatastore } from './kube-datastore.js';
-import { renderChart } from './chart/render-chart.js';
+import { chartCrds, renderChart } from './chart/render-chart.js';
 import { ControlPlane, envtestAssets, installCrds } from './testing/envtest.js';
 
 /**
@@ -51,8 +50,7 @@ describeEnv('controllers with the chart RBAC against a real API server (envtest)
 
   beforeAll(async () => {
     cp = await ControlPlane.start();
-    const crdDir = path.join(chartDir, 'crds');
-    await installCrds(cp, await Promise.all((await readdir(crdDir)).sort().map(async (f) => parse(await readFile(path.join(crdDir, f), 'utf8')) as Obj)));
+    await installCrds(cp, (await chartCrds(chartDir)) as Obj[]);
     expect((await cp.request('POST', '/api/v1/namespaces', { body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } } })).status).toBe(201);
     // The chart's RBAC, rendered with the repository's renderer, applied as admin: nothing else grants the account.
     for (const text of (await renderChart(chartDir, {}, { name: 'backing-image-system', namespace: NS })).values()) {

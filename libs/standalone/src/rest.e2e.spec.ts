@@ -49,6 +49,17 @@ async function call(method: string, url: string, body?: unknown): Promise<{ stat
 const readyCount = (bi: Json) => Object.values((bi['diskFileStatusMap'] ?? {}) as Record<string, { state: string }>).filter((s) => s.state === 'ready').length;
 
 describe('REST API of the standalone system (Longhorn Python-client call shapes)', () => {
+  it('GET /v1/healthz: 200 while the store answers and the controllers run, 503 while they are stopped', async () => {
+    expect(await call('GET', '/v1/healthz')).toEqual({ status: 200, json: { status: 'ok', checks: { store: 'ok', controllers: 'ok' } } });
+    await sys.controllers.stop();
+    try {
+      expect(await call('GET', '/v1/healthz')).toEqual({ status: 503, json: { status: 'unavailable', checks: { store: 'ok', controllers: 'controllers are not running' } } });
+    } finally {
+      await sys.restartControllers(); // a new ControllerManager (a stopped one does not start again)
+    }
+    expect((await call('GET', '/v1/healthz')).status).toBe(200);
+  });
+
   it('create_backing_image(download) → by_id polling to ready → download → cleanup → delete', async () => {
     // create_backing_image_with_matching_url: list, create, then poll by_id_backing_image
     expect((await call('GET', '/v1/backingimages')).json.data).toEqual([]);

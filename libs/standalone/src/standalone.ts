@@ -25,7 +25,7 @@ import {
   type BackingImageApi,
 } from '@bis/api-resources';
 import { ensureTokenFile } from '@bis/internal-auth';
-import { ApiRegistry, isLoopbackHost, restApiPlugin, restAuthHook, settingsResource, SettingsService } from '@bis/rest-api';
+import { ApiRegistry, controllersHealthCheck, isLoopbackHost, registerHealthz, restApiPlugin, restAuthHook, settingsResource, SettingsService, storeHealthCheck } from '@bis/rest-api';
 import { endRecordedProcesses, LocalProcessRuntime } from '@bis/runtime';
 import { uiServerPlugin } from '@bis/ui-server';
 import { ProcessDataPlane, type DataPlaneBinaries } from './process-data-plane.js';
@@ -332,6 +332,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     app.addHook('onRequest', restAuthHook(opts.authToken));
     await app.register(backingImageHttpPlugin, { api });
     await app.register(restApiPlugin, { registry });
+    registerHealthz(app, { checks: [storeHealthCheck(store, STANDALONE_NAMESPACE), controllersHealthCheck(() => controllers?.isRunning ?? false)] });
     const uiDir = opts.uiDir === undefined ? undefined : path.resolve(opts.uiDir);
     const uiBuilt = uiDir !== undefined && (await stat(path.join(uiDir, 'index.html')).then((s) => s.isFile(), () => false));
     if (uiBuilt) await app.register(uiServerPlugin, { root: uiDir });

@@ -4,6 +4,7 @@ import { BACKING_IMAGE_MANAGER } from './backing-image-manager.js';
 import { BACKUP_BACKING_IMAGE } from './backup-backing-image.js';
 import { BACKUP_TARGET } from './backup-target.js';
 import { NODE } from './node.js';
+import { REPLICA } from './replica.js';
 import { SETTING } from './setting.js';
 
 export * from './kind.js';
@@ -14,6 +15,7 @@ export * from './backup-backing-image.js';
 export * from './backup-target.js';
 export * from './node.js';
 export * from './setting.js';
+export * from './replica.js';
 
 /** Every kind this library describes, in a stable order. */
 export const KINDS = [
@@ -27,3 +29,12 @@ export const KINDS = [
 ] as const;
 
 export type KindName = (typeof KINDS)[number]['kind'];
+
+/**
+ * Longhorn kinds this system reads but does not own (Longhorn writes them): their CRDs ship with the chart so the
+ * controllers' watches work without Longhorn, with open schemas beyond the fields the controllers read.
+ */
+export const LONGHORN_READ_KINDS = [REPLICA] as const;
+
+/** Every CRD the chart ships: the kinds above and the Longhorn kinds the controllers read. */
+export const CHART_CRD_KINDS = [...KINDS, ...LONGHORN_READ_KINDS] as const;

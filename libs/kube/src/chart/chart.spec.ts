@@ -3,10 +3,11 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse, parseAllDocuments } from 'yaml';
-import { renderCrdManifests } from '@bis/crd-types';
+import { Ajv } from 'ajv';
+import { CHART_CRD_KINDS, CRD_TEMPLATE_FILE, buildCustomResourceDefinition, renderCrdTemplate } from '@bis/crd-types';
 import { rbacRules } from '../api-access.js';
 import { ChartTemplates, TemplateError } from './go-template.js';
-import { renderChart } from './render-chart.js';
+import { mergeValues, renderChart, renderNotes } from './render-chart.js';
 import { CLUSTER_RBAC_TEMPLATE_FILE, RBAC_TEMPLATE_FILE, renderClusterRoleTemplate, renderRoleTemplate } from './rbac-template.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
@@ -65,6 +66,7 @@ describe('chart charts/backing-image-system', () => {
       'ClusterRole/backing-image-system',
       'ClusterRoleBinding/backing-image-system',
       'ConfigMap/backing-image-system-default-setting',
+      ...CHART_CRD_KINDS.map((k) => `CustomResourceDefinition/${k.plural}.longhorn.io`),
       'DaemonSet/backing-image-system-manager',
       'NetworkPolicy/backing-image-data-source',
       'NetworkPolicy/backing-image-manager',
@@ -73,7 +75,7 @@ describe('chart charts/backing-image-system', () => {
       'RoleBinding/backing-image-system',
       'Service/backing-image-system-backend',
       'ServiceAccount/backing-image-system-service-account',
-    ]);
+    ].sort());
     const cm = find(all, 'ConfigMap') as Doc & { data: Record<string, string> };
     expect(parse(cm.data['default-setting.yaml'])).toEqual({ 'priority-class': 'backing-image-system-critical' });
     const ds = find(all, 'DaemonSet') as Doc & { spec: { template: { spec: { containers: { command: string[]; image: string }[]; priorityClassName: string } } } };
@@ -86,6 +88,62 @@ describe('chart charts/backing-image-system', () => {
     expect(ds.spec.template.spec.priorityClassName).toBe('backing-image-system-critical');
     // Internal calls need the token by default: no opt-in flag.
     expect(c.command).not.toContain('--allow-unauthenticated-internal-calls');
+  });
+
+  it('probes the controller-manager with GET /v1/healthz (readiness and liveness) and sets resources by default', async () => {
+    type Probe = { httpGet?: { path: string; port: string | number }; tcpSocket?: unknown; periodSeconds: number; failureThreshold: number; timeoutSeconds: number };
+    const ds = find(await docs({}), 'DaemonSet') as Doc & { spec: { template: { spec: { containers: { readinessProbe: Probe; livenessProbe: Probe; resources: unknown; ports: { name: string; containerPort: number }[] }[] } } } };
+    const c = ds.spec.template.spec.containers[0];
+    expect(c.ports).toEqual([{ name: 'manager', containerPort: 9500 }]);
+    for (const probe of [c.readinessProbe, c.livenessProbe]) {
+      expect(probe.httpGet).toEqual({ path: '/v1/healthz', port: 'manager' });
+      expect(probe.tcpSocket).toBeUndefined();
+      // The handler waits up to 5 s for a check: the probe's timeout must be longer.
+      expect(probe.timeoutSeconds).toBeGreaterThan(5);
+    }
+    // Liveness gives up much later than readiness (an API server outage is not a reason to restart).
+    expect(c.livenessProbe.periodSeconds * c.livenessProbe.failureThreshold).toBeGreaterThanOrEqual(4 * c.readinessProbe.periodSeconds * c.readinessProbe.failureThreshold);
+    expect(c.resources).toEqual({ requests: { cpu: '100m', memory: '256Mi' }, limits: { memory: '1Gi' } });
+  });
+
+  it('NOTES.txt tells how to reach the API and UI, and about the CRDs and Longhorn', async () => {
+    const notes = await renderNotes(chartDir, {}, release);
+    expect(notes).toContain('namespace longhorn-system (release bis)');
+    expect(notes).toContain('kubectl -n longhorn-system port-forward service/backing-image-system-backend 9500:9500');
+    expect(notes).toContain('are kept on `helm uninstall`');
+    expect(notes).toContain('must not run in a cluster where Longhorn is installed');
+    const nodePort = await renderNotes(chartDir, { service: { manager: { type: 'NodePort', nodePort: 30950 } }, crds: { install: false } }, release);
+    expect(nodePort).toContain('http://<any node address>:30950/');
+    expect(nodePort).not.toContain('port-forward');
+    expect(nodePort).toContain('crds.install is false');
+    expect(nodePort).not.toContain('{{');
+  });
+
+  it('values.schema.json accepts the default and full values and rejects wrong ones', async () => {
+    const schema = JSON.parse(await fsp.readFile(path.join(chartDir, 'values.schema.json'), 'utf8')) as Record<string, unknown>;
+    const ajv = new Ajv({ allErrors: true, strict: true, allowUnionTypes: true });
+    const validate = ajv.compile(schema);
+    const defaults = parse(await fsp.readFile(path.join(chartDir, 'values.yaml'), 'utf8')) as Record<string, unknown>;
+    const full = parse(await fsp.readFile(path.join(chartDir, 'ci/full-values.yaml'), 'utf8')) as Record<string, unknown>;
+    // Helm validates the values after merging the user's over the chart's.
+    const check = (over: Record<string, unknown>): string[] => (validate(mergeValues(defaults, over)) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath} ${e.message}`));
+    expect(check({})).toEqual([]);
+    expect(check(full)).toEqual([]);
+    // Every key of the full values is described by the schema (nothing passes only because it is unknown).
+    const props = schema['properties'] as Record<string, { properties?: Record<string, unknown> }>;
+    for (const [k, v] of Object.entries(full)) {
+      expect(props).toHaveProperty([k]);
+      if (v && typeof v === 'object' && !Array.isArray(v) && k !== 'defaultSettings') for (const sub of Object.keys(v)) expect(props[k]!.properties ?? {}).toHaveProperty([sub]);
+    }
+    expect(check({ longhornManagr: {} }).join()).toContain('must NOT have additional properties');
+    expect(check({ service: { manager: { type: 'Ingress' } } }).join()).toContain('/service/manager/type must be equal to one of the allowed values');
+    expect(check({ crds: { install: 'yes' } }).join()).toContain('/crds/install must be boolean');
+    expect(check({ image: { pullPolicy: 'Sometimes' } }).join()).toContain('/image/pullPolicy');
+    expect(check({ longhornManager: { log: { format: 'xml' } } }).join()).toContain('/longhornManager/log/format');
+    expect(check({ dataPath: 'relative/path' }).join()).toContain('/dataPath must match pattern');
+    expect(check({ longhornManager: { resources: { limits: { memory: '1 gig' } } } }).join()).toContain('/longhornManager/resources/limits/memory');
+    expect(check({ defaultSettings: { backupCompressionMethod: 'zip' } }).join()).toContain('/defaultSettings/backupCompressionMethod');
+    expect(check({ service: { manager: { type: 'NodePort', nodePort: 'abc' } } }).join()).toContain('/service/manager/nodePort');
   });
 
   type Policy = Doc & { spec: { podSelector: { matchLabels: Record<string, string> }; policyTypes: string[]; ingress: { from: { podSelector: { matchLabels: Record<string, string> } }[]; ports?: unknown }[] } };
@@ -153,11 +211,22 @@ describe('chart charts/backing-image-system', () => {
     expect(Object.keys(settings)).toHaveLength(12);
   });
 
-  it('ships exactly the CRDs generated from @bis/crd-types', async () => {
-    const generated = renderCrdManifests();
-    const files = (await fsp.readdir(path.join(chartDir, 'crds'))).sort();
-    expect(files).toEqual([...generated.keys()].sort());
-    for (const [file, text] of generated) expect(await fsp.readFile(path.join(chartDir, 'crds', file), 'utf8')).toBe(text);
+  it('ships every CRD generated from @bis/crd-types as a template (upgraded by helm upgrade), kept on uninstall by default', async () => {
+    expect(await fsp.readFile(path.join(chartDir, CRD_TEMPLATE_FILE), 'utf8')).toBe(renderCrdTemplate());
+    await expect(fsp.stat(path.join(chartDir, 'crds'))).rejects.toThrow(); // Helm never upgrades crds/
+    const crds = (await docs({})).filter((d) => d.kind === 'CustomResourceDefinition');
+    expect(crds).toHaveLength(CHART_CRD_KINDS.length);
+    for (const def of CHART_CRD_KINDS) {
+      const crd = crds.find((c) => c.metadata.name === `${def.plural}.longhorn.io`) as Doc & { metadata: { annotations?: Record<string, string> } };
+      const { annotations, ...metadata } = crd.metadata;
+      expect(annotations).toEqual({ 'helm.sh/resource-policy': 'keep' });
+      expect({ ...crd, metadata }).toEqual(buildCustomResourceDefinition(def));
+    }
+    // crds.keep=false: no resource policy (an uninstall deletes the CRDs and every object); crds.install=false: none.
+    const unkept = (await docs({ crds: { keep: false } })).filter((d) => d.kind === 'CustomResourceDefinition') as (Doc & { metadata: { annotations?: unknown } })[];
+    expect(unkept).toHaveLength(CHART_CRD_KINDS.length);
+    expect(unkept.every((c) => c.metadata.annotations === undefined)).toBe(true);
+    expect((await docs({ crds: { install: false } })).filter((d) => d.kind === 'CustomResourceDefinition')).toEqual([]);
   });
 
   it('grants exactly the API calls the code declares (RBAC generated from API_RESOURCE_USES)', async () => {
@@ -170,7 +239,10 @@ describe('chart charts/backing-image-system', () => {
     const all = await docs({});
     const cr = find(all, 'ClusterRole') as Doc & { rules: unknown };
     expect(cr.rules).toEqual(rbacRules(undefined, 'cluster'));
-    expect(cr.rules).toEqual([{ apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] }]);
+    expect(cr.rules).toEqual([
+      { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
+      { apiGroups: ['apps'], resources: ['daemonsets'], verbs: ['list'] },
+    ]);
     const crb = find(all, 'ClusterRoleBinding') as Doc & { roleRef: { name: string }; subjects: { name: string; namespace: string }[] };
     expect(crb.roleRef.name).toBe('backing-image-system');
     expect(crb.subjects).toEqual([{ kind: 'ServiceAccount', name: 'backing-image-system-service-account', namespace: 'longhorn-system' }]);

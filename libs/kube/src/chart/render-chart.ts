@@ -1,6 +1,6 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { parse } from 'yaml';
+import { parse, parseAllDocuments } from 'yaml';
 import { ChartTemplates } from './go-template.js';
 
 export interface ReleaseInfo {
@@ -26,18 +26,55 @@ export function mergeValues(base: unknown, override: unknown): unknown {
  * supports (see go-template.ts). Returns file name -> rendered text.
  */
 export async function renderChart(chartDir: string, values: Json, release: ReleaseInfo): Promise<Map<string, string>> {
+  const { t, files, root } = await loadChart(chartDir, values, release);
+  const out = new Map<string, string>();
+  for (const f of files) if (f.endsWith('.yaml')) out.set(f, t.render(f, root));
+  return out;
+}
+
+/** Renders `templates/NOTES.txt`, the text `helm install` prints, with the same values and release. */
+export async function renderNotes(chartDir: string, values: Json, release: ReleaseInfo): Promise<string> {
+  const { t, root } = await loadChart(chartDir, values, release, ['NOTES.txt']);
+  return t.render('NOTES.txt', root);
+}
+
+async function loadChart(chartDir: string, values: Json, release: ReleaseInfo, extra: string[] = []): Promise<{ t: ChartTemplates; files: string[]; root: Json }> {
   const chart = parse(await fsp.readFile(path.join(chartDir, 'Chart.yaml'), 'utf8')) as Json;
   const defaults = parse(await fsp.readFile(path.join(chartDir, 'values.yaml'), 'utf8')) as Json;
   const tdir = path.join(chartDir, 'templates');
   const files = (await fsp.readdir(tdir)).sort();
   const t = new ChartTemplates();
-  for (const f of files) if (f.endsWith('.yaml') || f.endsWith('.tpl')) t.add(f, await fsp.readFile(path.join(tdir, f), 'utf8'));
+  for (const f of files) if (f.endsWith('.yaml') || f.endsWith('.tpl') || extra.includes(f)) t.add(f, await fsp.readFile(path.join(tdir, f), 'utf8'));
   const root = {
     Values: mergeValues(defaults, values),
     Release: { Name: release.name, Namespace: release.namespace, Service: 'Helm' },
     Chart: { Name: chart.name, Version: chart.version, AppVersion: chart.appVersion },
   };
-  const out = new Map<string, string>();
-  for (const f of files) if (f.endsWith('.yaml')) out.set(f, t.render(f, root));
+  return { t, files, root };
+}
+
+/** A rendered Kubernetes object (enough to route and apply it). */
+export interface ChartObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  [k: string]: unknown;
+}
+
+/** Renders the chart and parses every document into objects (empty documents skipped); a YAML error names its template. */
+export async function renderChartObjects(chartDir: string, values: Json, release: ReleaseInfo): Promise<ChartObject[]> {
+  const out: ChartObject[] = [];
+  for (const [file, text] of await renderChart(chartDir, values, release)) {
+    for (const d of parseAllDocuments(text)) {
+      if (d.errors.length) throw new Error(`${file}: ${d.errors.map((e) => e.message).join('; ')}`);
+      const v = d.toJS() as ChartObject | null;
+      if (v) out.push(v);
+    }
+  }
   return out;
+}
+
+/** The CustomResourceDefinitions the chart installs with the default values (templates/crds.yaml). */
+export async function chartCrds(chartDir: string): Promise<ChartObject[]> {
+  return (await renderChartObjects(chartDir, {}, { name: 'backing-image-system', namespace: 'longhorn-system' })).filter((o) => o.kind === 'CustomResourceDefinition');
 }

@@ -1,8 +1,7 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { readdir, readFile } from 'node:fs/promises';
-import { parse, parseAllDocuments } from 'yaml';
-import { renderChart } from '../chart/render-chart.js';
+import { parseAllDocuments } from 'yaml';
+import { chartCrds, renderChart } from '../chart/render-chart.js';
 import { installCrds, type ControlPlane } from '../testing/envtest.js';
 
 /** Test support for the envtest suites: the chart's CRDs and RBAC on a real API server, and a token of its account. */
@@ -34,8 +33,7 @@ export async function applyObject(cp: ControlPlane, o: Obj, p: string): Promise<
  * the TokenRequest API. Nothing else grants the account anything.
  */
 export async function installChartIdentity(cp: ControlPlane, ns: string): Promise<{ rbac: Obj[]; serviceAccount: string; token: string }> {
-  const crdDir = path.join(chartDir, 'crds');
-  await installCrds(cp, await Promise.all((await readdir(crdDir)).sort().map(async (f) => parse(await readFile(path.join(crdDir, f), 'utf8')) as Obj)));
+  await installCrds(cp, (await chartCrds(chartDir)) as Obj[]);
   const nsRes = await cp.request('POST', '/api/v1/namespaces', { body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } } });
   if (nsRes.status !== 201) throw new Error(`namespace ${ns}: HTTP ${nsRes.status}`);
   const rbac: Obj[] = [];

@@ -29,6 +29,12 @@ export interface TestKubeNode extends KubeObject {
 }
 export const TestKubeNodeKind = defineKind<TestKubeNode>({ apiVersion: 'v1', kind: 'Node', plural: 'nodes', namespaced: false });
 
+/** `apps/v1` DaemonSet as the API double stores it (the daemon looks for Longhorn's manager DaemonSet at start). */
+export interface TestDaemonSet extends KubeObject {
+  spec?: Record<string, unknown>;
+}
+export const TestDaemonSetKind = defineKind<TestDaemonSet>({ apiVersion: 'apps/v1', kind: 'DaemonSet', plural: 'daemonsets', namespaced: true });
+
 /** Every kind the controllers and the pod runtime use, for `KubeApiDouble.start({ kinds })`. */
 export const CONTROLLER_KINDS: readonly ResourceKind[] = [
   BackingImageKind,
@@ -42,4 +48,5 @@ export const CONTROLLER_KINDS: readonly ResourceKind[] = [
   SecretKind,
   TestPodKind,
   TestKubeNodeKind,
+  TestDaemonSetKind,
 ] as ResourceKind[];
