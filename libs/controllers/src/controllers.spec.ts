@@ -44,7 +44,7 @@ describe('backing image controllers over the embedded store', () => {
     expect(bims).toHaveLength(2);
     expect(bims.every((m) => m.status?.currentState === 'running' && m.spec?.backingImages?.['parrot'] === bi.status?.uuid)).toBe(true);
     expect(h.sim.syncCalls).toHaveLength(1);
-    expect(h.cm.events.list({ name: 'parrot', reason: 'Update' }).some((e) => e.message.startsWith('Initialized UUID to'))).toBe(true);
+    expect((await h.cm.events.list({ name: 'parrot', reason: 'Update' })).some((e) => e.message.startsWith('Initialized UUID to'))).toBe(true);
   });
 
   it('a wrong checksum fails the first file with both checksums and cleans it up', async () => {
@@ -96,12 +96,12 @@ describe('backing image controllers over the embedded store', () => {
       return r.length === 1 && r[0] === other && !b.spec?.diskFileSpecMap?.[first] ? b : undefined;
     });
     expect(Object.keys(moved.spec!.diskFileSpecMap!)).toEqual([other]);
-    expect(h.cm.events.list({ name: 'ev', reason: 'EvictionUserRequested' }).length).toBeGreaterThan(0);
+    expect((await h.cm.events.list({ name: 'ev', reason: 'EvictionUserRequested' })).length).toBeGreaterThan(0);
 
     // Now the remaining copy's disk is evicted too, and no other ssd disk may take it.
     await evictDisk(other, false);
-    await waitFor('FailedDeleting event', () =>
-      h!.cm.events.list({ name: 'ev', reason: 'FailedDeleting' }).some((e) => e.message.includes('since there is no other healthy backing image copy')),
+    await waitFor('FailedDeleting event', async () =>
+      (await h!.cm.events.list({ name: 'ev', reason: 'FailedDeleting' })).some((e) => e.message.includes('since there is no other healthy backing image copy')),
     );
     const kept = await getBI('ev');
     expect(readyDisks(kept)).toEqual([other]);

@@ -5,7 +5,7 @@ import { FILE_MACHINE, IllegalTransitionError, MANAGER_MACHINE, transition, type
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { failedCopyMessage } from './disk-errors.js';
-import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
+import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
 import type { WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImageManager } from './kinds.js';
@@ -346,6 +346,7 @@ export class BackingImageManagerController extends Controller {
     this.requested.get(bim.metadata.name)?.delete(biName);
     if (!keepBackoff) this.fileBackoff(bim.metadata.name).reset(biName);
     this.event(bim, 'Normal', EventReason.Delete, `Deleted backing image ${biName} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID}`);
+    this.ctx.events.record(EventSource.BackingImageManager, imageRef(this.ctx, biName), 'Normal', EventReason.Delete, `Deleted the copy of backing image ${biName} on disk ${this.diskText(bim)}`);
   }
 
   private async deleteInvalidFiles(bim: Stored<BackingImageManager>, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>): Promise<void> {
@@ -546,7 +547,34 @@ export class BackingImageManagerController extends Controller {
         backoff.restart(bi);
         this.queue.addAfter(name, backoff.remaining(bi) + 10);
       }
-      map[bi] = { ...f, message: failedCopyMessage(disk, f.message ?? '', { attempt, inText: formatRetryDelay(backoff.get(bi)) }) };
+      const at = backoff.nextAt(bi);
+      map[bi] = {
+        ...f,
+        message: failedCopyMessage(disk, f.message ?? '', { attempt, inText: formatRetryDelay(backoff.get(bi)) }),
+        retryCount: attempt,
+        ...(at !== undefined ? { nextRetryAt: new Date(at).toISOString() } : {}),
+      };
+    }
+  }
+
+  /** The disk of a manager as people name it: `disk-1 on node n1` (its UUID when no node reports it). */
+  private diskText(bim: BackingImageManager): string {
+    const uuid = bim.spec?.diskUUID ?? '';
+    const name = this.ctx.informers.cached(NodeKind).flatMap((n) => Object.entries(n.status?.diskStatus ?? {})).find(([, d]) => d.diskUUID === uuid)?.[0];
+    return `${name ?? uuid} on node ${bim.spec?.nodeID ?? ''}`;
+  }
+
+  /** A copy that became ready or failed since the last listing is recorded as an event on its backing image. */
+  private recordCopyChanges(bim: BackingImageManager, map: Record<string, BackingImageFileInfo>): void {
+    const before = bim.status?.backingImageFileMap ?? {};
+    for (const [bi, f] of Object.entries(map)) {
+      const prev = before[bi];
+      if (prev?.state === f.state && prev?.uuid === f.uuid) continue;
+      if (f.state === 'ready') {
+        this.ctx.events.record(EventSource.BackingImageManager, imageRef(this.ctx, bi), 'Normal', EventReason.Ready, `Copy of backing image ${bi} on disk ${this.diskText(bim)} is ready`);
+      } else if (f.state === 'failed') {
+        this.ctx.events.record(EventSource.BackingImageManager, imageRef(this.ctx, bi), 'Warning', EventReason.Failed, `Copy of backing image ${bi} on disk ${this.diskText(bim)} failed: ${f.message ?? ''}`);
+      }
     }
   }
 
@@ -642,6 +670,7 @@ export class BackingImageManagerController extends Controller {
       // the disk's scrub (absent from a Longhorn manager's answer: the status keeps what it had)
       const scrub = listed.diskScrub;
       this.describeFailures(first, map);
+      this.recordCopyChanges(first, map);
       // The list is fresh: a write that conflicts (the spec or the reconcile's status changed meanwhile, frequent while
       // many images are added) is retried at once on the latest object instead of a tick later.
       let bim: typeof first | undefined = first;
