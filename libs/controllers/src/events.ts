@@ -40,6 +40,8 @@ export interface InvolvedObject {
 }
 
 export interface RecordedEvent {
+  /** Unique among the kept events (the Event object's name when it is stored). */
+  id: string;
   /** When it was last seen (RFC 3339). */
   time: string;
   /** When it was first seen (RFC 3339); repetitions keep it. */
@@ -94,6 +96,7 @@ const matches = (e: RecordedEvent, q: EventQuery) =>
  */
 export class EventRecorder implements EventSink {
   private readonly ring: RecordedEvent[] = [];
+  private seq = 0;
 
   constructor(
     private readonly capacity = 2000,
@@ -108,7 +111,7 @@ export class EventRecorder implements EventSink {
       last.count++;
       last.time = time;
     } else {
-      this.ring.push({ time, firstTime: time, type, reason, message, source, involvedObject: { kind: obj.kind, name: obj.metadata.name, namespace: obj.metadata.namespace }, count: 1 });
+      this.ring.push({ id: `${obj.metadata.name}.${(this.seq++).toString(16).padStart(8, '0')}`, time, firstTime: time, type, reason, message, source, involvedObject: { kind: obj.kind, name: obj.metadata.name, namespace: obj.metadata.namespace }, count: 1 });
       if (this.ring.length > this.capacity) this.ring.splice(0, this.ring.length - this.capacity);
     }
     this.log(eventLine(type, reason, obj, message), type);
@@ -147,8 +150,9 @@ export interface CoreEvent {
 export const EventKind = defineKind<CoreEvent>({ apiVersion: 'v1', kind: 'Event', plural: 'events', namespaced: true, statusSubresource: false });
 
 /** The API shape of a core/v1 Event. */
-export function recordedEventOf(e: CoreEvent): RecordedEvent {
+export function recordedEventOf(e: Pick<CoreEvent, 'lastTimestamp' | 'firstTimestamp' | 'type' | 'reason' | 'message' | 'source' | 'involvedObject' | 'count'> & { metadata: { name: string } }): RecordedEvent {
   return {
+    id: e.metadata.name,
     time: e.lastTimestamp,
     firstTime: e.firstTimestamp,
     type: e.type,

@@ -43,6 +43,9 @@ export const API_RESOURCE_USES: readonly ApiResourceUse[] = [
   // name is not known when the request is authorized). Its `get` is the one above.
   { group: '', version: 'v1', resource: 'secrets', verbs: ['create'], usedBy: 'ensureInternalTokenSecret' },
   { group: '', version: 'v1', resource: 'pods', verbs: ['list', 'watch'], usedBy: 'NodeHealthMonitor' },
+  // What the controllers record (Longhorn's recorder writes core/v1 Events on the involved object); the REST API's
+  // `/v1/events` lists them. A repeat patches the count and lastTimestamp of the last event.
+  { group: '', version: 'v1', resource: 'events', verbs: ['create', 'patch', 'list'], usedBy: 'KubeEventRecorder' },
   { group: '', version: 'v1', resource: 'nodes', verbs: ['get', 'list', 'watch'], usedBy: 'NodeHealthMonitor', scope: 'cluster' },
 ];
 

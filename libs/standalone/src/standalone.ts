@@ -5,8 +5,9 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import {
   BackupTargetKind,
   ControllerManager,
-  EventRecorder,
   NodeKind,
+  StoreEventRecorder,
+  type EventSink,
   SettingName,
   SettingsReader,
   type ControllerManagerOptions,
@@ -19,6 +20,7 @@ import {
   annotationEndpoints,
   backingImageHttpPlugin,
   downloadUrlPolicyFor,
+  eventResource,
   registerBackingImageResources,
   SecretService,
   secretResource,
@@ -47,7 +49,8 @@ export interface StandaloneSystem {
   controllers: ControllerManager;
   dataPlane: ProcessDataPlane;
   settings: SettingsService;
-  events: EventRecorder;
+  /** Events kept in the store (bounded), served at `/v1/events`. */
+  events: EventSink;
   namespace: string;
   disks: StandaloneDisk[];
 }
@@ -83,6 +86,9 @@ export interface StandaloneOptions {
   internalTokenFile?: string;
   /** Managers and data sources also admit calls without a token (for Longhorn components); off by default. */
   allowUnauthenticatedInternalCalls?: boolean;
+  /** Events kept per object (default 50) and in all (default 5000). */
+  eventsPerObject?: number;
+  eventsTotal?: number;
   /** How often each disk's filesystem is measured into the node's disk status (default 30 s, Longhorn's). */
   diskCheckIntervalMs?: number;
 }
@@ -282,6 +288,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     clearInterval(diskTimer);
     await app?.close().catch(() => {});
     await controllers?.stop().catch(() => {});
+    await controllers?.events.flush().catch(() => {});
     dataPlane.close();
     await runtime.stopAll().catch(() => {});
     await store.close();
@@ -296,7 +303,15 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     await ensureBackupTarget(store, backupTargetURL);
 
     const log = opts.log;
-    const events = new EventRecorder(5000, (l) => log?.info(l));
+    // Kept in the store: they survive restarts; the newest 50 per object and 5000 in all are kept.
+    const events = new StoreEventRecorder({
+      store,
+      namespace: STANDALONE_NAMESPACE,
+      perObject: opts.eventsPerObject ?? 50,
+      total: opts.eventsTotal ?? 5000,
+      component: 'controller-manager',
+      log: (l, type) => (type === 'Warning' ? log?.warn(l) : log?.info(l)),
+    });
     const makeControllers = () =>
       new ControllerManager({
         store,
@@ -327,6 +342,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     });
     // Standalone keeps credential secrets (backup targets' `credentialSecret`) in its store: `/v1/secrets`.
     registry.addResource(secretResource(new SecretService(store, STANDALONE_NAMESPACE), store, STANDALONE_NAMESPACE));
+    registry.addResource(eventResource(events));
     opts.registerResources?.(registry, system);
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
     app.addHook('onRequest', restAuthHook(opts.authToken));
