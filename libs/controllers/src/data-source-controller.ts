@@ -8,6 +8,7 @@ import { changed, clone, errMessage, getOrUndefined, imageRef, listManagers, nod
 import type { DataSourceLaunch } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupTargetKind, NodeKind, type BackingImageDataSource } from './kinds.js';
+import { recordDiskHealth } from './disk-conditions.js';
 import { Annotation, FINALIZER } from './names.js';
 import { backupTargetCredential } from './secrets.js';
 import { SettingName } from './settings.js';
@@ -371,7 +372,10 @@ export class BackingImageDataSourceController extends Controller {
           await store.updateStatus(BackingImageDataSourceKind, { ...cur, status });
           if (currentState !== prevState && currentState === 'failed') {
             this.ctx.events.record(EventSource.BackingImageDataSource, imageRef(this.ctx, name), 'Warning', EventReason.Failed, `The data source of backing image ${name} failed: ${info.message}`);
+            // A full, failing or forbidden disk is marked on the disk: no new copy goes there until it recovers.
+            await recordDiskHealth(this.ctx, cur.spec?.nodeID ?? '', cur.spec?.diskUUID ?? '', info.message).catch(() => false);
           } else if (currentState !== prevState && currentState === 'ready-for-transfer') {
+            await recordDiskHealth(this.ctx, cur.spec?.nodeID ?? '', cur.spec?.diskUUID ?? '', undefined).catch(() => false);
             this.ctx.events.record(EventSource.BackingImageDataSource, imageRef(this.ctx, name), 'Normal', EventReason.Completed, `The data source of backing image ${name} prepared the first file (${info.size} bytes, SHA-512 ${info.currentChecksum.slice(0, 16)}…)`);
           }
           return;

@@ -4,6 +4,7 @@ import { formatRetryDelay, isConflict, isPermanentError, PermanentError, type St
 import { FILE_MACHINE, IllegalTransitionError, MANAGER_MACHINE, transition, type ManagerEvent } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
+import { recordDiskHealth } from './disk-conditions.js';
 import { failedCopyMessage } from './disk-errors.js';
 import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
 import type { WorkloadStatus } from './data-plane.js';
@@ -564,16 +565,26 @@ export class BackingImageManagerController extends Controller {
     return `${name ?? uuid} on node ${bim.spec?.nodeID ?? ''}`;
   }
 
-  /** A copy that became ready or failed since the last listing is recorded as an event on its backing image. */
+  /**
+   * A copy that became ready or failed since the last listing is recorded as an event on its backing image. A failure
+   * that names a disk error (ENOSPC, EIO, permissions) marks the disk unhealthy; a copy that became ready on it (a
+   * write that succeeded) marks it healthy again.
+   */
   private recordCopyChanges(bim: BackingImageManager, map: Record<string, BackingImageFileInfo>): void {
     const before = bim.status?.backingImageFileMap ?? {};
+    const nodeID = bim.spec?.nodeID ?? '';
+    const diskUUID = bim.spec?.diskUUID ?? '';
+    const health = (failure: string | undefined) =>
+      void recordDiskHealth(this.ctx, nodeID, diskUUID, failure).catch((err: unknown) => this.ctx.log.warn(`disk ${diskUUID} condition not written: ${errMessage(err)}`));
     for (const [bi, f] of Object.entries(map)) {
       const prev = before[bi];
       if (prev?.state === f.state && prev?.uuid === f.uuid) continue;
       if (f.state === 'ready') {
         this.ctx.events.record(EventSource.BackingImageManager, imageRef(this.ctx, bi), 'Normal', EventReason.Ready, `Copy of backing image ${bi} on disk ${this.diskText(bim)} is ready`);
+        if (prev) health(undefined);
       } else if (f.state === 'failed') {
         this.ctx.events.record(EventSource.BackingImageManager, imageRef(this.ctx, bi), 'Warning', EventReason.Failed, `Copy of backing image ${bi} on disk ${this.diskText(bim)} failed: ${f.message ?? ''}`);
+        health(f.message ?? '');
       }
     }
   }

@@ -5,6 +5,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import {
   BackupTargetKind,
   ControllerManager,
+  DISK_HEALTHY_CONDITION,
   NodeKind,
   StoreEventRecorder,
   type EventSink,
@@ -170,9 +171,13 @@ async function ensureNode(store: EmbeddedDatastore, disks: StandaloneDisk[]): Pr
   }
   for (const name of Object.keys(specDisks)) if (!disks.some((d) => d.name === name)) delete specDisks[name];
   const spec: Node['spec'] = { name: STANDALONE_NODE, allowScheduling: true, evictionRequested: false, tags: [], ...(node?.spec ?? {}), disks: specDisks };
+  // A disk error's `Healthy` condition stays across restarts: it clears when a write on the disk succeeds.
+  const kept = (name: string) => (node?.status?.diskStatus?.[name]?.conditions ?? []).filter((c) => c.type === DISK_HEALTHY_CONDITION);
   const status: Node['status'] = {
     conditions: [cond('Ready', now), cond('Schedulable', now)],
-    diskStatus: Object.fromEntries(disks.map((d) => [d.name, { diskUUID: d.uuid, diskName: d.name, diskPath: d.path, diskType: 'filesystem', conditions: [cond('Ready', now), cond('Schedulable', now)] }])),
+    diskStatus: Object.fromEntries(
+      disks.map((d) => [d.name, { diskUUID: d.uuid, diskName: d.name, diskPath: d.path, diskType: 'filesystem', conditions: [cond('Ready', now), cond('Schedulable', now), ...kept(d.name)] }]),
+    ),
   };
   const saved = node
     ? await store.update(NodeKind, { ...node, spec })

@@ -1,0 +1,42 @@
+import { isConflict } from '@bis/datastore';
+import type { ControllerContext } from './base-controller.js';
+import { getOrUndefined } from './common.js';
+import { diskErrorOf, DISK_HEALTHY_CONDITION, withDiskCondition, type DiskErrorCode } from './disk-errors.js';
+import { EventSource } from './events.js';
+import { NodeKind } from './kinds.js';
+
+/**
+ * Sets (a disk error seen in `failure`) or clears (`failure` undefined: a write on the disk succeeded) the disk's
+ * `Healthy` condition in its Node's status, with an event on the Node when it changes. Returns whether it changed.
+ * A failure that names no disk error changes nothing.
+ */
+export async function recordDiskHealth(ctx: ControllerContext, nodeID: string, diskUUID: string, failure: string | undefined): Promise<boolean> {
+  const code: DiskErrorCode | undefined = failure === undefined ? undefined : diskErrorOf(failure);
+  if (failure !== undefined && !code) return false;
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const cached = attempt === 0 ? ctx.informers.cached(NodeKind).find((n) => n.metadata.name === nodeID) : undefined;
+    const node = cached ?? (await getOrUndefined(ctx.store.get(NodeKind, nodeID, ctx.namespace)));
+    const entry = Object.entries(node?.status?.diskStatus ?? {}).find(([, d]) => d.diskUUID === diskUUID);
+    if (!node || !entry) return false;
+    const [diskName, disk] = entry;
+    const nowIso = ctx.now().toISOString();
+    const error = code ? { code, message: `${diskName}: ${failure}` } : undefined;
+    const conditions = withDiskCondition(disk.conditions, error, nowIso);
+    if (!conditions) return false;
+    try {
+      await ctx.store.updateStatus(NodeKind, { ...node, status: { ...node.status, diskStatus: { ...node.status!.diskStatus, [diskName]: { ...disk, conditions } } } });
+    } catch (err) {
+      if (!isConflict(err)) throw err;
+      continue; // the copy was stale: the next attempt reads the latest
+    }
+    if (error) {
+      ctx.log.warn(`disk ${diskName} (${diskUUID}) on node ${nodeID}: ${code}; no new copy is placed on it until a write on it succeeds`);
+      ctx.events.record(EventSource.Node, node, 'Warning', 'DiskError', `Disk ${diskName} (${diskUUID}) condition ${DISK_HEALTHY_CONDITION} is False (${code}): ${error.message}`);
+    } else {
+      ctx.log.info(`disk ${diskName} (${diskUUID}) on node ${nodeID} recovered: a write on it succeeded`);
+      ctx.events.record(EventSource.Node, node, 'Normal', 'DiskRecovered', `Disk ${diskName} (${diskUUID}) condition ${DISK_HEALTHY_CONDITION} is True again: a write on it succeeded`);
+    }
+    return true;
+  }
+  return false;
+}
