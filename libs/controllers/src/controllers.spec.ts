@@ -284,4 +284,48 @@ describe('backing image controllers over the embedded store', () => {
     expect(d.spec?.minNumberOfCopies).toBe(3);
     expect(d.metadata.finalizers).toEqual(['longhorn.io']);
   });
+
+  it('a full disk (ENOSPC): the copy says so with its retry, the disk gets Healthy=False, scheduling avoids it until a write on it succeeds', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    // Every sync fails as on a full disk until the test picks the disk that stays full.
+    let full: string | undefined;
+    h.sim.syncFailure = (disk) => (full === undefined || disk === full ? 'failed to write backing.tmp: ENOSPC: no space left on device, write' : undefined);
+    await h.cm.actions.create({ name: 'full', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 2 });
+    const [disk, entry] = await waitFor('a copy failed with ENOSPC', async () =>
+      Object.entries((await getBI('full')).status?.diskFileStatusMap ?? {}).find(([, f]) => f.state === 'failed' && /ENOSPC/.test(f.message ?? '')),
+    );
+    full = disk;
+    // The copy's status names the disk and the condition, counts the attempt and says when the next one comes.
+    expect(entry.message).toMatch(new RegExp(`^${disk}: no space left on device \\(ENOSPC\\)`));
+    const waiting = await waitFor('the retry of the failed copy', async () => {
+      const f = (await getBI('full')).status?.diskFileStatusMap?.[disk];
+      return f?.state === 'failed' && f.retryCount && f.nextRetryAt ? f : undefined;
+    });
+    expect(Number.isFinite(Date.parse(waiting.nextRetryAt!))).toBe(true);
+    // The disk shows the condition like Longhorn's disk conditions.
+    const cond = await waitFor('the disk condition', async () =>
+      (await h!.store.get(NodeKind, 'node-1', NS)).status?.diskStatus?.[disk]?.conditions?.find((c) => c.type === 'Healthy' && c.status === 'False'),
+    );
+    expect(cond.reason).toBe('DiskFull');
+    expect(cond.message).toContain('ENOSPC');
+    // The second copy goes to the third disk (the full one is avoided), and reaches ready.
+    const bi = await waitFor('a second ready copy elsewhere', async () => {
+      const b = await getBI('full');
+      return readyDisks(b).length === 2 ? b : undefined;
+    }, 15_000);
+    expect(readyDisks(bi)).not.toContain(disk);
+    // The copy, the failure and the disk condition are events.
+    const evs = await h.cm.events.list({ name: 'full' });
+    expect(evs.some((e) => e.type === 'Warning' && e.reason === 'Failed' && e.message.includes('ENOSPC'))).toBe(true);
+    expect(evs.filter((e) => e.reason === 'Ready').length).toBeGreaterThanOrEqual(2);
+    expect((await h.cm.events.list({ kind: 'Node', name: 'node-1', reason: 'DiskError' })).length).toBe(1);
+    // Space is freed: the next attempt on the disk succeeds and the condition clears.
+    full = '';
+    await waitFor('the disk recovered', async () =>
+      (await h!.store.get(NodeKind, 'node-1', NS)).status?.diskStatus?.[disk]?.conditions?.find((c) => c.type === 'Healthy' && c.status === 'True'),
+      15_000,
+    );
+    expect((await h.cm.events.list({ kind: 'Node', name: 'node-1', reason: 'DiskRecovered' })).length).toBe(1);
+  }, 30_000);
 });

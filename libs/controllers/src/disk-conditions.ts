@@ -1,7 +1,7 @@
 import { isConflict } from '@bis/datastore';
 import type { ControllerContext } from './base-controller.js';
 import { getOrUndefined } from './common.js';
-import { diskErrorOf, DISK_HEALTHY_CONDITION, withDiskCondition, type DiskErrorCode } from './disk-errors.js';
+import { diskErrorOf, diskHasError, DISK_HEALTHY_CONDITION, withDiskCondition, type DiskErrorCode } from './disk-errors.js';
 import { EventSource } from './events.js';
 import { NodeKind } from './kinds.js';
 
@@ -20,7 +20,10 @@ export async function recordDiskHealth(ctx: ControllerContext, nodeID: string, d
     if (!node || !entry) return false;
     const [diskName, disk] = entry;
     const nowIso = ctx.now().toISOString();
-    const error = code ? { code, message: `${diskName}: ${failure}` } : undefined;
+    // the failure without the retry schedule of the copy (it changes with every attempt; the condition does not)
+    const text = (failure ?? '').replace(/, next retry in [^:]*? \(attempt \d+\)/, '');
+    const error = code ? { code, message: text.startsWith(`${diskName}:`) || text.startsWith(`${diskUUID}:`) ? text : `${diskName}: ${text}` } : undefined;
+    const wasError = diskHasError(disk.conditions);
     const conditions = withDiskCondition(disk.conditions, error, nowIso);
     if (!conditions) return false;
     try {
@@ -29,6 +32,7 @@ export async function recordDiskHealth(ctx: ControllerContext, nodeID: string, d
       if (!isConflict(err)) throw err;
       continue; // the copy was stale: the next attempt reads the latest
     }
+    if (error && wasError) return true; // a new message on a disk already marked: no new event
     if (error) {
       ctx.log.warn(`disk ${diskName} (${diskUUID}) on node ${nodeID}: ${code}; no new copy is placed on it until a write on it succeeds`);
       ctx.events.record(EventSource.Node, node, 'Warning', 'DiskError', `Disk ${diskName} (${diskUUID}) condition ${DISK_HEALTHY_CONDITION} is False (${code}): ${error.message}`);
