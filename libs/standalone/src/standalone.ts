@@ -16,7 +16,7 @@ import {
   type Node,
 } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
-import { EmbeddedDatastore, isConflict, isNotFound } from '@bis/datastore';
+import { EmbeddedDatastore, isConflict, isNotFound, type Stored } from '@bis/datastore';
 import {
   annotationEndpoints,
   backingImageHttpPlugin,
@@ -159,7 +159,7 @@ const cond = (type: string, now: string) => ({ type, status: 'True', reason: '',
 /** Writes the Node record of this machine: its disks, all schedulable and ready. Keeps user changes (tags, eviction). */
 async function ensureNode(store: EmbeddedDatastore, disks: StandaloneDisk[]): Promise<void> {
   const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
-  let node;
+  let node: Stored<Node> | undefined;
   try {
     node = await store.get(NodeKind, STANDALONE_NODE, STANDALONE_NAMESPACE);
   } catch (err) {
