@@ -83,6 +83,8 @@ export class KubeEventRecorder implements EventSink {
           count: e.count ?? 1,
         }),
       )
+      // also filtered here: the field selector is the server's to honour
+      .filter((e) => (!q.kind || e.involvedObject.kind === q.kind) && (!q.name || e.involvedObject.name === q.name) && (!q.reason || e.reason === q.reason))
       .sort((a, b) => a.time.localeCompare(b.time));
   }
 

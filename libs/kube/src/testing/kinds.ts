@@ -5,6 +5,7 @@ import {
   BackingImageManagerKind,
   BackupBackingImageKind,
   BackupTargetKind,
+  EventKind,
   NodeKind,
   ReplicaKind,
   SecretKind,
@@ -42,4 +43,5 @@ export const CONTROLLER_KINDS: readonly ResourceKind[] = [
   SecretKind,
   TestPodKind,
   TestKubeNodeKind,
+  EventKind,
 ] as ResourceKind[];
