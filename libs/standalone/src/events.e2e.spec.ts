@@ -109,7 +109,7 @@ describe('failing copies show why (standalone)', () => {
     expect((await create('ev500', `${originUrl}/broken`)).status).toBe(200);
     const f = await waitFor('the retry note of the 500', async () => (await files('ev500')).find((x) => /origin answered HTTP 500; attempt \d+ of \d+ failed, next attempt at \S+/.test(x.message)), 60_000);
     expect(['starting', 'in-progress', 'pending']).toContain(f.state);
-    const at = /next attempt at (\S+?):/.exec(f.message)?.[1];
+    const at = /next attempt at (\S+Z)/.exec(f.message)?.[1];
     expect(Number.isFinite(Date.parse(at ?? ''))).toBe(true);
   }, 90_000);
 
