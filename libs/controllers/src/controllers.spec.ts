@@ -1,3 +1,6 @@
+import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupBackingImageKind, BackupTargetKind, NodeKind, ReplicaKind, SettingKind, type BackingImage } from './kinds.js';
@@ -327,5 +330,32 @@ describe('backing image controllers over the embedded store', () => {
       15_000,
     );
     expect((await h.cm.events.list({ kind: 'Node', name: 'node-1', reason: 'DiskRecovered' })).length).toBe(1);
+  }, 30_000);
+
+  it('a disk marked unhealthy with no copy retried on it recovers through a probe write after the backoff window', async () => {
+    const root = await mkdtemp(path.join(os.tmpdir(), 'bis-probe-'));
+    try {
+      const disks = ['disk-1', 'disk-2'].map((uuid) => ({ uuid, path: path.join(root, uuid) }));
+      for (const d of disks) await mkdir(d.path);
+      h = await startHarness(disks);
+      const sum = h.sim.serve(URL, DATA);
+      await h.cm.actions.create({ name: 'probed', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
+      const [disk] = readyDisks(await waitReady('probed', 1));
+      // The disk was found full (as a failed write would mark it).
+      const node = await h.store.get(NodeKind, 'node-1', NS);
+      const ds = node.status!.diskStatus![disk!]!;
+      const t = new Date().toISOString();
+      const full = { type: 'Healthy', status: 'False', reason: 'DiskFull', message: `${disk}: ENOSPC`, lastProbeTime: t, lastTransitionTime: t };
+      await h.store.updateStatus(NodeKind, { ...node, status: { ...node.status, diskStatus: { ...node.status!.diskStatus, [disk!]: { ...ds, conditions: [...(ds.conditions ?? []), full] } } } });
+      const healed = await waitFor('the probe clears the condition', async () =>
+        (await h!.store.get(NodeKind, 'node-1', NS)).status?.diskStatus?.[disk!]?.conditions?.find((c) => c.type === 'Healthy' && c.status === 'True'),
+      10_000);
+      expect(Date.parse(healed.lastTransitionTime!) - Date.parse(t)).toBeGreaterThanOrEqual(900); // not before the window (1 s here)
+      const ev = await h.cm.events.list({ kind: 'Node', reason: 'DiskRecovered' });
+      expect(ev.map((e) => e.message)).toEqual([expect.stringContaining('a probe write of 1048576 bytes succeeded')]);
+      expect((await readdir(path.join(root, disk!))).filter((f) => f.startsWith('.bis-disk-probe'))).toEqual([]);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
   }, 30_000);
 });

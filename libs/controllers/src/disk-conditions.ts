@@ -1,3 +1,6 @@
+import { randomBytes } from 'node:crypto';
+import { open, rm } from 'node:fs/promises';
+import path from 'node:path';
 import { isConflict } from '@bis/datastore';
 import type { ControllerContext } from './base-controller.js';
 import { getOrUndefined } from './common.js';
@@ -10,7 +13,7 @@ import { NodeKind } from './kinds.js';
  * `Healthy` condition in its Node's status, with an event on the Node when it changes. Returns whether it changed.
  * A failure that names no disk error changes nothing.
  */
-export async function recordDiskHealth(ctx: ControllerContext, nodeID: string, diskUUID: string, failure: string | undefined): Promise<boolean> {
+export async function recordDiskHealth(ctx: ControllerContext, nodeID: string, diskUUID: string, failure: string | undefined, how = 'a write on it succeeded'): Promise<boolean> {
   const code: DiskErrorCode | undefined = failure === undefined ? undefined : diskErrorOf(failure);
   if (failure !== undefined && !code) return false;
   for (let attempt = 0; attempt < 5; attempt++) {
@@ -37,10 +40,35 @@ export async function recordDiskHealth(ctx: ControllerContext, nodeID: string, d
       ctx.log.warn(`disk ${diskName} (${diskUUID}) on node ${nodeID}: ${code}; no new copy is placed on it until a write on it succeeds`);
       ctx.events.record(EventSource.Node, node, 'Warning', 'DiskError', `Disk ${diskName} (${diskUUID}) condition ${DISK_HEALTHY_CONDITION} is False (${code}): ${error.message}`);
     } else {
-      ctx.log.info(`disk ${diskName} (${diskUUID}) on node ${nodeID} recovered: a write on it succeeded`);
-      ctx.events.record(EventSource.Node, node, 'Normal', 'DiskRecovered', `Disk ${diskName} (${diskUUID}) condition ${DISK_HEALTHY_CONDITION} is True again: a write on it succeeded`);
+      ctx.log.info(`disk ${diskName} (${diskUUID}) on node ${nodeID} recovered: ${how}`);
+      ctx.events.record(EventSource.Node, node, 'Normal', 'DiskRecovered', `Disk ${diskName} (${diskUUID}) condition ${DISK_HEALTHY_CONDITION} is True again: ${how}`);
     }
     return true;
   }
   return false;
+}
+
+/** Bytes a disk probe writes (and syncs, then removes). */
+export const DISK_PROBE_BYTES = 1 << 20;
+
+/**
+ * Writes, syncs and removes a small file in the disk's directory: the probe that tells a disk marked unhealthy
+ * recovered when no copy on it is written any more. Resolves with the error text when the probe fails.
+ */
+export async function probeDiskWrite(diskPath: string): Promise<string | undefined> {
+  const file = path.join(diskPath, `.bis-disk-probe-${randomBytes(4).toString('hex')}`);
+  try {
+    const fh = await open(file, 'w', 0o600);
+    try {
+      await fh.write(randomBytes(DISK_PROBE_BYTES));
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    return undefined;
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  } finally {
+    await rm(file, { force: true }).catch(() => undefined);
+  }
 }

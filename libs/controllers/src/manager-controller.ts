@@ -4,8 +4,8 @@ import { formatRetryDelay, isConflict, isPermanentError, PermanentError, type St
 import { FILE_MACHINE, IllegalTransitionError, MANAGER_MACHINE, transition, type ManagerEvent } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
-import { recordDiskHealth } from './disk-conditions.js';
-import { failedCopyMessage } from './disk-errors.js';
+import { DISK_PROBE_BYTES, probeDiskWrite, recordDiskHealth } from './disk-conditions.js';
+import { DISK_HEALTHY_CONDITION, failedCopyMessage } from './disk-errors.js';
 import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
 import type { WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
@@ -86,6 +86,8 @@ export class BackingImageManagerController extends Controller {
   private readonly failureSeen = new Map<string, Map<string, number>>();
   /** Managers that found the per-node replenish limit reached, by node: enqueued when a copy on the node finishes. */
   private readonly waitingForSlot = new Map<string, Set<string>>();
+  /** When each unhealthy disk was last probed (ms). */
+  private readonly lastProbe = new Map<string, number>();
 
   constructor(ctx: ControllerContext) {
     super(ctx);
@@ -323,6 +325,35 @@ export class BackingImageManagerController extends Controller {
     const api = this.ctx.dataPlane.managerClient(w.address);
     await this.deleteInvalidFiles(bim, status, api);
     await this.prepareFiles(bim, status, api, image);
+    await this.probeUnhealthyDisk(bim);
+  }
+
+  /**
+   * A disk marked unhealthy (ENOSPC, EIO, permissions) is probed once per file backoff window (the longest wait of a
+   * failed copy): a probe write that succeeds marks it healthy again, also when no copy on it is retried any more.
+   */
+  private async probeUnhealthyDisk(bim: BackingImageManager): Promise<void> {
+    const diskUUID = bim.spec?.diskUUID ?? '';
+    const node = this.ctx.informers.cached(NodeKind).find((n) => n.metadata.name === bim.spec?.nodeID);
+    const cond = Object.values(node?.status?.diskStatus ?? {})
+      .find((d) => d.diskUUID === diskUUID)
+      ?.conditions?.find((c) => c.type === DISK_HEALTHY_CONDITION && c.status === 'False');
+    if (!cond || !bim.spec?.diskPath) return;
+    const window = this.ctx.timing.fileBackoffMaxMs;
+    const since = Math.max(Date.parse(cond.lastTransitionTime ?? '') || 0, this.lastProbe.get(diskUUID) ?? 0);
+    const wait = since + window - this.ctx.now().getTime();
+    if (wait > 0) {
+      this.queue.addAfter(bim.metadata.name, wait + 10);
+      return;
+    }
+    this.lastProbe.set(diskUUID, this.ctx.now().getTime());
+    const failure = await probeDiskWrite(bim.spec.diskPath);
+    if (failure) {
+      this.ctx.log.debug(`disk ${diskUUID}: the probe write failed, it stays unhealthy: ${failure}`);
+      this.queue.addAfter(bim.metadata.name, window);
+      return;
+    }
+    await recordDiskHealth(this.ctx, bim.spec?.nodeID ?? '', diskUUID, undefined, `a probe write of ${DISK_PROBE_BYTES} bytes succeeded after the backoff window`);
   }
 
   private async evictMissingDisk(bim: BackingImageManager): Promise<void> {
