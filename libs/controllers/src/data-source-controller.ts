@@ -358,11 +358,18 @@ export class BackingImageDataSourceController extends Controller {
         if (cur.status?.currentState === 'failed' || cur.status?.currentState === 'failed-and-cleanup') return;
         // The data source owns its file's state: the BIDS mirrors what it reports.
         const prevState = cur.status?.currentState ?? '';
-        const currentState = transition(FILE_MACHINE, prevState, { reported: info.state }, `data source ${name}`);
+        const status: BackingImageDataSourceStatus = {
+          ...cur.status,
+          currentState: transition(FILE_MACHINE, prevState, { reported: info.state }, `data source ${name}`),
+          size: info.size,
+          progress: info.progress,
+          checksum: info.currentChecksum,
+          message: info.message,
+        };
+        const currentState = status.currentState ?? '';
         const done = currentState === 'ready' || currentState === 'ready-for-transfer';
         // Before the data source says anything, the retry note (what the last attempt failed with) stays.
-        const waiting = !info.message && (currentState === 'starting' || currentState === 'pending' || currentState === '');
-        const status: BackingImageDataSourceStatus = { ...cur.status, currentState, size: info.size, progress: info.progress, checksum: info.currentChecksum, message: waiting ? (cur.status?.message ?? '') : info.message };
+        if (!info.message && (currentState === 'starting' || currentState === 'pending' || currentState === '')) status.message = cur.status?.message ?? '';
         if (done) {
           delete status.retryCount;
           delete status.nextRetryAt;
