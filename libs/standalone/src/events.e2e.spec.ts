@@ -1,6 +1,7 @@
 import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { NodeKind } from '@bis/controllers';
 import { startStandalone, type StandaloneHandle, type StandaloneOptions } from './standalone.js';
 import { BINARIES, binariesBuilt, tempDir, waitFor, writeImage } from './test-support/e2e.js';
 import { readFile } from 'node:fs/promises';
@@ -127,9 +128,22 @@ describe('failing copies show why (standalone)', () => {
     expect((await create('evgood', `${originUrl}/good.raw`)).status).toBe(200);
     await waitFor('a ready copy event', async () => (await events('evgood')).find((e) => e.reason === 'Ready' && /Copy of backing image evgood on disk disk-\d on node local is ready/.test(e.message)), 60_000);
     const before = await events('evgood');
+    // A disk error's condition on the disk without the copy: kept by the disk measurement and across the restart.
+    const copyDisk = Object.entries((await call('GET', '/v1/backingimages/evgood')).json['diskFileStatusMap'] as Record<string, DiskFile>).find(([, f]) => f.state === 'ready')![0];
+    const other = sys.disks.find((d) => d.uuid !== copyDisk)!;
+    const node = await sys.store.get(NodeKind, 'local', sys.namespace);
+    const ds = node.status!.diskStatus![other.name]!;
+    const t = new Date().toISOString();
+    await sys.store.updateStatus(NodeKind, {
+      ...node,
+      status: { ...node.status, diskStatus: { ...node.status!.diskStatus, [other.name]: { ...ds, conditions: [...(ds.conditions ?? []), { type: 'Healthy', status: 'False', reason: 'DiskIOError', message: `${other.name}: EIO`, lastProbeTime: t, lastTransitionTime: t }] } } },
+    });
     await sys.stop();
-    sys = await startStandalone(options());
+    sys = await startStandalone({ ...options(), diskCheckIntervalMs: 100 });
     const after = await events('evgood');
     for (const e of before) expect(after).toContainEqual(expect.objectContaining({ reason: e.reason, message: e.message }));
+    await new Promise((r) => setTimeout(r, 500)); // a few disk measurements
+    const conds = (await sys.store.get(NodeKind, 'local', sys.namespace)).status!.diskStatus![other.name]!.conditions!;
+    expect(conds.find((c) => c.type === 'Healthy')).toMatchObject({ status: 'False', reason: 'DiskIOError', lastTransitionTime: t });
   }, 120_000);
 });
