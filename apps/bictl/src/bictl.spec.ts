@@ -173,6 +173,13 @@ describe('bictl against a live API', () => {
     expect(failed.code).toBe(1);
     expect(failed.stderr).toContain('backing image bad has no ready copy to download yet (copies: ');
     expect((await readdir(dir)).filter((f) => f.startsWith('bad'))).toEqual([]);
+    // A destination in a folder that does not exist: said in words with what to do, not a raw `ENOENT … x.part`.
+    const nowhere = join(dir, 'no-such-folder', 'x.img');
+    const missing = await bictl(['image', 'download', 'base', nowhere, ...S]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toBe(`bictl: cannot save to ${nowhere}: the folder ${join(dir, 'no-such-folder')} does not exist; create it (mkdir -p ${join(dir, 'no-such-folder')}) or give a path in an existing folder\n`);
+    expect(missing.stderr).not.toContain('ENOENT');
+    expect(missing.stderr).not.toContain('.part');
   });
 
   it('cleans up a disk, changes min copies, backs up, restores and removes', async () => {

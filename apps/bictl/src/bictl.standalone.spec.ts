@@ -33,6 +33,19 @@ function bictl(args: string[], token: string | null = TOKEN): Promise<{ code: nu
 
 let sys: StandaloneProcess;
 
+/** Runs bictl until its output satisfies `ok` (the system converges meanwhile); returns that output. */
+async function eventuallyOutput(args: string[], ok: (out: string) => boolean, timeoutMs = 60_000): Promise<string> {
+  const end = Date.now() + timeoutMs;
+  let last = '';
+  for (;;) {
+    const r = await bictl(args);
+    last = `${r.stdout}${r.stderr}`;
+    if (r.code === 0 && ok(r.stdout)) return r.stdout;
+    if (Date.now() > end) throw new Error(`bictl ${args.join(' ')} never gave the expected output; last:\n${last}`);
+    await new Promise((res) => setTimeout(res, 300));
+  }
+}
+
 describe('bictl against controller-manager standalone', () => {
   let files: { url: string; close(): Promise<void> };
   let dir: string;
@@ -80,7 +93,23 @@ describe('bictl against controller-manager standalone', () => {
     const bad = await bictl(['image', 'create', 'bad', '--url', `${files.url}/base.raw`, '--checksum', 'e'.repeat(128), '--min-copies', '1', '--wait', '--timeout', '60s']);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain(`the expected checksum ${'e'.repeat(128)} doesn't match the file actual checksum ${sha512}`);
+    // `image get` shows why per disk and lists the events as `kubectl describe` does.
+    const got = await eventuallyOutput(['image', 'get', 'bad'], (o) => /^ {2}Warning +Failed /m.test(o));
+    expect(got).toMatch(/^DISK +STATE +PROGRESS +RETRIES +NEXT RETRY +MESSAGE$/m);
+    expect(got).toContain(`the expected checksum ${'e'.repeat(128)} doesn't match the file actual checksum ${sha512}`);
+    expect(got).toMatch(/^Events:\n {2}Type +Reason +Age +From +Message\n {2}-{4} +-{6} +-{3} +-{4} +-{7}$/m);
+    expect(got).toMatch(/^ {2}Normal +Create +\d+[smhd].* longhorn-backing-image-controller +Backing image bad created from source type download$/m);
+    expect(got).toMatch(new RegExp(`^ {2}Warning +Failed +\\d+[smhd].* longhorn-backing-image-data-source-controller +The data source of backing image bad failed: .*the expected checksum ${'e'.repeat(128)} doesn't match`, 'm'));
     expect((await bictl(['image', 'rm', 'bad', '--wait', '--timeout', '60s'])).code).toBe(0);
+  }, 90_000);
+
+  it('a 404 origin: image get shows the failure, its retry count and the next retry time', async () => {
+    expect((await bictl(['image', 'create', 'gone', '--url', `${files.url}/no-such.raw`, '--min-copies', '1'])).code).toBe(0);
+    const got = await eventuallyOutput(['image', 'get', 'gone'], (o) => /got 404/.test(o) && /^\S+ +failed\S* +\d+% +1 +\S+Z \((in|due)/m.test(o));
+    expect(got).toContain(`expected status code 200 from ${files.url}/no-such.raw, got 404`);
+    expect(got).toMatch(/attempt 1 failed; next attempt at \S+Z\]/);
+    expect(got).toMatch(/^ {2}Warning +Failed .*got 404/m);
+    expect((await bictl(['image', 'rm', 'gone', '--wait', '--timeout', '60s'])).code).toBe(0);
   }, 90_000);
 
   it('uploads a file through the REST proxy (resumable protocol) and downloads it back verified', async () => {

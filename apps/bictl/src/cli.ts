@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
-import { createWriteStream, openAsBlob } from 'node:fs';
-import { readFile, rename, rm, stat } from 'node:fs/promises';
+import { constants as fsConstants, createWriteStream, openAsBlob } from 'node:fs';
+import { access, readFile, rename, rm, stat } from 'node:fs/promises';
+import path from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { get as httpGetPlain, type IncomingMessage } from 'node:http';
@@ -20,6 +21,7 @@ import {
   parseExpectedChecksum,
   summariseCopies,
   type BackingImage,
+  type BisEvent,
   type BackupBackingImage,
   type BackupTarget,
   type BackupTargetUpdate,
@@ -143,7 +145,42 @@ function imageRows(list: BackingImage[]): string {
   );
 }
 
-function imageDetail(bi: BackingImage): string {
+/** kubectl's age: `45s`, `12m`, `3h`, `5d`. */
+export function age(fromIso: string, now: number): string {
+  const t = Date.parse(fromIso);
+  if (!Number.isFinite(t)) return '<unknown>';
+  const s = Math.max(0, Math.floor((now - t) / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.floor(s / 60)}m`;
+  if (s < 48 * 3600) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+/** `in 40s` / `now`: when the next attempt of a failed copy comes. */
+function nextRetry(iso: string | undefined, now: number): string {
+  if (!iso) return '-';
+  const t = Date.parse(iso);
+  if (!Number.isFinite(t)) return iso;
+  return t <= now ? `${iso} (due)` : `${iso} (in ${age(new Date(now).toISOString(), t)})`;
+}
+
+/** The `Events:` section as `kubectl describe` prints it. */
+export function eventsSection(events: BisEvent[] | undefined, now: number): string {
+  if (!events) return 'Events:  <unknown: the server does not list events>\n';
+  if (!events.length) return 'Events:  <none>\n';
+  const rows = events.map((e) => {
+    const last = age(e.lastTimestamp, now);
+    const when = e.count > 1 ? `${last} (x${e.count} over ${age(e.firstTimestamp, now)})` : last;
+    return [e.eventType, e.reason, when, e.source, e.message];
+  });
+  const t = table(['type', 'reason', 'age', 'from', 'message'], rows).split('\n');
+  // kubectl's header is Title Case with a dashed rule under it
+  const header = t[0]!.replace(/[A-Z]+/g, (w) => w[0] + w.slice(1).toLowerCase());
+  const rule = header.replace(/[^ ]/g, '-');
+  return `Events:\n${[header, rule, ...t.slice(1)].filter((l, i, a) => l || i < a.length - 1).map((l) => `  ${l}`).join('\n')}\n`;
+}
+
+function imageDetail(bi: BackingImage, events?: BisEvent[], now = Date.now()): string {
   const s = summariseCopies(bi);
   const kv: [string, string][] = [
     ['Name', bi.name],
@@ -164,8 +201,13 @@ function imageDetail(bi: BackingImage): string {
   const w = Math.max(...kv.map(([k]) => k.length));
   const head = kv.map(([k, val]) => `${(k + ':').padEnd(w + 2)}${val}`).join('\n') + '\n';
   const disks = Object.entries(bi.diskFileStatusMap);
-  if (!disks.length) return head;
-  return `${head}\n${table(['disk', 'state', 'progress', 'message'], disks.map(([d, f]) => [d, f.state || 'not-started', `${f.progress}%`, f.message]))}`;
+  const copies = disks.length
+    ? `\n${table(
+        ['disk', 'state', 'progress', 'retries', 'next retry', 'message'],
+        disks.map(([d, f]) => [d, f.state || 'not-started', `${f.progress}%`, String(f.retryCount ?? 0), nextRetry(f.nextRetryAt, now), f.message || '-']),
+      )}`
+    : '';
+  return `${head}${copies}\n${eventsSection(events, now)}`;
 }
 
 function backupRows(list: BackupBackingImage[]): string {
@@ -384,7 +426,9 @@ export const COMMANDS: Record<string, Command> = {
     options: [],
     run: async (ctx, [name]) => {
       const bi = await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
-      ctx.print(render(ctx.format, bi, () => imageDetail(bi)));
+      // The events as `kubectl describe` lists them (a server without /v1/events: said so, not an error).
+      const events = ctx.format === 'json' || ctx.format === 'yaml' ? undefined : await ctx.client.listEvents({ kind: 'BackingImage', name }, { signal: ctx.io.signal }).catch(() => undefined);
+      ctx.print(render(ctx.format, bi, () => imageDetail(bi, events)));
     },
   },
   'image create': {
@@ -514,6 +558,7 @@ export const COMMANDS: Record<string, Command> = {
     args: [2, 2],
     options: ['gzip'],
     run: async (ctx, [name, file]) => {
+      if (file !== '-') await checkDestination(file);
       const bi = await ctx.client.getBackingImage(name, { signal: ctx.io.signal });
       // node:http rather than fetch: undici's body stream costs ~10x the CPU of the transfer on big files.
       const res = await httpGet(ctx.client.downloadUrl(name), ctx.io.signal, ctx.client.requestHeaders());
@@ -783,6 +828,46 @@ export async function run(argv: string[], io: Io, version: string): Promise<numb
   }
 }
 
+/**
+ * Refuses a download destination whose folder is missing, not a folder or not writable, before anything is fetched:
+ * the message says what to do instead of a raw `ENOENT … x.part`.
+ */
+async function checkDestination(file: string): Promise<void> {
+  const dir = path.dirname(path.resolve(file));
+  let st;
+  try {
+    st = await stat(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+      throw new CommandFailed(`cannot save to ${file}: the folder ${dir} does not exist; create it (mkdir -p ${dir}) or give a path in an existing folder`);
+    }
+    throw err;
+  }
+  if (!st.isDirectory()) throw new CommandFailed(`cannot save to ${file}: ${dir} is not a folder; give a path in an existing folder`);
+  try {
+    await access(dir, fsConstants.W_OK);
+  } catch {
+    throw new CommandFailed(`cannot save to ${file}: the folder ${dir} is not writable by this user; give a path in a folder you can write to`);
+  }
+}
+
+const FS_ERRORS: Record<string, (p: string) => string> = {
+  ENOENT: (p) => `${p} does not exist (or its folder does not): check the path`,
+  EACCES: (p) => `permission denied on ${p}: use a path this user can read or write`,
+  EPERM: (p) => `operation not permitted on ${p}: use a path this user can read or write`,
+  ENOSPC: (p) => `no space left on the device of ${p}: free some space or write elsewhere`,
+  EROFS: (p) => `${p} is on a read-only file system: write elsewhere`,
+  EISDIR: (p) => `${p} is a folder: give a file name`,
+  ENOTDIR: (p) => `a part of ${p} is not a folder: check the path`,
+};
+
+/** A file-system error as a person reads it (what went wrong with which path, and what to do), else undefined. */
+export function describeFsError(err: unknown): string | undefined {
+  const e = err as NodeJS.ErrnoException;
+  const f = e && typeof e.code === 'string' ? FS_ERRORS[e.code] : undefined;
+  return f && e.path ? f(e.path) : undefined;
+}
+
 function reportError(err: unknown, io: Io): number {
   if (err instanceof UsageError) {
     io.stderr.write(`bictl: ${err.message}\n`);
@@ -814,6 +899,6 @@ function reportError(err: unknown, io: Io): number {
     io.stderr.write('bictl: interrupted\n');
     return Exit.interrupted;
   }
-  io.stderr.write(`bictl: ${err instanceof Error ? err.message : String(err)}\n`);
+  io.stderr.write(`bictl: ${describeFsError(err) ?? (err instanceof Error ? err.message : String(err))}\n`);
   return Exit.failed;
 }

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { BackingImageManagerKind, NodeKind, SecretKind, backingImageManagerName } from '@bis/controllers';
+import { BackingImageManagerKind, EventKind, NodeKind, SecretKind, backingImageManagerName } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { eventually } from '@bis/datastore/testing';
 import { CONTROLLER_KINDS, KubeApiDouble, TestKubeNodeKind, TestPodKind } from '@bis/kube/testing';
@@ -107,7 +107,7 @@ describe('controller-manager daemon as a process against the API double', () => 
     child = spawn(process.execPath, [
       BIN, 'daemon', '--datastore', 'kubernetes', '--namespace', NS, '--node-id', 'node-1', '--listen', '127.0.0.1:0',
       '--backing-image-manager-image', IMAGE, '--service-account', 'bis-sa', '--default-settings', settingsFile,
-      '--log-format', 'json', '--kubeconfig', kubeconfig, '--disk-check-interval', '1',
+      '--log-format', 'json', '--kubeconfig', kubeconfig, '--disk-check-interval', '1', '--allow-source-hosts', '127.0.0.1',
     ], { stdio: ['ignore', 'pipe', 'pipe'] });
     child.stdout!.on('data', (b: Buffer) => (stdout += b.toString()));
     child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
@@ -151,6 +151,23 @@ describe('controller-manager daemon as a process against the API double', () => 
     const wait = await fetch(`${url}/v1/settings/backing-image-cleanup-wait-interval`);
     expect(((await wait.json()) as { value?: string }).value).toBe('30');
     expect((await fetch(`${url}/v1/backingimages`)).status).toBe(200);
+
+    // The download URL policy applies at create time, as in standalone: a private address is refused at once, a
+    // loopback host named in --allow-source-hosts is accepted.
+    const createImage = (name: string, u: string) =>
+      fetch(`${url}/v1/backingimages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name, sourceType: 'download', parameters: { url: u }, minNumberOfCopies: 1 }) });
+    const refused = await createImage('private', 'http://10.1.2.3/x.img');
+    // Longhorn's REST answers a webhook denial on create with 500 and the wrapped admission message.
+    expect(refused.status).toBe(500);
+    expect(await refused.text()).toContain('denied the request: spec.sourceParameters[url]: download URL is not an allowed source host: refusing to connect to 10.1.2.3: private addresses are not allowed');
+    expect((await createImage('allowed', 'http://127.0.0.1:1/x.img')).status).toBe(200);
+    // What the controllers did shows as Kubernetes Events (core/v1) on the image, and at /v1/events.
+    const evs = await eventually(async () => {
+      const r = (await (await fetch(`${url}/v1/events?kind=BackingImage&name=allowed`)).json()) as { data: { reason: string; involvedObjectName: string }[] };
+      return r.data.some((e) => e.reason === 'Create') ? r.data : undefined;
+    }, 15_000, 'the Create event of the image');
+    expect(evs.every((e) => e.involvedObjectName === 'allowed')).toBe(true);
+    expect((await store.list(EventKind, { namespace: NS })).items.some((e) => e.involvedObject.name === 'allowed' && e.reason === 'Create')).toBe(true);
 
     // node-2's objects are left alone.
     const bim2Now = await store.get(BackingImageManagerKind, bim2.metadata.name, NS);

@@ -4,13 +4,14 @@ import { parseArgs } from 'node:util';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { parse as parseYaml } from 'yaml';
 import { KubeConfig } from '@kubernetes/client-node';
-import { ControllerManager, EventRecorder, SettingName, SettingsReader, type Logger } from '@bis/controllers';
+import { ControllerManager, SettingName, SettingsReader, type Logger } from '@bis/controllers';
 import { readTokenFile } from '@bis/internal-auth';
 import {
   DEFAULT_MANAGER_POD_SELECTOR,
   INTERNAL_TOKEN_SECRET,
   KubeDataPlane,
   KubeDatastore,
+  KubeEventRecorder,
   KubeSecretStore,
   NodeDiskReporter,
   NodeHealthMonitor,
@@ -18,7 +19,7 @@ import {
   ensureInternalTokenSecret,
   podSettingsFromStore,
 } from '@bis/kube';
-import { annotationEndpoints, backingImageHttpPlugin, registerBackingImageResources } from '@bis/api-resources';
+import { annotationEndpoints, backingImageHttpPlugin, downloadUrlPolicyFor, eventResource, registerBackingImageResources } from '@bis/api-resources';
 import { ApiRegistry, controllersHealthCheck, registerHealthz, restApiPlugin, settingsResource, SettingsService, storeHealthCheck } from '@bis/rest-api';
 import { uiServerPlugin } from '@bis/ui-server';
 import { defaultUiDir, type CliIo } from './cli.js';
@@ -28,6 +29,7 @@ export const DAEMON_USAGE = `usage: controller-manager daemon --datastore kubern
        [--default-settings <file>] [--default-data-path <dir>] [--log-format plain|json] [--kubeconfig <file>] [--disk-check-interval <seconds>]
        [--manager-pod-selector <label selector>] [--internal-token-secret <name>] [--internal-token-file <file>]
        [--allow-unauthenticated-internal-calls] [--ui-dir <dir>]
+       [--allow-source-hosts <hosts or CIDRs, comma-separated>]
 
 Runs the controllers of one node in Kubernetes mode (the chart's DaemonSet): objects in the Kubernetes API, manager
 and data-source pods, this node's disks reported, every Longhorn node marked down or up from its Kubernetes node and
@@ -42,11 +44,18 @@ copy of the token from a file instead (the Secret is then neither read nor creat
 --allow-unauthenticated-internal-calls (or the setting allow-unauthenticated-internal-calls=true) lets new pods also
 admit callers that send no token (Longhorn's Go components).
 
+A download URL must name a public address: one that is loopback, private, link-local or otherwise internal is refused
+when the backing image is created, unless its host or a CIDR holding its address is in --allow-source-hosts.
+
+What the controllers do and why something fails is recorded as Kubernetes Events on the involved object
+(\`kubectl describe lhbi <name>\`), also listed by the REST API at /v1/events.
+
 The daemon refuses to start when Longhorn's manager DaemonSet (label app=longhorn-manager) exists in any namespace:
 both systems act on the same longhorn.io objects.`;
 
 export interface DaemonHandle {
   url: string;
+  events: KubeEventRecorder;
   controllers: ControllerManager;
   store: KubeDatastore;
   dataPlane: KubeDataPlane;
@@ -116,6 +125,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         'internal-token-file': { type: 'string' },
         'allow-unauthenticated-internal-calls': { type: 'boolean', default: false },
         'ui-dir': { type: 'string', default: defaultUiDir() },
+        'allow-source-hosts': { type: 'string', default: '' },
       },
       strict: true,
     }));
@@ -138,6 +148,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   if (!Number.isFinite(interval) || interval <= 0) return usage(`invalid --disk-check-interval "${values['disk-check-interval']}": seconds > 0`);
   const tokenSecret = values['internal-token-secret']!;
   if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(tokenSecret) || tokenSecret.length > 253) return usage(`invalid --internal-token-secret "${tokenSecret}": a Kubernetes object name`);
+  const allowSourceHosts = values['allow-source-hosts']!.split(',').map((s) => s.trim()).filter(Boolean);
   const listen = parseListen(values.listen!);
   const namespace = values.namespace!;
   const log = makeLogger(format, io);
@@ -171,14 +182,15 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const settings = new SettingsService({ store, namespace });
   const disks = new NodeDiskReporter({ store, namespace, nodeID, defaultDataPath: values['default-data-path'] ?? defaults['default-data-path'] ?? '/var/lib/longhorn/', intervalMs: interval * 1000, log });
   const health = new NodeHealthMonitor({ kubeConfig, store, namespace, managerPodSelector: values['manager-pod-selector'], log });
-  const events = new EventRecorder(5000, (l) => log.info(l));
+  const events = new KubeEventRecorder({ kubeConfig, namespace, host: nodeID, log: (l, type) => (type === 'Warning' ? log.warn(l) : log.info(l)) });
   const secrets = new KubeSecretStore({ kubeConfig, namespace });
-  const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events, secrets });
+  const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events, secrets, allowSourceHosts });
   let app: FastifyInstance | undefined;
   const cleanup = async () => {
     await app?.close().catch(() => undefined);
     await health.stop().catch(() => undefined);
     await controllers.stop().catch(() => undefined);
+    await events.flush().catch(() => undefined);
     await disks.stop().catch(() => undefined);
     dataPlane.close();
     await store.close();
@@ -206,9 +218,11 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
       namespace,
       settings: new SettingsReader(store, namespace),
       endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
-      downloadUrlPolicy: { allowedHosts: [] },
+      // The same policy as standalone: a URL outside --allow-source-hosts is refused at create time.
+      downloadUrlPolicy: downloadUrlPolicyFor(allowSourceHosts),
       internalToken,
     });
+    registry.addResource(eventResource(events));
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
     await app.register(backingImageHttpPlugin, { api });
     await app.register(restApiPlugin, { registry });
@@ -222,7 +236,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     const url = `http://${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${port}`;
     io.out(`backing-image system (kubernetes, node ${nodeID}, namespace ${namespace}) is running; REST API ${url}/v1`);
     let stopped: Promise<void> | undefined;
-    return { url, controllers, store, dataPlane, disks, health, stop: () => (stopped ??= cleanup()) };
+    return { url, events, controllers, store, dataPlane, disks, health, stop: () => (stopped ??= cleanup()) };
   } catch (err) {
     await cleanup();
     throw err;

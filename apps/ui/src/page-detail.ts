@@ -1,5 +1,5 @@
 import { html, nothing, type TemplateResult } from 'lit-html';
-import { copiesShortfall, describeCopies, describeSource, formatBytes, summariseCopies, type BackingImage } from '@bis/api-client';
+import { copiesShortfall, describeCopies, describeSource, formatBytes, summariseCopies, type BackingImage, type BisEvent } from '@bis/api-client';
 import { changed, client, diskLocation, imageNamed, state } from './store.js';
 import { alertBox, badge, errorText, progressBar } from './widgets.js';
 
@@ -12,6 +12,64 @@ interface DetailState {
   busy: boolean;
 }
 let d: DetailState = { name: '', selected: new Set(), minCopies: '', error: '', notice: '', busy: false };
+
+/** The events of the image shown (`/v1/events`), refreshed while the page is shown. */
+const ev: { name: string; list: BisEvent[] | undefined; error: string; at: number; loading: boolean } = { name: '', list: undefined, error: '', at: 0, loading: false };
+const EVENTS_REFRESH_MS = 2000;
+
+function refreshEvents(name: string): void {
+  if (ev.name !== name) Object.assign(ev, { name, list: undefined, error: '', at: 0, loading: false });
+  if (ev.loading || Date.now() - ev.at < EVENTS_REFRESH_MS) return;
+  ev.loading = true;
+  client
+    .listEvents({ kind: 'BackingImage', name })
+    .then(
+      (list) => {
+        if (ev.name === name) Object.assign(ev, { list, error: '' });
+      },
+      (err: unknown) => {
+        if (ev.name === name) ev.error = errorText(err);
+      },
+    )
+    .finally(() => {
+      ev.loading = false;
+      ev.at = Date.now();
+      changed();
+      // keep them current while this page is shown
+      setTimeout(() => {
+        if (location.hash === `#/images/${encodeURIComponent(name)}`) changed();
+      }, EVENTS_REFRESH_MS);
+    });
+}
+
+/** kubectl's age: `45s`, `12m`, `3h`, `5d`. */
+function age(iso: string): string {
+  const s = Math.max(0, Math.floor((Date.now() - Date.parse(iso)) / 1000));
+  if (!Number.isFinite(s)) return '—';
+  return s < 120 ? `${s}s` : s < 7200 ? `${Math.floor(s / 60)}m` : s < 172800 ? `${Math.floor(s / 3600)}h` : `${Math.floor(s / 86400)}d`;
+}
+
+function eventsPanel(): TemplateResult {
+  const list = ev.list;
+  return html`<section class="panel">
+    <h2>Events</h2>
+    ${ev.error ? html`<p class="muted" id="events-error">Events cannot be shown: ${ev.error}</p>` : nothing}
+    ${list === undefined
+      ? html`<p class="muted">Loading…</p>`
+      : list.length === 0
+        ? html`<p class="muted" id="events-empty">No events.</p>`
+        : html`<table class="grid" id="events">
+            <thead><tr><th>Type</th><th>Reason</th><th>Age</th><th>From</th><th>Message</th></tr></thead>
+            <tbody>${[...list].reverse().map(
+              (e) => html`<tr data-reason=${e.reason} data-type=${e.eventType} class=${e.eventType === 'Warning' ? 'warning' : ''}>
+                <td>${e.eventType}</td><td>${e.reason}</td>
+                <td title=${e.lastTimestamp}>${age(e.lastTimestamp)}${e.count > 1 ? ` (×${e.count} over ${age(e.firstTimestamp)})` : ''}</td>
+                <td class="muted">${e.source}</td><td class="wrap message">${e.message}</td>
+              </tr>`,
+            )}</tbody>
+          </table>`}
+  </section>`;
+}
 
 async function act(what: string, fn: () => Promise<unknown>): Promise<void> {
   d.busy = true;
@@ -43,8 +101,12 @@ function diskRows(bi: BackingImage): TemplateResult[] {
         <td>${loc?.node ?? '—'}</td>
         <td title=${loc?.path ?? ''}>${loc?.disk ?? '—'}</td>
         <td class="mono">${uuid}</td>
-        <td>${badge(f.state)} ${f.message ? html`<span class="icon info" title=${f.message} data-message=${f.message}>ⓘ</span>` : nothing}</td>
+        <td>${badge(f.state)}</td>
         <td>${active ? progressBar(f.progress) : f.state === 'ready' ? progressBar(100, 'done') : '—'}</td>
+        <td class="retry">${f.retryCount ? html`<span data-retries=${f.retryCount}>${f.retryCount} failed</span>` : '—'}${f.nextRetryAt
+          ? html`<br /><span class="muted" data-next-retry=${f.nextRetryAt} title=${f.nextRetryAt}>next ${new Date(f.nextRetryAt).toLocaleTimeString()}</span>`
+          : nothing}</td>
+        <td class="wrap message" data-message=${f.message}>${f.message || '—'}</td>
       </tr>`;
     });
 }
@@ -57,6 +119,7 @@ export function detailPage(name: string): TemplateResult {
       <p class="empty">${state.loaded.images ? html`Backing image ${name} does not exist (any more). <a href="#/">Back to the list</a>` : 'Loading…'}</p>`;
   }
   for (const u of d.selected) if (!(u in bi.diskFileStatusMap)) d.selected.delete(u);
+  refreshEvents(name);
   const s = summariseCopies(bi);
   const params = Object.entries(bi.parameters ?? {});
   return html`
@@ -113,8 +176,9 @@ export function detailPage(name: string): TemplateResult {
           })}>Clean up selected disks${d.selected.size ? ` (${d.selected.size})` : ''}</button>
       </div>
       <table class="grid" id="disks">
-        <thead><tr><th class="check"></th><th>Node</th><th>Disk</th><th>Disk UUID</th><th>State</th><th>Progress</th></tr></thead>
-        <tbody>${Object.keys(bi.diskFileStatusMap).length ? diskRows(bi) : html`<tr><td colspan="6" class="empty">No copies yet.</td></tr>`}</tbody>
+        <thead><tr><th class="check"></th><th>Node</th><th>Disk</th><th>Disk UUID</th><th>State</th><th>Progress</th><th>Retries</th><th>Message</th></tr></thead>
+        <tbody>${Object.keys(bi.diskFileStatusMap).length ? diskRows(bi) : html`<tr><td colspan="8" class="empty">No copies yet.</td></tr>`}</tbody>
       </table>
-    </section>`;
+    </section>
+    ${eventsPanel()}`;
 }

@@ -1,5 +1,5 @@
 import { html, nothing, type TemplateResult } from 'lit-html';
-import { describeCopies, describeSource, formatBytes, summariseCopies } from '@bis/api-client';
+import { describeCopies, describeSource, formatBytes, summariseCopies, type BackingImage } from '@bis/api-client';
 import { changed, client, state } from './store.js';
 import { alertBox, badge, errorText, progressBar } from './widgets.js';
 
@@ -20,6 +20,19 @@ async function deleteSelected(): Promise<void> {
   confirming = false;
   busy = false;
   changed();
+}
+
+/**
+ * Why an image is not (all) ready, short: the message of a failed copy first, else of any copy with one, cut to one
+ * line. The detail page shows it in full.
+ */
+export function shortReason(bi: BackingImage, max = 110, shortenHex = true): string {
+  const files = Object.values(bi.diskFileStatusMap ?? {});
+  const failed = files.find((f) => (f.state === 'failed' || f.state === 'failed-and-cleanup') && f.message);
+  const any = failed ?? files.find((f) => f.state !== 'ready' && f.message && f.message !== 'File processing is not started');
+  // long hex (checksums) shortened to their first 8 digits: the words around them are what says why
+  const m = (any?.message ?? '').replace(/\s+/g, ' ').replace(/\b[0-9a-f]{32,}\b/g, (h) => (shortenHex ? `${h.slice(0, 8)}…` : h)).trim();
+  return m.length > max ? `${m.slice(0, max - 1)}…` : m;
 }
 
 export function listPage(): TemplateResult {
@@ -69,7 +82,8 @@ export function listPage(): TemplateResult {
                 <td>${bi.size ? formatBytes(bi.size) : '—'}</td>
                 <td>${bi.virtualSize ? formatBytes(bi.virtualSize) : '—'}</td>
                 <td class="source" title=${describeSource(bi)}>${describeSource(bi)}</td>
-                <td>${badge(s.phase)} <span class="muted">${describeCopies(s)}</span></td>
+                <td>${badge(s.phase)} <span class="muted">${describeCopies(s)}</span>
+                  ${shortReason(bi) ? html`<div class="reason" data-reason title=${shortReason(bi, 2000, false)}>${shortReason(bi)}</div>` : nothing}</td>
                 <td>${s.total && s.ready < s.total && !s.allFailed ? progressBar(s.progress) : s.ready && s.ready === s.total ? progressBar(100, 'done') : '—'}</td>
               </tr>`;
             })}

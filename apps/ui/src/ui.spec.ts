@@ -125,8 +125,17 @@ describe('web UI in headless Chromium against controller-manager standalone', ()
     // how long `failed` stays visible depends on timing, so either state shows the failure.
     await page.locator('#disks [data-state=failed], #disks [data-state=failed-and-cleanup]').first().waitFor();
     await expectAttr(page.locator('#disks [data-message]'), 'data-message', new RegExp(`the expected checksum ${wrong} doesn't match the file actual checksum ${smallSha512}`));
+    // The reason is text on the page (not only an icon's tooltip): in the copies table and in the events.
+    await expectTextContaining(page.locator('#disks td.message').first(), `the expected checksum ${wrong} doesn't match`);
+    const failedEvent = page.locator('#events tr[data-type=Warning][data-reason=Failed]').first();
+    await failedEvent.waitFor();
+    await expectTextContaining(failedEvent.locator('td.message'), `the expected checksum ${wrong} doesn't match the file actual checksum ${smallSha512}`);
+    await expectVisible(page.locator('#events tr[data-reason=Create]'));
+    await shot('detail-failed');
     await page.goto(`${sys.url}/#/`);
     await expectVisible(row('debian-bad-sum').locator('[data-icon=all-failed]'));
+    // The list says why under the state.
+    await expectTextContaining(row('debian-bad-sum').locator('[data-reason]'), "doesn't match");
   }, 90_000);
 
   it('opens the detail page: cleanup is refused below minimum copies, accepted after lowering them', async () => {

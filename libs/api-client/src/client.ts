@@ -1,6 +1,7 @@
 import { ApiClientError, errorFromResponse, transportError } from './errors.js';
 import type {
   BackingImage,
+  BisEvent,
   BackupBackingImage,
   BackupTarget,
   BackupTargetUpdate,
@@ -181,6 +182,11 @@ export class BisClient {
 
   listBackingImages(opts?: RequestOptions): Promise<BackingImage[]> {
     return this.list<BackingImage>('backingimages', opts);
+  }
+  /** Events about an object (`GET /v1/events?kind=&name=`), oldest first. */
+  listEvents(q: { kind?: string; name?: string; reason?: string } = {}, opts?: RequestOptions): Promise<BisEvent[]> {
+    const qs = new URLSearchParams(Object.entries(q).filter((e): e is [string, string] => !!e[1])).toString();
+    return this.list<BisEvent>(`events${qs ? `?${qs}` : ''}`, opts);
   }
   getBackingImage(name: string, opts?: RequestOptions): Promise<BackingImage> {
     return this.json<BackingImage>('GET', `/v1/backingimages/${encodeURIComponent(name)}`, undefined, opts);

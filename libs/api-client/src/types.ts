@@ -40,6 +40,25 @@ export interface DiskFileStatus {
   progress: number;
   message: string;
   lastStateTransitionTime: string;
+  /** Failed attempts since the last success (absent when none). */
+  retryCount?: number;
+  /** RFC 3339 time of the next attempt of a failed copy (absent when none is planned). */
+  nextRetryAt?: string;
+}
+
+/** An event the controllers recorded (`GET /v1/events`). */
+export interface BisEvent extends ResourceEnvelope {
+  type: 'event';
+  name: string;
+  eventType: 'Normal' | 'Warning';
+  reason: string;
+  message: string;
+  source: string;
+  count: number;
+  firstTimestamp: string;
+  lastTimestamp: string;
+  involvedObjectKind: string;
+  involvedObjectName: string;
 }
 
 export interface BackingImage extends ResourceEnvelope {

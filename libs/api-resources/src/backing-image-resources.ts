@@ -20,6 +20,8 @@ export const BACKING_IMAGE_INPUT_SCHEMAS: TypeSchema[] = [
       progress: { type: 'int' },
       message: { type: 'string' },
       lastStateTransitionTime: { type: 'string' },
+      retryCount: { type: 'int' },
+      nextRetryAt: { type: 'string' },
     },
   },
   { id: 'backingImageCleanupInput', resourceFields: { disks: { type: 'array[string]' } } },
@@ -90,7 +92,16 @@ export function backingImageFields(bi: StoredBI): Record<string, unknown> {
   const status = bi.status ?? {};
   const diskFileStatusMap: Record<string, unknown> = {};
   for (const [disk, s] of Object.entries(status.diskFileStatusMap ?? {})) {
-    diskFileStatusMap[disk] = { dataEngine: s.dataEngine ?? '', state: s.state ?? '', progress: s.progress ?? 0, message: s.message ?? '', lastStateTransitionTime: s.lastStateTransitionTime ?? '' };
+    diskFileStatusMap[disk] = {
+      dataEngine: s.dataEngine ?? '',
+      state: s.state ?? '',
+      progress: s.progress ?? 0,
+      message: s.message ?? '',
+      lastStateTransitionTime: s.lastStateTransitionTime ?? '',
+      // additions to Longhorn's fields, present only while a failed copy waits for its next attempt
+      ...(s.retryCount ? { retryCount: s.retryCount } : {}),
+      ...(s.nextRetryAt ? { nextRetryAt: s.nextRetryAt } : {}),
+    };
   }
   for (const [disk, s] of Object.entries(spec.diskFileSpecMap ?? {})) {
     if (!(disk in diskFileStatusMap)) diskFileStatusMap[disk] = { dataEngine: s.dataEngine ?? spec.dataEngine ?? 'v1', state: '', progress: 0, message: 'File processing is not started', lastStateTransitionTime: '' };

@@ -9,3 +9,4 @@ export * from './backup-targets.js';
 export * from './replicas.js';
 export * from './register.js';
 export { SECRET_SCHEMA, SecretService, checkSecretData, secretResource } from './secrets.js';
+export { EVENT_SCHEMA, eventResource, type EventSource } from './events.js';

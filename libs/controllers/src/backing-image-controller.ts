@@ -73,7 +73,10 @@ export class BackingImageController extends Controller {
         if (isConflict(err)) return this.enqueue(name);
         throw err;
       }
-      if (!bi.status?.uuid) this.event(bi, 'Normal', EventReason.Update, `Initialized UUID to ${uuid}`);
+      if (!bi.status?.uuid) {
+        this.event(bi, 'Normal', EventReason.Create, `Backing image ${name} created from source type ${bi.spec?.sourceType || 'download'}`);
+        this.event(bi, 'Normal', EventReason.Update, `Initialized UUID to ${uuid}`);
+      }
       return;
     }
     if (!bi.metadata.deletionTimestamp && !bi.metadata.finalizers?.includes(FINALIZER)) {
@@ -407,6 +410,13 @@ export class BackingImageController extends Controller {
       return;
     }
     specMap[p.disk.diskUUID] = { dataEngine: bi.spec!.dataEngine ?? 'v1', evictionRequested: false } satisfies BackingImageDiskFileSpec;
+    const evicting = Object.entries(specMap).filter(([, e]) => e.evictionRequested).map(([d]) => d);
+    this.event(
+      bi,
+      'Normal',
+      EventReason.Syncing,
+      `Adding a copy of backing image ${bi.metadata.name} on disk ${p.disk.diskName} (${p.disk.diskUUID}) on node ${p.node.name}${evicting.length ? ` to replace the copy being evicted from disk ${evicting.join(', ')}` : ''}`,
+    );
   }
 
   /**
@@ -445,6 +455,9 @@ export class BackingImageController extends Controller {
     if (d.keptLastHealthy) {
       this.event(bi, 'Normal', EventReason.FailedDeleting, `Failed to evict backing image copy on disk ${d.keptLastHealthy} for now since there is no other healthy backing image copy`);
     }
-    for (const disk of d.remove) delete specMap[disk];
+    for (const disk of d.remove) {
+      if (specMap[disk]?.evictionRequested) this.event(bi, 'Normal', EventReason.Delete, `Evicting backing image copy from disk ${disk}: another healthy copy exists`);
+      delete specMap[disk];
+    }
   }
 }

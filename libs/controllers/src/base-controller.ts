@@ -1,6 +1,6 @@
 import { Controller as Reconciler, isNotFound, type Datastore, type RateLimiterOptions, type SharedInformers, type WorkQueue } from '@bis/datastore';
 import type { DataPlane } from './data-plane.js';
-import type { EventRecorder } from './events.js';
+import type { EventSink } from './events.js';
 import type { SecretStore } from './secrets.js';
 import type { SettingsReader } from './settings.js';
 
@@ -18,7 +18,7 @@ export interface ControllerContext {
   /** The node this controller-manager runs for (Longhorn's controllerID). */
   nodeID: string;
   dataPlane: DataPlane;
-  events: EventRecorder;
+  events: EventSink;
   settings: SettingsReader;
   /** Credential secrets (backup targets): the embedded store's or the Kubernetes API's. */
   secrets: SecretStore;

@@ -1,13 +1,22 @@
 import type { KubeObject, ResourceKind, Stored } from '@bis/datastore';
 import { isNotFound } from '@bis/datastore';
 import type { ControllerContext } from './base-controller.js';
-import { BackingImageManagerKind, NodeKind, ReplicaKind, type BackingImage, type Node, type Replica } from './kinds.js';
+import { BackingImageKind, BackingImageManagerKind, NodeKind, ReplicaKind, type BackingImage, type Node, type Replica } from './kinds.js';
 import { Label } from './names.js';
 import { SettingName } from './settings.js';
 import { isNodeDown, Topology } from './topology.js';
 import type { SelectorPolicy } from './rules.js';
 
 export const clone = <T>(v: T): T => structuredClone(v);
+
+/**
+ * The backing image an event is about, by name: the cached object (with its uid, so `kubectl describe` finds the
+ * event) or a reference by name when it is not cached.
+ */
+export function imageRef(ctx: ControllerContext, name: string): { kind: string; apiVersion?: string; metadata: { name: string; namespace?: string; uid?: string } } {
+  const bi = ctx.informers.cached(BackingImageKind).find((b) => b.metadata.name === name);
+  return bi ?? { kind: 'BackingImage', metadata: { name, namespace: ctx.namespace } };
+}
 
 /** Stable JSON used to detect changes (key order independent). */
 export function canonical(v: unknown): string {

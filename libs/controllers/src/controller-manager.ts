@@ -6,7 +6,7 @@ import { BackupTargetController } from './backup-target-controller.js';
 import { DEFAULT_TIMING, type Controller, type ControllerContext, type ControllerTiming, type Logger } from './base-controller.js';
 import type { DataPlane } from './data-plane.js';
 import { BackingImageDataSourceController } from './data-source-controller.js';
-import { EventRecorder } from './events.js';
+import { EventRecorder, type EventSink } from './events.js';
 import { BackingImageManagerController } from './manager-controller.js';
 import { NodeController } from './node-controller.js';
 import { DatastoreSecretStore, type SecretStore } from './secrets.js';
@@ -27,7 +27,8 @@ export interface ControllerManagerOptions {
   /** Hosts/CIDRs a download URL may point to although loopback. */
   allowSourceHosts?: readonly string[];
   log?: Logger;
-  events?: EventRecorder;
+  /** Where events go (default: an in-memory ring, logged). */
+  events?: EventSink;
   /** Where credential secrets are read (default: `Secret` objects in `store`). */
   secrets?: SecretStore;
 }
@@ -37,7 +38,7 @@ const quietLogger: Logger = { info() {}, warn() {}, error() {}, debug() {} };
 /** Composes the backing-image controllers over one datastore and one data plane. */
 export class ControllerManager {
   readonly ctx: ControllerContext;
-  readonly events: EventRecorder;
+  readonly events: EventSink;
   readonly actions: BackingImageActions;
   readonly backingImages: BackingImageController;
   readonly dataSources: BackingImageDataSourceController;
@@ -54,7 +55,7 @@ export class ControllerManager {
   constructor(opts: ControllerManagerOptions) {
     const namespace = opts.namespace ?? 'longhorn-system';
     const log = opts.log ?? quietLogger;
-    this.events = opts.events ?? new EventRecorder(2000, (l) => log.info(l));
+    this.events = opts.events ?? new EventRecorder(2000, (l, type) => (type === 'Warning' ? log.warn(l) : log.info(l)));
     this.informers = new SharedInformers({
       store: opts.store,
       namespace,

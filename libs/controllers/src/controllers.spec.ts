@@ -1,3 +1,6 @@
+import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupBackingImageKind, BackupTargetKind, NodeKind, ReplicaKind, SettingKind, type BackingImage } from './kinds.js';
@@ -44,7 +47,7 @@ describe('backing image controllers over the embedded store', () => {
     expect(bims).toHaveLength(2);
     expect(bims.every((m) => m.status?.currentState === 'running' && m.spec?.backingImages?.['parrot'] === bi.status?.uuid)).toBe(true);
     expect(h.sim.syncCalls).toHaveLength(1);
-    expect(h.cm.events.list({ name: 'parrot', reason: 'Update' }).some((e) => e.message.startsWith('Initialized UUID to'))).toBe(true);
+    expect((await h.cm.events.list({ name: 'parrot', reason: 'Update' })).some((e) => e.message.startsWith('Initialized UUID to'))).toBe(true);
   });
 
   it('a wrong checksum fails the first file with both checksums and cleans it up', async () => {
@@ -96,12 +99,12 @@ describe('backing image controllers over the embedded store', () => {
       return r.length === 1 && r[0] === other && !b.spec?.diskFileSpecMap?.[first] ? b : undefined;
     });
     expect(Object.keys(moved.spec!.diskFileSpecMap!)).toEqual([other]);
-    expect(h.cm.events.list({ name: 'ev', reason: 'EvictionUserRequested' }).length).toBeGreaterThan(0);
+    expect((await h.cm.events.list({ name: 'ev', reason: 'EvictionUserRequested' })).length).toBeGreaterThan(0);
 
     // Now the remaining copy's disk is evicted too, and no other ssd disk may take it.
     await evictDisk(other, false);
-    await waitFor('FailedDeleting event', () =>
-      h!.cm.events.list({ name: 'ev', reason: 'FailedDeleting' }).some((e) => e.message.includes('since there is no other healthy backing image copy')),
+    await waitFor('FailedDeleting event', async () =>
+      (await h!.cm.events.list({ name: 'ev', reason: 'FailedDeleting' })).some((e) => e.message.includes('since there is no other healthy backing image copy')),
     );
     const kept = await getBI('ev');
     expect(readyDisks(kept)).toEqual([other]);
@@ -284,4 +287,75 @@ describe('backing image controllers over the embedded store', () => {
     expect(d.spec?.minNumberOfCopies).toBe(3);
     expect(d.metadata.finalizers).toEqual(['longhorn.io']);
   });
+
+  it('a full disk (ENOSPC): the copy says so with its retry, the disk gets Healthy=False, scheduling avoids it until a write on it succeeds', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    // Every sync fails as on a full disk until the test picks the disk that stays full.
+    let full: string | undefined;
+    h.sim.syncFailure = (disk) => (full === undefined || disk === full ? 'failed to write backing.tmp: ENOSPC: no space left on device, write' : undefined);
+    await h.cm.actions.create({ name: 'full', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 2 });
+    const [disk, entry] = await waitFor('a copy failed with ENOSPC', async () =>
+      Object.entries((await getBI('full')).status?.diskFileStatusMap ?? {}).find(([, f]) => f.state === 'failed' && /ENOSPC/.test(f.message ?? '')),
+    );
+    full = disk;
+    // The copy's status names the disk and the condition, counts the attempt and says when the next one comes.
+    expect(entry.message).toMatch(new RegExp(`^${disk}: no space left on device \\(ENOSPC\\)`));
+    const waiting = await waitFor('the retry of the failed copy', async () => {
+      const f = (await getBI('full')).status?.diskFileStatusMap?.[disk];
+      return f?.state === 'failed' && f.retryCount && f.nextRetryAt ? f : undefined;
+    });
+    expect(Number.isFinite(Date.parse(waiting.nextRetryAt!))).toBe(true);
+    // The disk shows the condition like Longhorn's disk conditions.
+    const cond = await waitFor('the disk condition', async () =>
+      (await h!.store.get(NodeKind, 'node-1', NS)).status?.diskStatus?.[disk]?.conditions?.find((c) => c.type === 'Healthy' && c.status === 'False'),
+    );
+    expect(cond.reason).toBe('DiskFull');
+    expect(cond.message).toContain('ENOSPC');
+    // The second copy goes to the third disk (the full one is avoided), and reaches ready.
+    const bi = await waitFor('a second ready copy elsewhere', async () => {
+      const b = await getBI('full');
+      return readyDisks(b).length === 2 ? b : undefined;
+    }, 15_000);
+    expect(readyDisks(bi)).not.toContain(disk);
+    // The copy, the failure and the disk condition are events.
+    const evs = await h.cm.events.list({ name: 'full' });
+    expect(evs.some((e) => e.type === 'Warning' && e.reason === 'Failed' && e.message.includes('ENOSPC'))).toBe(true);
+    expect(evs.filter((e) => e.reason === 'Ready').length).toBeGreaterThanOrEqual(2);
+    expect((await h.cm.events.list({ kind: 'Node', name: 'node-1', reason: 'DiskError' })).length).toBe(1);
+    // Space is freed: the next attempt on the disk succeeds and the condition clears.
+    full = '';
+    await waitFor('the disk recovered', async () =>
+      (await h!.store.get(NodeKind, 'node-1', NS)).status?.diskStatus?.[disk]?.conditions?.find((c) => c.type === 'Healthy' && c.status === 'True'),
+      15_000,
+    );
+    expect((await h.cm.events.list({ kind: 'Node', name: 'node-1', reason: 'DiskRecovered' })).length).toBe(1);
+  }, 30_000);
+
+  it('a disk marked unhealthy with no copy retried on it recovers through a probe write after the backoff window', async () => {
+    const root = await mkdtemp(path.join(os.tmpdir(), 'bis-probe-'));
+    try {
+      const disks = ['disk-1', 'disk-2'].map((uuid) => ({ uuid, path: path.join(root, uuid) }));
+      for (const d of disks) await mkdir(d.path);
+      h = await startHarness(disks);
+      const sum = h.sim.serve(URL, DATA);
+      await h.cm.actions.create({ name: 'probed', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
+      const [disk] = readyDisks(await waitReady('probed', 1));
+      // The disk was found full (as a failed write would mark it).
+      const node = await h.store.get(NodeKind, 'node-1', NS);
+      const ds = node.status!.diskStatus![disk!]!;
+      const t = new Date().toISOString();
+      const full = { type: 'Healthy', status: 'False', reason: 'DiskFull', message: `${disk}: ENOSPC`, lastProbeTime: t, lastTransitionTime: t };
+      await h.store.updateStatus(NodeKind, { ...node, status: { ...node.status, diskStatus: { ...node.status!.diskStatus, [disk!]: { ...ds, conditions: [...(ds.conditions ?? []), full] } } } });
+      const healed = await waitFor('the probe clears the condition', async () =>
+        (await h!.store.get(NodeKind, 'node-1', NS)).status?.diskStatus?.[disk!]?.conditions?.find((c) => c.type === 'Healthy' && c.status === 'True'),
+      10_000);
+      expect(Date.parse(healed.lastTransitionTime!) - Date.parse(t)).toBeGreaterThanOrEqual(900); // not before the window (1 s here)
+      const ev = await h.cm.events.list({ kind: 'Node', reason: 'DiskRecovered' });
+      expect(ev.map((e) => e.message)).toEqual([expect.stringContaining('a probe write of 1048576 bytes succeeded')]);
+      expect((await readdir(path.join(root, disk!))).filter((f) => f.startsWith('.bis-disk-probe'))).toEqual([]);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  }, 30_000);
 });

@@ -4,10 +4,11 @@ import { isConflict, type Stored } from '@bis/datastore';
 import { FILE_MACHINE, transition } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
-import { changed, clone, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
+import { changed, clone, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
 import type { DataSourceLaunch } from './data-plane.js';
-import { EventSource } from './events.js';
+import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupTargetKind, NodeKind, type BackingImageDataSource } from './kinds.js';
+import { recordDiskHealth } from './disk-conditions.js';
 import { Annotation, FINALIZER } from './names.js';
 import { backupTargetCredential } from './secrets.js';
 import { SettingName } from './settings.js';
@@ -17,6 +18,11 @@ export const MAX_MONITOR_RETRY_COUNT = 10;
 
 const GRPC_NOT_FOUND = 5;
 const DELETED_MESSAGE = 'backing image is deleted, requesting manager to clean up the tmp file of backing image data source';
+/** The note a waiting retry adds to the failure message: ` [attempt 3 failed; next attempt at <RFC 3339>]`. */
+const RETRY_NOTE = / \[attempt \d+ failed; next attempt at [^\]]*\]$/;
+const RETRIED_NOTE = /^retrying \(attempt \d+\) after: /;
+/** The failure message without the notes of earlier retries. */
+const failureOf = (message: string | undefined) => (message ?? '').replace(RETRY_NOTE, '').replace(RETRIED_NOTE, '');
 const NOT_READY_MESSAGE = 'failed to prepare the first backing image file: the dedicated data source process is not ready or gone';
 
 interface Monitor {
@@ -216,6 +222,9 @@ export class BackingImageDataSourceController extends Controller {
       }
       this.stopMonitor(name);
     }
+    if (status.currentState === 'failed' && bids.status?.currentState !== 'failed' && status.message) {
+      this.ctx.events.record(EventSource.BackingImageDataSource, imageRef(this.ctx, name), 'Warning', EventReason.Failed, `The data source of backing image ${name} failed: ${status.message}`);
+    }
     if (status.currentState === 'failed' || status.currentState === 'failed-and-cleanup') {
       await this.cleanup(name);
       if (w.phase !== 'missing') {
@@ -227,10 +236,26 @@ export class BackingImageDataSourceController extends Controller {
       // A restore can run again like a download (the backup does not change); Longhorn retries only download and export.
       const retriable = spec.sourceType === 'download' || spec.sourceType === 'export-from-volume' || spec.sourceType === 'restore';
       const retry = !isNew && retriable && !this.retryBackoff.isInBackOffSinceUpdate(name);
-      if (!isNew && retriable && !retry) this.queue.addAfter(name, this.retryBackoff.remaining(name) + 10);
+      if (!isNew && retriable && !retry) {
+        this.queue.addAfter(name, this.retryBackoff.remaining(name) + 10);
+        // The failure stays readable, with the attempt it ended and when the next one starts.
+        const at = this.retryBackoff.nextAt(name);
+        const attempts = this.retryBackoff.attempts(name);
+        if (at !== undefined && attempts > 0) {
+          status.retryCount = attempts;
+          status.nextRetryAt = new Date(at).toISOString();
+          const failure = failureOf(status.message);
+          status.message = `${failure || 'the data source stopped'} [attempt ${attempts} failed; next attempt at ${status.nextRetryAt}]`;
+        }
+      }
       if (isNew || retry) {
+        const failure = isNew ? '' : failureOf(status.message);
+        const attempt = this.retryBackoff.attempts(name) + 1;
         status.currentState = transition(FILE_MACHINE, status.currentState ?? '', 'retried', `data source ${name}`);
-        status.message = '';
+        // A retry says what it retries: `starting 0%` with an empty message hid every failure of a flaky origin.
+        status.message = failure ? `retrying (attempt ${attempt}) after: ${failure}` : '';
+        if (!isNew) status.retryCount = attempt - 1;
+        delete status.nextRetryAt;
         status.progress = 0;
         status.checksum = '';
         status.runningParameters = { ...(spec.parameters ?? {}) };
@@ -253,6 +278,7 @@ export class BackingImageDataSourceController extends Controller {
         } catch (err) {
           status.currentState = transition(FILE_MACHINE, status.currentState, 'fail', `data source ${name}`);
           status.message = `failed to start the data source: ${errMessage(err)}`;
+          this.ctx.events.record(EventSource.BackingImageDataSource, imageRef(this.ctx, name), 'Warning', EventReason.FailedStarting, status.message);
         }
         if (started === 'deferred') {
           this.deferred.add(name);
@@ -261,7 +287,16 @@ export class BackingImageDataSourceController extends Controller {
           return;
         }
         this.retryBackoff.next(name);
-        this.ctx.events.record(EventSource.BackingImageDataSource, bids, 'Normal', 'Create', `Starting the data source of ${name} on node ${spec.nodeID} disk ${spec.diskUUID}`);
+        if (status.currentState !== 'failed') {
+          const what = launch.sourceType === 'restore' ? `restore from backup ${launch.parameters['backup-url'] ?? ''}` : launch.sourceType;
+          this.ctx.events.record(
+            EventSource.BackingImageDataSource,
+            imageRef(this.ctx, name),
+            'Normal',
+            EventReason.Started,
+            `Started the data source (${what}) of backing image ${name} on node ${spec.nodeID} disk ${spec.diskUUID}${isNew ? '' : ` (attempt ${this.retryBackoff.attempts(name)})`}`,
+          );
+        }
       }
     } else if (w.phase !== 'ready') {
       this.queue.addAfter(name, 500);
@@ -322,10 +357,34 @@ export class BackingImageDataSourceController extends Controller {
       for (let attempt = 1; cur && cur.status?.ownerID === nodeID && cur.status?.ip; attempt++) {
         if (cur.status?.currentState === 'failed' || cur.status?.currentState === 'failed-and-cleanup') return;
         // The data source owns its file's state: the BIDS mirrors what it reports.
-        const status = { ...cur.status, currentState: transition(FILE_MACHINE, cur.status?.currentState ?? '', { reported: info.state }, `data source ${name}`), size: info.size, progress: info.progress, checksum: info.currentChecksum, message: info.message };
+        const prevState = cur.status?.currentState ?? '';
+        const status: BackingImageDataSourceStatus = {
+          ...cur.status,
+          currentState: transition(FILE_MACHINE, prevState, { reported: info.state }, `data source ${name}`),
+          size: info.size,
+          progress: info.progress,
+          checksum: info.currentChecksum,
+          message: info.message,
+        };
+        const currentState = status.currentState ?? '';
+        const done = currentState === 'ready' || currentState === 'ready-for-transfer';
+        // Before the data source says anything, the retry note (what the last attempt failed with) stays.
+        if (!info.message && (currentState === 'starting' || currentState === 'pending' || currentState === '')) status.message = cur.status?.message ?? '';
+        if (done) {
+          delete status.retryCount;
+          delete status.nextRetryAt;
+        }
         if (!changed(cur.status, status)) return;
         try {
           await store.updateStatus(BackingImageDataSourceKind, { ...cur, status });
+          if (currentState !== prevState && currentState === 'failed') {
+            this.ctx.events.record(EventSource.BackingImageDataSource, imageRef(this.ctx, name), 'Warning', EventReason.Failed, `The data source of backing image ${name} failed: ${info.message}`);
+            // A full, failing or forbidden disk is marked on the disk: no new copy goes there until it recovers.
+            await recordDiskHealth(this.ctx, cur.spec?.nodeID ?? '', cur.spec?.diskUUID ?? '', info.message).catch(() => false);
+          } else if (currentState !== prevState && currentState === 'ready-for-transfer') {
+            await recordDiskHealth(this.ctx, cur.spec?.nodeID ?? '', cur.spec?.diskUUID ?? '', undefined).catch(() => false);
+            this.ctx.events.record(EventSource.BackingImageDataSource, imageRef(this.ctx, name), 'Normal', EventReason.Completed, `The data source of backing image ${name} prepared the first file (${info.size} bytes, SHA-512 ${info.currentChecksum.slice(0, 16)}…)`);
+          }
           return;
         } catch (err) {
           if (!isConflict(err) || attempt >= 5) throw err;

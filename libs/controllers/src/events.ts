@@ -1,3 +1,5 @@
+import { defineKind, isNotFound, type Datastore, type ObjectMeta, type Stored } from '@bis/datastore';
+
 /** Longhorn's event reasons (`constant/events.go`) used by the backing-image controllers. */
 export const EventReason = {
   Create: 'Create',
@@ -15,6 +17,9 @@ export const EventReason = {
   InProgress: 'InProgress',
   Pending: 'Pending',
   Error: 'Error',
+  Ready: 'Ready',
+  Failed: 'Failed',
+  Started: 'Started',
 } as const;
 
 export const EventSource = {
@@ -25,9 +30,23 @@ export const EventSource = {
   Node: 'longhorn-node-controller',
 } as const;
 
+export type EventType = 'Normal' | 'Warning';
+
+/** The object an event is about: any stored object (its kind, name, namespace and, when known, uid). */
+export interface InvolvedObject {
+  kind: string;
+  metadata: { name: string; namespace?: string; uid?: string };
+  apiVersion?: string;
+}
+
 export interface RecordedEvent {
+  /** Unique among the kept events (the Event object's name when it is stored). */
+  id: string;
+  /** When it was last seen (RFC 3339). */
   time: string;
-  type: 'Normal' | 'Warning';
+  /** When it was first seen (RFC 3339); repetitions keep it. */
+  firstTime?: string;
+  type: EventType;
   reason: string;
   message: string;
   source: string;
@@ -43,33 +62,252 @@ export interface EventQuery {
 }
 
 /**
- * Records events into an in-memory ring (for the API) and forwards each to a log line. Identical consecutive events
- * on the same object are folded (count++), as Kubernetes' event correlator does.
+ * Where the controllers record what they do and why something fails. One interface for every mode: the in-memory
+ * ring ({@link EventRecorder}), the store ({@link StoreEventRecorder}, standalone; survives restarts) and the Kubernetes
+ * API (`KubeEventRecorder` of `@bis/kube`: core/v1 Events on the involved object). `record` never throws and never
+ * waits; `list` answers the newest last; `flush` waits for the records made so far to be written.
  */
-export class EventRecorder {
+export interface EventSink {
+  record(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string): void;
+  list(q?: EventQuery): Promise<RecordedEvent[]>;
+  flush(): Promise<void>;
+}
+
+const URL_USERINFO = /(\b[a-z][a-z0-9+.-]*:\/\/)[^/@\s:]+:[^/@\s]+@/gi;
+const SECRET_QUERY = /([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|signature|sig|token|access_token|password|secret|key)=)[^&\s"']+/gi;
+
+/**
+ * An event's message without credentials a URL may carry (`user:password@`, signed-URL and token query parameters).
+ * Secrets the controllers know by value are removed where they are used (`redactSecrets`).
+ */
+export function redactEventMessage(message: string): string {
+  return message.replace(URL_USERINFO, '$1***@').replace(SECRET_QUERY, '$1***');
+}
+
+const sameEvent = (e: RecordedEvent, type: EventType, reason: string, message: string) => e.type === type && e.reason === reason && e.message === message;
+
+const matches = (e: RecordedEvent, q: EventQuery) =>
+  (!q.kind || e.involvedObject.kind === q.kind) && (!q.name || e.involvedObject.name === q.name) && (!q.reason || e.reason === q.reason);
+
+/**
+ * Records events into an in-memory ring and forwards each to a log line (warnings as warnings). Identical consecutive
+ * events on the same object are folded (count++), as Kubernetes' event correlator does. Lost on restart: the
+ * standalone system and the Kubernetes mode use the store and the API instead.
+ */
+export class EventRecorder implements EventSink {
   private readonly ring: RecordedEvent[] = [];
+  private seq = 0;
 
   constructor(
     private readonly capacity = 2000,
-    private readonly log: (line: string) => void = () => {},
+    private readonly log: (line: string, type: EventType) => void = () => {},
   ) {}
 
-  record(source: string, obj: { kind: string; metadata: { name: string; namespace?: string } }, type: 'Normal' | 'Warning', reason: string, message: string): void {
+  record(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string): void {
+    message = redactEventMessage(message);
     const time = new Date().toISOString();
     const last = this.ring.findLast((e) => e.involvedObject.kind === obj.kind && e.involvedObject.name === obj.metadata.name);
-    if (last && last.type === type && last.reason === reason && last.message === message) {
+    if (last && sameEvent(last, type, reason, message)) {
       last.count++;
       last.time = time;
     } else {
-      this.ring.push({ time, type, reason, message, source, involvedObject: { kind: obj.kind, name: obj.metadata.name, namespace: obj.metadata.namespace }, count: 1 });
+      this.ring.push({ id: `${obj.metadata.name}.${(this.seq++).toString(16).padStart(8, '0')}`, time, firstTime: time, type, reason, message, source, involvedObject: { kind: obj.kind, name: obj.metadata.name, namespace: obj.metadata.namespace }, count: 1 });
       if (this.ring.length > this.capacity) this.ring.splice(0, this.ring.length - this.capacity);
     }
-    this.log(`event ${type} ${reason} ${obj.kind}/${obj.metadata.name}: ${message}`);
+    this.log(eventLine(type, reason, obj, message), type);
   }
 
-  list(q: EventQuery = {}): RecordedEvent[] {
-    return this.ring.filter(
-      (e) => (!q.kind || e.involvedObject.kind === q.kind) && (!q.name || e.involvedObject.name === q.name) && (!q.reason || e.reason === q.reason),
-    );
+  async list(q: EventQuery = {}): Promise<RecordedEvent[]> {
+    return this.ring.filter((e) => matches(e, q)).map((e) => ({ ...e, involvedObject: { ...e.involvedObject } }));
+  }
+
+  async flush(): Promise<void> {}
+}
+
+export function eventLine(type: EventType, reason: string, obj: InvolvedObject, message: string): string {
+  return `event ${type} ${reason} ${obj.kind}/${obj.metadata.name}: ${message}`;
+}
+
+// ------------------------------------------------------------------ events kept in the store (standalone)
+
+/** A core/v1 Event as the store keeps it (the same object Kubernetes keeps). */
+export interface CoreEvent {
+  apiVersion: 'v1';
+  kind: 'Event';
+  metadata: ObjectMeta;
+  involvedObject: { kind: string; name: string; namespace?: string; uid?: string; apiVersion?: string };
+  reason: string;
+  message: string;
+  type: EventType;
+  source: { component: string; host?: string };
+  firstTimestamp: string;
+  lastTimestamp: string;
+  count: number;
+  reportingComponent?: string;
+  reportingInstance?: string;
+}
+
+export const EventKind = defineKind<CoreEvent>({ apiVersion: 'v1', kind: 'Event', plural: 'events', namespaced: true, statusSubresource: false });
+
+/** The API shape of a core/v1 Event. */
+export function recordedEventOf(e: Pick<CoreEvent, 'lastTimestamp' | 'firstTimestamp' | 'type' | 'reason' | 'message' | 'source' | 'involvedObject' | 'count'> & { metadata: { name: string } }): RecordedEvent {
+  return {
+    id: e.metadata.name,
+    time: e.lastTimestamp,
+    firstTime: e.firstTimestamp,
+    type: e.type,
+    reason: e.reason,
+    message: e.message,
+    source: e.source?.component ?? '',
+    involvedObject: { kind: e.involvedObject.kind, name: e.involvedObject.name, namespace: e.involvedObject.namespace },
+    count: e.count ?? 1,
+  };
+}
+
+/** Kubernetes' event name: `<object name>.<16 hex digits of the time in ns>` (unique per record here). */
+export function eventName(objName: string, nowMs: number, seq: number): string {
+  const ns = BigInt(nowMs) * 1_000_000n + BigInt(seq % 1_000_000);
+  return `${objName}.${ns.toString(16).padStart(16, '0')}`;
+}
+
+export interface StoreEventRecorderOptions {
+  store: Datastore;
+  namespace: string;
+  /** Events kept per involved object (oldest dropped first; default 50). */
+  perObject?: number;
+  /** Events kept in all (oldest dropped first; default 5000). */
+  total?: number;
+  /** Most writes waiting (records beyond it are only logged; default 1000). */
+  maxPending?: number;
+  log?: (line: string, type: EventType) => void;
+  now?: () => Date;
+  component?: string;
+}
+
+interface Kept {
+  name: string;
+  obj: string;
+  time: string;
+}
+
+/**
+ * Events kept in the store as core/v1 Event objects, with bounded retention: the newest `perObject` per involved
+ * object and the newest `total` in all. Written in the background, one at a time, in the order recorded; a repeat of
+ * an object's last event updates that event's count and lastTimestamp instead of adding one.
+ */
+export class StoreEventRecorder implements EventSink {
+  private chain: Promise<void> = Promise.resolve();
+  private pending = 0;
+  private seq = 0;
+  /** Kept events, oldest first (loaded from the store on the first write). */
+  private kept?: Kept[];
+  /** Last event per object (`kind/name`): folded repeats. */
+  private readonly last = new Map<string, Stored<CoreEvent>>();
+  private readonly perObject: number;
+  private readonly total: number;
+  private readonly now: () => Date;
+
+  constructor(private readonly opts: StoreEventRecorderOptions) {
+    this.perObject = opts.perObject ?? 50;
+    this.total = opts.total ?? 5000;
+    this.now = opts.now ?? (() => new Date());
+  }
+
+  record(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string): void {
+    message = redactEventMessage(message);
+    this.opts.log?.(eventLine(type, reason, obj, message), type);
+    if (this.pending >= (this.opts.maxPending ?? 1000)) return;
+    this.pending++;
+    const time = this.now().toISOString();
+    this.chain = this.chain
+      .then(() => this.write(source, obj, type, reason, message, time))
+      .catch((err: unknown) => this.opts.log?.(`event ${reason} on ${obj.kind}/${obj.metadata.name} not stored: ${err instanceof Error ? err.message : String(err)}`, 'Warning'))
+      .finally(() => {
+        this.pending--;
+      });
+  }
+
+  flush(): Promise<void> {
+    return this.chain;
+  }
+
+  async list(q: EventQuery = {}): Promise<RecordedEvent[]> {
+    await this.flush();
+    const { items } = await this.opts.store.list(EventKind, { namespace: this.opts.namespace });
+    return items
+      .map(recordedEventOf)
+      .filter((e) => matches(e, q))
+      .sort((a, b) => a.time.localeCompare(b.time) || (a.firstTime ?? '').localeCompare(b.firstTime ?? ''));
+  }
+
+  private async loadKept(): Promise<Kept[]> {
+    if (this.kept) return this.kept;
+    const { items } = await this.opts.store.list(EventKind, { namespace: this.opts.namespace });
+    this.kept = items
+      .map((e) => ({ name: e.metadata.name, obj: `${e.involvedObject.kind}/${e.involvedObject.name}`, time: e.lastTimestamp ?? '' }))
+      .sort((a, b) => a.time.localeCompare(b.time));
+    return this.kept;
+  }
+
+  private async write(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string, time: string): Promise<void> {
+    const { store, namespace } = this.opts;
+    const key = `${obj.kind}/${obj.metadata.name}`;
+    const kept = await this.loadKept();
+    const last = this.last.get(key);
+    if (last && last.type === type && last.reason === reason && last.message === message) {
+      try {
+        const saved = await store.update(EventKind, { ...last, count: (last.count ?? 1) + 1, lastTimestamp: time });
+        this.last.set(key, saved);
+        const k = kept.find((e) => e.name === saved.metadata.name);
+        if (k) {
+          k.time = time;
+          kept.splice(kept.indexOf(k), 1);
+          kept.push(k);
+        }
+        return;
+      } catch {
+        // deleted or changed meanwhile: recorded as a new event
+      }
+    }
+    const nowMs = Date.parse(time);
+    const saved = await store.create(EventKind, {
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { name: eventName(obj.metadata.name, nowMs, this.seq++), namespace },
+      involvedObject: {
+        kind: obj.kind,
+        name: obj.metadata.name,
+        namespace: obj.metadata.namespace ?? namespace,
+        ...(obj.metadata.uid ? { uid: obj.metadata.uid } : {}),
+        ...(obj.apiVersion ? { apiVersion: obj.apiVersion } : {}),
+      },
+      reason,
+      message,
+      type,
+      source: { component: source },
+      firstTimestamp: time,
+      lastTimestamp: time,
+      count: 1,
+      reportingComponent: source,
+      reportingInstance: this.opts.component ?? '',
+    });
+    this.last.set(key, saved);
+    kept.push({ name: saved.metadata.name, obj: key, time });
+    await this.prune(kept, key);
+  }
+
+  private async prune(kept: Kept[], key: string): Promise<void> {
+    const drop: Kept[] = [];
+    const ofObject = kept.filter((e) => e.obj === key);
+    if (ofObject.length > this.perObject) drop.push(...ofObject.slice(0, ofObject.length - this.perObject));
+    const rest = kept.filter((e) => !drop.includes(e));
+    if (rest.length > this.total) drop.push(...rest.slice(0, rest.length - this.total));
+    for (const e of drop) {
+      kept.splice(kept.indexOf(e), 1);
+      if (this.last.get(e.obj)?.metadata.name === e.name) this.last.delete(e.obj);
+      await this.opts.store.delete(EventKind, e.name, this.opts.namespace).catch((err: unknown) => {
+        if (!isNotFound(err)) throw err;
+      });
+    }
   }
 }

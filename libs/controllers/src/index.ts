@@ -31,3 +31,13 @@ export {
   type Secret,
   type SecretStore,
 } from './secrets.js';
+export {
+  DISK_ERROR_REASONS,
+  DISK_HEALTHY_CONDITION,
+  diskErrorOf,
+  diskHasError,
+  failedCopyMessage,
+  withDiskCondition,
+  type DiskErrorCode,
+} from './disk-errors.js';
+export { recordDiskHealth } from './disk-conditions.js';

@@ -111,17 +111,17 @@ describe('names and small parsers', () => {
 });
 
 describe('EventRecorder', () => {
-  it('folds repeated events and filters by object and reason', () => {
+  it('folds repeated events and filters by object and reason', async () => {
     const lines: string[] = [];
     const r = new EventRecorder(3, (l) => lines.push(l));
     const bi = { kind: 'BackingImage', metadata: { name: 'bi' } };
     r.record('src', bi, 'Normal', 'FailedDeleting', 'm');
     r.record('src', bi, 'Normal', 'FailedDeleting', 'm');
     r.record('src', { kind: 'BackingImage', metadata: { name: 'other' } }, 'Normal', 'Update', 'x');
-    expect(r.list({ name: 'bi', reason: 'FailedDeleting' })).toEqual([expect.objectContaining({ count: 2, message: 'm' })]);
+    expect(await r.list({ name: 'bi', reason: 'FailedDeleting' })).toEqual([expect.objectContaining({ count: 2, message: 'm' })]);
     expect(lines).toHaveLength(3);
     for (let i = 0; i < 5; i++) r.record('src', bi, 'Normal', 'Update', `n${i}`);
-    expect(r.list()).toHaveLength(3);
+    expect(await r.list()).toHaveLength(3);
   });
 });
 

@@ -4,8 +4,9 @@ import { formatRetryDelay, isConflict, isPermanentError, PermanentError, type St
 import { FILE_MACHINE, IllegalTransitionError, MANAGER_MACHINE, transition, type ManagerEvent } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
-import { failedCopyMessage } from './disk-errors.js';
-import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, listManagers, nodeDownChecker, topology } from './common.js';
+import { DISK_PROBE_BYTES, probeDiskWrite, recordDiskHealth } from './disk-conditions.js';
+import { DISK_HEALTHY_CONDITION, failedCopyMessage } from './disk-errors.js';
+import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
 import type { WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImageManager } from './kinds.js';
@@ -85,6 +86,8 @@ export class BackingImageManagerController extends Controller {
   private readonly failureSeen = new Map<string, Map<string, number>>();
   /** Managers that found the per-node replenish limit reached, by node: enqueued when a copy on the node finishes. */
   private readonly waitingForSlot = new Map<string, Set<string>>();
+  /** When each unhealthy disk was last probed (ms). */
+  private readonly lastProbe = new Map<string, number>();
 
   constructor(ctx: ControllerContext) {
     super(ctx);
@@ -322,6 +325,35 @@ export class BackingImageManagerController extends Controller {
     const api = this.ctx.dataPlane.managerClient(w.address);
     await this.deleteInvalidFiles(bim, status, api);
     await this.prepareFiles(bim, status, api, image);
+    await this.probeUnhealthyDisk(bim);
+  }
+
+  /**
+   * A disk marked unhealthy (ENOSPC, EIO, permissions) is probed once per file backoff window (the longest wait of a
+   * failed copy): a probe write that succeeds marks it healthy again, also when no copy on it is retried any more.
+   */
+  private async probeUnhealthyDisk(bim: BackingImageManager): Promise<void> {
+    const diskUUID = bim.spec?.diskUUID ?? '';
+    const node = this.ctx.informers.cached(NodeKind).find((n) => n.metadata.name === bim.spec?.nodeID);
+    const cond = Object.values(node?.status?.diskStatus ?? {})
+      .find((d) => d.diskUUID === diskUUID)
+      ?.conditions?.find((c) => c.type === DISK_HEALTHY_CONDITION && c.status === 'False');
+    if (!cond || !bim.spec?.diskPath) return;
+    const window = this.ctx.timing.fileBackoffMaxMs;
+    const since = Math.max(Date.parse(cond.lastTransitionTime ?? '') || 0, this.lastProbe.get(diskUUID) ?? 0);
+    const wait = since + window - this.ctx.now().getTime();
+    if (wait > 0) {
+      this.queue.addAfter(bim.metadata.name, wait + 10);
+      return;
+    }
+    this.lastProbe.set(diskUUID, this.ctx.now().getTime());
+    const failure = await probeDiskWrite(bim.spec.diskPath);
+    if (failure) {
+      this.ctx.log.debug(`disk ${diskUUID}: the probe write failed, it stays unhealthy: ${failure}`);
+      this.queue.addAfter(bim.metadata.name, window);
+      return;
+    }
+    await recordDiskHealth(this.ctx, bim.spec?.nodeID ?? '', diskUUID, undefined, `a probe write of ${DISK_PROBE_BYTES} bytes succeeded after the backoff window`);
   }
 
   private async evictMissingDisk(bim: BackingImageManager): Promise<void> {
@@ -346,6 +378,7 @@ export class BackingImageManagerController extends Controller {
     this.requested.get(bim.metadata.name)?.delete(biName);
     if (!keepBackoff) this.fileBackoff(bim.metadata.name).reset(biName);
     this.event(bim, 'Normal', EventReason.Delete, `Deleted backing image ${biName} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID}`);
+    this.ctx.events.record(EventSource.BackingImageManager, imageRef(this.ctx, biName), 'Normal', EventReason.Delete, `Deleted the copy of backing image ${biName} on disk ${this.diskText(bim)}`);
   }
 
   private async deleteInvalidFiles(bim: Stored<BackingImageManager>, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>): Promise<void> {
@@ -546,7 +579,44 @@ export class BackingImageManagerController extends Controller {
         backoff.restart(bi);
         this.queue.addAfter(name, backoff.remaining(bi) + 10);
       }
-      map[bi] = { ...f, message: failedCopyMessage(disk, f.message ?? '', { attempt, inText: formatRetryDelay(backoff.get(bi)) }) };
+      const at = backoff.nextAt(bi);
+      map[bi] = {
+        ...f,
+        message: failedCopyMessage(disk, f.message ?? '', { attempt, inText: formatRetryDelay(backoff.get(bi)) }),
+        retryCount: attempt,
+        ...(at !== undefined ? { nextRetryAt: new Date(at).toISOString() } : {}),
+      };
+    }
+  }
+
+  /** The disk of a manager as people name it: `disk-1 on node n1` (its UUID when no node reports it). */
+  private diskText(bim: BackingImageManager): string {
+    const uuid = bim.spec?.diskUUID ?? '';
+    const name = this.ctx.informers.cached(NodeKind).flatMap((n) => Object.entries(n.status?.diskStatus ?? {})).find(([, d]) => d.diskUUID === uuid)?.[0];
+    return `${name ?? uuid} on node ${bim.spec?.nodeID ?? ''}`;
+  }
+
+  /**
+   * A copy that became ready or failed since the last listing is recorded as an event on its backing image. A failure
+   * that names a disk error (ENOSPC, EIO, permissions) marks the disk unhealthy; a copy that became ready on it (a
+   * write that succeeded) marks it healthy again.
+   */
+  private recordCopyChanges(bim: BackingImageManager, map: Record<string, BackingImageFileInfo>): void {
+    const before = bim.status?.backingImageFileMap ?? {};
+    const nodeID = bim.spec?.nodeID ?? '';
+    const diskUUID = bim.spec?.diskUUID ?? '';
+    const health = (failure: string | undefined) =>
+      void recordDiskHealth(this.ctx, nodeID, diskUUID, failure).catch((err: unknown) => this.ctx.log.warn(`disk ${diskUUID} condition not written: ${errMessage(err)}`));
+    for (const [bi, f] of Object.entries(map)) {
+      const prev = before[bi];
+      if (prev?.state === f.state && prev?.uuid === f.uuid) continue;
+      if (f.state === 'ready') {
+        this.ctx.events.record(EventSource.BackingImageManager, imageRef(this.ctx, bi), 'Normal', EventReason.Ready, `Copy of backing image ${bi} on disk ${this.diskText(bim)} is ready`);
+        if (prev) health(undefined);
+      } else if (f.state === 'failed') {
+        this.ctx.events.record(EventSource.BackingImageManager, imageRef(this.ctx, bi), 'Warning', EventReason.Failed, `Copy of backing image ${bi} on disk ${this.diskText(bim)} failed: ${f.message ?? ''}`);
+        health(f.message ?? '');
+      }
     }
   }
 
@@ -642,6 +712,7 @@ export class BackingImageManagerController extends Controller {
       // the disk's scrub (absent from a Longhorn manager's answer: the status keeps what it had)
       const scrub = listed.diskScrub;
       this.describeFailures(first, map);
+      this.recordCopyChanges(first, map);
       // The list is fresh: a write that conflicts (the spec or the reconcile's status changed meanwhile, frequent while
       // many images are added) is retried at once on the latest object instead of a tick later.
       let bim: typeof first | undefined = first;

@@ -16,6 +16,7 @@ import {
   updatedLastRefMap,
 } from './rules.js';
 import { Topology } from './topology.js';
+import { diskErrorOf, diskHasError, withDiskCondition } from './disk-errors.js';
 import { testNode } from './test-support/fixtures.js';
 
 const st = (state: string, t = '2026-01-01T00:00:00Z'): BackingImageDiskFileStatus => ({ state: state as BackingImageDiskFileStatus['state'], progress: 0, message: '', dataEngine: 'v1', lastStateTransitionTime: t });
@@ -198,5 +199,33 @@ describe('senders and the per-node sync limit', () => {
     // A grant whose file never shows up stops counting after the grace period.
     t = 31_000;
     expect(l.canSync('n', 'd6', 'f', 2, [{ diskUUID: 'd2', biName: 'b', state: 'in-progress' }])).toBe(true);
+  });
+});
+
+describe('disk conditions', () => {
+  it('a disk error sets Healthy=False (reason per error), repeats change nothing, a success sets it True; scheduling skips the disk meanwhile', () => {
+    const now = '2026-01-01T00:00:00Z';
+    const base = [{ type: 'Ready', status: 'True', reason: '', message: '', lastProbeTime: '', lastTransitionTime: '' }];
+    expect(diskErrorOf('write /d/x: EIO: i/o error')).toBe('EIO');
+    expect(diskErrorOf('open backing.tmp: permission denied')).toBe('EACCES');
+    const full = withDiskCondition(base, { code: 'ENOSPC', message: 'disk-1: ENOSPC' }, now)!;
+    expect(full).toEqual([base[0], { type: 'Healthy', status: 'False', reason: 'DiskFull', message: 'disk-1: ENOSPC', lastProbeTime: now, lastTransitionTime: now }]);
+    expect(withDiskCondition(full, { code: 'ENOSPC', message: 'disk-1: ENOSPC' }, '2026-01-01T00:01:00Z')).toBeUndefined();
+    const ro = withDiskCondition(full, { code: 'EROFS', message: 'disk-1: EROFS' }, '2026-01-01T00:02:00Z')!;
+    expect(ro[1]).toMatchObject({ status: 'False', reason: 'DiskReadOnly', lastTransitionTime: now });
+    expect(withDiskCondition(base, undefined, now)).toBeUndefined();
+
+    const node = testNode('n1', [{ uuid: 'd1' }, { uuid: 'd2' }]);
+    node.status!.diskStatus!['d1']!.conditions = withDiskCondition(node.status!.diskStatus!['d1']!.conditions, { code: 'EIO', message: 'd1: EIO' }, now)!;
+    const topo = new Topology([node]);
+    expect(topo.find('d1')!.disk.healthy).toBe(false);
+    expect(eligibleDiskCount(topo, policy)).toBe(1);
+    expect(pickDiskForCopy(topo, {}, policy, identity)?.disk.diskUUID).toBe('d2');
+    expect(pickDiskForCopy(topo, spec('d2'), policy, identity)).toBeUndefined();
+    const healed = withDiskCondition(node.status!.diskStatus!['d1']!.conditions, undefined, '2026-01-01T00:05:00Z')!;
+    expect(healed.find((c) => c.type === 'Healthy')).toMatchObject({ status: 'True', reason: '', message: '', lastTransitionTime: '2026-01-01T00:05:00Z' });
+    expect(diskHasError(healed)).toBe(false);
+    node.status!.diskStatus!['d1']!.conditions = healed;
+    expect(pickDiskForCopy(new Topology([node]), spec('d2'), policy, identity)?.disk.diskUUID).toBe('d1');
   });
 });

@@ -32,7 +32,9 @@ export function diskEligible(node: NodeInfo, disk: DiskInfo, policy: SelectorPol
     tagsMatch(disk.tags, policy.diskSelector, policy.allowEmptyDiskSelector) &&
     disk.diskType === (dataEngine === 'v1' ? 'filesystem' : 'block') &&
     disk.allowScheduling &&
-    disk.schedulable
+    disk.schedulable &&
+    // FIX: Longhorn keeps placing copies on a disk that just failed with ENOSPC, EIO or a permission error.
+    disk.healthy !== false
   );
 }
 

@@ -35,6 +35,7 @@ function updateWithFileInfo(
   state: BackingImageState,
   progress: number,
   nowIso: string,
+  retry: { retryCount?: number; nextRetryAt?: string } = {},
 ): void {
   const e = (map[disk] ??= { dataEngine: 'v1', progress: 0, message: '', lastStateTransitionTime: '' });
   const prev = e.state ?? '';
@@ -43,6 +44,11 @@ function updateWithFileInfo(
   if (e.state !== prev) e.lastStateTransitionTime = nowIso;
   e.progress = progress;
   e.message = message;
+  // The retry of a failed copy (additions to Longhorn's fields): set while it waits for its next attempt.
+  if (retry.retryCount) e.retryCount = retry.retryCount;
+  else delete e.retryCount;
+  if (retry.nextRetryAt && isFailed(e.state)) e.nextRetryAt = retry.nextRetryAt;
+  else delete e.nextRetryAt;
   if (checksum) {
     if (!status.checksum) status.checksum = checksum;
     else if (status.checksum !== checksum && !isFailed(e.state)) {
@@ -67,7 +73,10 @@ export function aggregateFileStatus(input: AggregationInput): AggregationEvent[]
     current.add(bidsDisk);
     const size = bids.status?.size ?? 0;
     if (size !== 0 && size !== status.size) status.size = size;
-    updateWithFileInfo(status, map, bidsDisk, bids.status?.message ?? '', bids.status?.checksum ?? '', bids.status?.currentState ?? '', bids.status?.progress ?? 0, nowIso);
+    updateWithFileInfo(status, map, bidsDisk, bids.status?.message ?? '', bids.status?.checksum ?? '', bids.status?.currentState ?? '', bids.status?.progress ?? 0, nowIso, {
+      retryCount: bids.status?.retryCount,
+      nextRetryAt: bids.status?.nextRetryAt,
+    });
   }
   for (const bim of managers) {
     const disk = bim.spec?.diskUUID ?? '';
@@ -75,7 +84,7 @@ export function aggregateFileStatus(input: AggregationInput): AggregationEvent[]
     if (!file || !disk || file.uuid !== status.uuid) continue;
     if (bidsActive && disk === bidsDisk) continue;
     current.add(disk);
-    updateWithFileInfo(status, map, disk, file.message ?? '', file.currentChecksum ?? '', file.state ?? '', file.progress ?? 0, nowIso);
+    updateWithFileInfo(status, map, disk, file.message ?? '', file.currentChecksum ?? '', file.state ?? '', file.progress ?? 0, nowIso, { retryCount: file.retryCount, nextRetryAt: file.nextRetryAt });
     const e = map[disk]!;
     const size = file.size ?? 0;
     if (size > 0) {

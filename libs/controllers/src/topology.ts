@@ -1,4 +1,5 @@
 import type { Condition } from '@bis/crd-types';
+import { diskHasError } from './disk-errors.js';
 import type { Node } from './kinds.js';
 
 /** One disk of a node as the controllers see it. */
@@ -15,6 +16,8 @@ export interface DiskInfo {
   storageReserved: number;
   ready: boolean;
   schedulable: boolean;
+  /** False while the disk shows a disk error (ENOSPC, EIO, permissions): no new copy goes there until it recovers. */
+  healthy: boolean;
 }
 
 export interface NodeInfo {
@@ -59,6 +62,7 @@ export function nodeInfo(node: Node): NodeInfo {
       storageReserved: spec.storageReserved ?? 0,
       ready: condTrue(st.conditions, 'Ready'),
       schedulable: condTrue(st.conditions, 'Schedulable'),
+      healthy: !diskHasError(st.conditions),
     });
   }
   return {

@@ -7,6 +7,11 @@ export interface ProgressSink {
   setSize(size: number): void;
   /** Absolute number of bytes processed so far. */
   updateProgress(processed: number): void;
+  /**
+   * Says why the source waits while it is still working, e.g. `origin answered HTTP 500; attempt 3 of 6 failed, next
+   * attempt at <RFC 3339>`: the file's status message until the next progress or the end.
+   */
+  note?(message: string): void;
 }
 
 export type ImageFormat = 'raw' | 'qcow2';

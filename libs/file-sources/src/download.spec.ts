@@ -108,6 +108,19 @@ describe('download source', () => {
     expect(srv.requests.map((r) => r.range)).toEqual([undefined, undefined]);
   });
 
+  it('says why it waits while an origin answers HTTP 500: the status, the attempt and when the next one starts', async () => {
+    const img = sparseImage();
+    const srv = await serve({ body: img, failFirst: { status: 500, times: 2 } });
+    const before = Date.now();
+    const { bytes, sink } = await download(`${srv.url}/img`);
+    expect(bytes.equals(padTo512(img))).toBe(true);
+    expect(sink.notes).toHaveLength(2);
+    expect(sink.notes[0]).toMatch(new RegExp(`^origin answered HTTP 500; attempt 1 of 4 failed, next attempt at (\\S+): expected status code 200 from ${srv.url}/img, got 500$`));
+    expect(sink.notes[1]).toMatch(/^origin answered HTTP 500; attempt 2 of 4 failed, next attempt at /);
+    const at = Date.parse(/next attempt at (\S+):/.exec(sink.notes[0]!)![1]!);
+    expect(at).toBeGreaterThanOrEqual(before);
+  });
+
   it('fails after the retry limit with a message naming the attempts', async () => {
     const srv = await serve({ body: sparseImage(), dropAfterBytes: 1000, drops: 100, noRanges: true });
     const dest = join(dir, 'img.tmp');

@@ -41,6 +41,19 @@ export const DEFAULT_PARALLEL: ParallelPolicy = { connections: 1, segmentBytes: 
 /** An attempt failed in a way another attempt may fix (dropped connection, 5xx, stall). */
 class TransientError extends Error {
   override readonly name = 'TransientError';
+  constructor(
+    message: string,
+    /** The HTTP status the origin answered, when that was the failure. */
+    readonly httpStatus?: number,
+  ) {
+    super(message);
+  }
+}
+
+/** What a failed download attempt tells an operator while the next one waits. */
+export function retryNote(err: Error, attempt: number, attempts: number, nextAt: Date): string {
+  const what = err instanceof TransientError && err.httpStatus ? `origin answered HTTP ${err.httpStatus}` : err.message;
+  return `${what}; attempt ${attempt} of ${attempts} failed, next attempt at ${nextAt.toISOString()}${err instanceof TransientError && err.httpStatus ? `: ${err.message}` : ''}`;
 }
 
 const NETWORK_CODES = new Set([
@@ -123,7 +136,7 @@ async function openGet(client: Got, url: string, headers: Record<string, string>
 
 function statusError(url: string, status: number, expected = 200): Error {
   const msg = `expected status code ${expected} from ${url}, got ${status}`;
-  return status >= 500 || status === 408 || status === 429 ? new TransientError(msg) : new SourceError(msg);
+  return status >= 500 || status === 408 || status === 429 ? new TransientError(msg, status) : new SourceError(msg);
 }
 
 function contentLength(h: IncomingHttpHeaders): number {
@@ -335,7 +348,9 @@ async function singleStream(
           `download from ${req.url} failed after ${attempts} attempts: ${(err as Error).message}`,
         );
       }
-      await sleep(Math.min(s.retry.maxDelayMs, s.retry.baseDelayMs * 2 ** (failures - 1)), req.signal);
+      const delay = Math.min(s.retry.maxDelayMs, s.retry.baseDelayMs * 2 ** (failures - 1));
+      req.sink.note?.(retryNote(err as Error, attempts, attempts - failures + s.retry.limit + 1, new Date(Date.now() + delay)));
+      await sleep(delay, req.signal);
     } finally {
       unlink();
     }

@@ -45,6 +45,9 @@ export const API_RESOURCE_USES: readonly ApiResourceUse[] = [
   // Each data source's credential Secret (backing-image-ds-<name>-credential): written before its pod, deleted with it.
   { group: '', version: 'v1', resource: 'secrets', verbs: ['create', 'update', 'delete'], usedBy: 'KubePodRuntime' },
   { group: '', version: 'v1', resource: 'pods', verbs: ['list', 'watch'], usedBy: 'NodeHealthMonitor' },
+  // What the controllers record (Longhorn's recorder writes core/v1 Events on the involved object); the REST API's
+  // `/v1/events` lists them. A repeat patches the count and lastTimestamp of the last event.
+  { group: '', version: 'v1', resource: 'events', verbs: ['create', 'patch', 'list'], usedBy: 'KubeEventRecorder' },
   { group: '', version: 'v1', resource: 'nodes', verbs: ['get', 'list', 'watch'], usedBy: 'NodeHealthMonitor', scope: 'cluster' },
   // Longhorn's manager DaemonSet anywhere in the cluster: the daemon refuses to start beside Longhorn (one list at start).
   { group: 'apps', version: 'v1', resource: 'daemonsets', verbs: ['list'], usedBy: 'assertNoLonghorn', scope: 'cluster' },

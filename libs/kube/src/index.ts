@@ -12,3 +12,4 @@ export * from './node-health.js';
 export { KubeSecretStore, type KubeSecretStoreOptions } from './kube-secret-store.js';
 export { INTERNAL_TOKEN_KEY, INTERNAL_TOKEN_SECRET, ensureInternalTokenSecret, type InternalTokenSecret, type InternalTokenSecretOptions } from './internal-token-secret.js';
 export { LONGHORN_MANAGER_SELECTOR, LonghornDetectedError, assertNoLonghorn, findLonghornManagers, type LonghornInstallation } from './longhorn-detect.js';
+export { KubeEventRecorder, type KubeEventRecorderOptions } from './kube-events.js';

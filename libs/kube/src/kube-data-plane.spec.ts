@@ -140,6 +140,13 @@ describe('KubeDataPlane with the controllers against the API double', () => {
     expect(ds.conditions?.map((c) => `${c.type}=${c.status}`)).toEqual(['Ready=True', 'Schedulable=True']);
     expect(ds.storageMaximum).toBeGreaterThan(0);
     expect(node.status?.conditions?.find((c) => c.type === 'Ready')?.status).toBe('True');
+    // A disk error's condition (set by the controllers) survives the reporter's next pass.
+    const diskName = Object.keys(node.status!.diskStatus!)[0]!;
+    const full = { type: 'Healthy', status: 'False', reason: 'DiskFull', message: `${diskName}: ENOSPC`, lastProbeTime: '', lastTransitionTime: new Date().toISOString() };
+    await a.store.updateStatus(NodeKind, { ...node, status: { ...node.status, diskStatus: { ...node.status!.diskStatus, [diskName]: { ...ds, conditions: [...ds.conditions!, full] } } } });
+    await a.disks.sync();
+    const kept = (await a.store.get(NodeKind, 'node-1', NS)).status!.diskStatus![diskName]!.conditions!;
+    expect(kept.map((c) => `${c.type}=${c.status}`).sort()).toEqual(['Healthy=False', 'Ready=True', 'Schedulable=True']);
 
     const bim = await createBim(a.store, 'node-1');
     const podName = bim.metadata.name;

@@ -190,6 +190,8 @@ export class NodeDiskReporter {
           storageMaximum: c.storageMaximum,
           storageAvailable: c.storageAvailable,
           conditions: [
+            // conditions other controllers own (a disk error's `Healthy`) are kept as they are
+            ...(old?.conditions ?? []).filter((x) => x.type !== 'Ready' && x.type !== 'Schedulable'),
             condition('Ready', c.ready, c.reason, c.message, old?.conditions, now),
             condition('Schedulable', schedulable, schedulable ? '' : 'DiskNotSchedulable', schedulable ? '' : c.ready ? 'Disk does not allow scheduling or has eviction requested' : 'Disk is not ready', old?.conditions, now),
           ],

@@ -1,12 +1,13 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { parseAllDocuments } from 'yaml';
-import { BackingImageManagerKind, SettingKind, SettingName, backingImageManagerName } from '@bis/controllers';
+import { parse, parseAllDocuments } from 'yaml';
+import { BackingImageKind, BackingImageManagerKind, SettingKind, SettingName, backingImageManagerName } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { eventually } from '@bis/datastore/testing';
 import { KubeDataPlane, podSettingsFromStore } from './kube-data-plane.js';
 import { KubeDatastore } from './kube-datastore.js';
+import { KubeEventRecorder } from './kube-events.js';
 import { chartCrds, renderChart } from './chart/render-chart.js';
 import { ControlPlane, envtestAssets, installCrds } from './testing/envtest.js';
 
@@ -151,5 +152,38 @@ describeEnv('controllers with the chart RBAC against a real API server (envtest)
     } finally {
       await apply(role, rbacPath(role));
     }
+  }, 60_000);
+
+  it('records events as core/v1 Events on the involved object with the chart RBAC: created, repeats patched, listed', async () => {
+    const bi = await admin.create(BackingImageKind, {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'BackingImage',
+      metadata: { name: 'evimg', namespace: NS },
+      spec: { sourceType: 'download', sourceParameters: { url: 'https://example.com/evimg.raw' }, minNumberOfCopies: 1 },
+    });
+    const warnings: string[] = [];
+    const rec = new KubeEventRecorder({ kubeConfig: cp.kubeConfig(saToken), namespace: NS, host: NODE, log: (l, type) => type === 'Warning' && warnings.push(l) });
+    const failed = 'Copy of backing image evimg on disk disk-1 on node node-1 failed: disk-1: no space left on device (ENOSPC)';
+    rec.record('longhorn-backing-image-manager-controller', bi, 'Warning', 'Failed', failed);
+    rec.record('longhorn-backing-image-manager-controller', bi, 'Warning', 'Failed', failed);
+    rec.record('longhorn-backing-image-controller', bi, 'Normal', 'Ready', 'Copy of backing image evimg on disk disk-2 on node node-1 is ready');
+    await rec.flush();
+    expect(warnings.filter((w) => w.includes('not written'))).toEqual([]);
+    // What `kubectl describe lhbi evimg` asks the API server for: the events of that object (by kind, name and uid).
+    const res = await cp.request('GET', `/api/v1/namespaces/${NS}/events`, {
+      query: { fieldSelector: `involvedObject.kind=BackingImage,involvedObject.name=evimg,involvedObject.uid=${bi.metadata.uid}` },
+    });
+    expect(res.status).toBe(200);
+    type CoreEvent = { type: string; reason: string; message: string; count: number; source: { component: string; host?: string }; involvedObject: { kind: string; name: string; namespace: string; uid: string; apiVersion: string } };
+    const items = (res.body as { items: CoreEvent[] }).items;
+    expect(items).toHaveLength(2);
+    const f = items.find((e) => e.reason === 'Failed')!;
+    expect(f).toMatchObject({ type: 'Warning', message: failed, count: 2, source: { component: 'longhorn-backing-image-manager-controller', host: NODE } });
+    expect(f.involvedObject).toMatchObject({ kind: 'BackingImage', name: 'evimg', namespace: NS, uid: bi.metadata.uid, apiVersion: LONGHORN_API_VERSION });
+    expect(items.find((e) => e.reason === 'Ready')).toMatchObject({ type: 'Normal', count: 1 });
+    // The REST API's /v1/events reads them back through the same identity (list is granted).
+    const listed = await rec.list({ kind: 'BackingImage', name: 'evimg' });
+    expect(listed.map((e) => [e.type, e.reason, e.count])).toEqual(expect.arrayContaining([['Warning', 'Failed', 2], ['Normal', 'Ready', 1]]));
+    expect(await rec.list({ kind: 'BackingImage', name: 'other' })).toEqual([]);
   }, 60_000);
 });

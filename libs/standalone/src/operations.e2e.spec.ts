@@ -160,6 +160,6 @@ describe('standalone operations with real processes', () => {
     }, 90_000));
     expect(b.status?.checksum).toBe(bigSum);
     expect(sys.dataPlane.pidOf(victim.metadata.name)).not.toBe(pid);
-    expect(sys.events.list({ kind: 'BackingImageManager', name: victim.metadata.name, reason: 'Create' }).length).toBeGreaterThanOrEqual(1);
+    expect((await sys.events.list({ kind: 'BackingImageManager', name: victim.metadata.name, reason: 'Create' })).length).toBeGreaterThanOrEqual(1);
   }, 180_000);
 });

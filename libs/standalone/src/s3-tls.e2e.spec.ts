@@ -125,6 +125,6 @@ describe('S3 over TLS with AWS_CERT (standalone, s3rver with a certificate from 
     // The PEM is a secret value like any other: it never reaches a log line or an event.
     const pemBody = caPem.split('\n')[1]!;
     expect(logs.join('\n')).not.toContain(pemBody);
-    expect(JSON.stringify(sys.events)).not.toContain(pemBody);
+    expect(JSON.stringify(await sys.events.list())).not.toContain(pemBody);
   }, 300_000);
 });

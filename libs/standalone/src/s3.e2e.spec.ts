@@ -100,7 +100,7 @@ describe('S3 backup target with a credential secret (standalone, s3rver on loopb
       return /403/.test(m) ? m : undefined;
     }, 30_000);
     expect((await target()).status?.available).toBe(false);
-    for (const text of [msg, (await call('GET', '/v1/backuptargets/default')).text, logs.join('\n'), JSON.stringify(sys.events)]) {
+    for (const text of [msg, (await call('GET', '/v1/backuptargets/default')).text, logs.join('\n'), JSON.stringify(await sys.events.list())]) {
       expect(text).not.toContain('very-secret-value-1');
       expect(text).not.toContain('WRONGKEYID');
     }

@@ -5,8 +5,10 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import {
   BackupTargetKind,
   ControllerManager,
-  EventRecorder,
+  DISK_HEALTHY_CONDITION,
   NodeKind,
+  StoreEventRecorder,
+  type EventSink,
   SettingName,
   SettingsReader,
   type ControllerManagerOptions,
@@ -14,11 +16,12 @@ import {
   type Node,
 } from '@bis/controllers';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
-import { EmbeddedDatastore, isConflict, isNotFound } from '@bis/datastore';
+import { EmbeddedDatastore, isConflict, isNotFound, type Stored } from '@bis/datastore';
 import {
   annotationEndpoints,
   backingImageHttpPlugin,
   downloadUrlPolicyFor,
+  eventResource,
   registerBackingImageResources,
   SecretService,
   secretResource,
@@ -47,7 +50,8 @@ export interface StandaloneSystem {
   controllers: ControllerManager;
   dataPlane: ProcessDataPlane;
   settings: SettingsService;
-  events: EventRecorder;
+  /** Events kept in the store (bounded), served at `/v1/events`. */
+  events: EventSink;
   namespace: string;
   disks: StandaloneDisk[];
 }
@@ -83,6 +87,9 @@ export interface StandaloneOptions {
   internalTokenFile?: string;
   /** Managers and data sources also admit calls without a token (for Longhorn components); off by default. */
   allowUnauthenticatedInternalCalls?: boolean;
+  /** Events kept per object (default 50) and in all (default 5000). */
+  eventsPerObject?: number;
+  eventsTotal?: number;
   /** How often each disk's filesystem is measured into the node's disk status (default 30 s, Longhorn's). */
   diskCheckIntervalMs?: number;
 }
@@ -152,7 +159,7 @@ const cond = (type: string, now: string) => ({ type, status: 'True', reason: '',
 /** Writes the Node record of this machine: its disks, all schedulable and ready. Keeps user changes (tags, eviction). */
 async function ensureNode(store: EmbeddedDatastore, disks: StandaloneDisk[]): Promise<void> {
   const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
-  let node;
+  let node: Stored<Node> | undefined;
   try {
     node = await store.get(NodeKind, STANDALONE_NODE, STANDALONE_NAMESPACE);
   } catch (err) {
@@ -164,9 +171,13 @@ async function ensureNode(store: EmbeddedDatastore, disks: StandaloneDisk[]): Pr
   }
   for (const name of Object.keys(specDisks)) if (!disks.some((d) => d.name === name)) delete specDisks[name];
   const spec: Node['spec'] = { name: STANDALONE_NODE, allowScheduling: true, evictionRequested: false, tags: [], ...(node?.spec ?? {}), disks: specDisks };
+  // A disk error's `Healthy` condition stays across restarts: it clears when a write on the disk succeeds.
+  const kept = (name: string) => (node?.status?.diskStatus?.[name]?.conditions ?? []).filter((c) => c.type === DISK_HEALTHY_CONDITION);
   const status: Node['status'] = {
     conditions: [cond('Ready', now), cond('Schedulable', now)],
-    diskStatus: Object.fromEntries(disks.map((d) => [d.name, { diskUUID: d.uuid, diskName: d.name, diskPath: d.path, diskType: 'filesystem', conditions: [cond('Ready', now), cond('Schedulable', now)] }])),
+    diskStatus: Object.fromEntries(
+      disks.map((d) => [d.name, { diskUUID: d.uuid, diskName: d.name, diskPath: d.path, diskType: 'filesystem', conditions: [cond('Ready', now), cond('Schedulable', now), ...kept(d.name)] }]),
+    ),
   };
   const saved = node
     ? await store.update(NodeKind, { ...node, spec })
@@ -282,6 +293,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     clearInterval(diskTimer);
     await app?.close().catch(() => {});
     await controllers?.stop().catch(() => {});
+    await controllers?.events.flush().catch(() => {});
     dataPlane.close();
     await runtime.stopAll().catch(() => {});
     await store.close();
@@ -296,7 +308,15 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     await ensureBackupTarget(store, backupTargetURL);
 
     const log = opts.log;
-    const events = new EventRecorder(5000, (l) => log?.info(l));
+    // Kept in the store: they survive restarts; the newest 50 per object and 5000 in all are kept.
+    const events = new StoreEventRecorder({
+      store,
+      namespace: STANDALONE_NAMESPACE,
+      perObject: opts.eventsPerObject ?? 50,
+      total: opts.eventsTotal ?? 5000,
+      component: 'controller-manager',
+      log: (l, type) => (type === 'Warning' ? log?.warn(l) : log?.info(l)),
+    });
     const makeControllers = () =>
       new ControllerManager({
         store,
@@ -327,6 +347,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     });
     // Standalone keeps credential secrets (backup targets' `credentialSecret`) in its store: `/v1/secrets`.
     registry.addResource(secretResource(new SecretService(store, STANDALONE_NAMESPACE), store, STANDALONE_NAMESPACE));
+    registry.addResource(eventResource(events));
     opts.registerResources?.(registry, system);
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
     app.addHook('onRequest', restAuthHook(opts.authToken));

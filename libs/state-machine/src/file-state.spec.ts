@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { FILE_MACHINE, FILE_STATES, FileLifecycle, IllegalTransitionError, transition, type FileState } from './index.js';
+import { FILE_MACHINE, FILE_STATES, FileEvent, FileLifecycle, IllegalTransitionError, transition, type FileState } from './index.js';
 import { computeProgress } from './progress.js';
 
 // The expected outcome of every (state, event) pair, written out independently of the implementation's table.
@@ -126,5 +126,21 @@ describe('progress rules', () => {
     f.updateProgress(1);
     f.updateProgress(2);
     expect(seen).toEqual(['pending>prepared>starting', 'starting>progress>in-progress']);
+  });
+});
+
+describe('FileLifecycle notes', () => {
+  it('a note is the message of a file still being processed until its next progress; ignored once it failed', () => {
+    const l = new FileLifecycle({ size: 1000 });
+    l.fire(FileEvent.Prepared);
+    expect(l.note('origin answered HTTP 500; attempt 1 of 6 failed, next attempt at 2026-01-01T00:00:01.000Z')).toBe(true);
+    expect(l.snapshot()).toMatchObject({ state: 'starting', message: 'origin answered HTTP 500; attempt 1 of 6 failed, next attempt at 2026-01-01T00:00:01.000Z' });
+    l.updateProgress(100);
+    expect(l.snapshot()).toMatchObject({ state: 'in-progress', message: '', progress: 10 });
+    l.note('connection reset; attempt 2 of 6 failed');
+    l.fire(FileEvent.Fail, 'download failed after 6 attempts');
+    expect(l.message).toBe('download failed after 6 attempts');
+    expect(l.note('late')).toBe(false);
+    expect(l.message).toBe('download failed after 6 attempts');
   });
 });

@@ -32,6 +32,8 @@ export class FileLifecycle {
   #processed = 0;
   #progress = 0;
   #message = '';
+  /** The message is a note of {@link note} (cleared by the next progress). */
+  #noted = false;
 
   constructor(opts: { size?: number; initial?: FileState } = {}) {
     this.#machine = new StateMachine<FileState, FileEvent>(FILE_MACHINE, opts.initial ?? FileState.Pending);
@@ -86,8 +88,24 @@ export class FileLifecycle {
     } else if (s !== FileState.InProgress) {
       return false;
     }
+    if (this.#noted && processed > this.#processed) {
+      this.#message = '';
+      this.#noted = false;
+    }
     this.#processed = processed;
     this.#recompute();
+    return true;
+  }
+
+  /**
+   * Says why a file still being processed waits (e.g. a retry of its source): its message until the next progress.
+   * Ignored once the file is finished or failed. Returns whether it was taken.
+   */
+  note(message: string): boolean {
+    const s = this.state;
+    if (s !== FileState.Pending && s !== FileState.Starting && s !== FileState.InProgress) return false;
+    this.#message = message;
+    this.#noted = true;
     return true;
   }
 
@@ -99,6 +117,7 @@ export class FileLifecycle {
   /** Applies an event. `message` is stored for `fail`; cleared on transitions to a healthy state. */
   fire(event: FileEvent, message?: string): FileState {
     const wasFailed = this.state === FileState.Failed;
+    this.#noted = false;
     const to = this.#machine.fire(event);
     if (to === FileState.Ready || to === FileState.ReadyForTransfer) {
       if (!(this.#size > 0)) this.#size = this.#processed;

@@ -698,6 +698,9 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         updateProgress: (n) => {
           if (f.lifecycle.updateProgress(n)) this.#changed(f);
         },
+        note: (m) => {
+          if (f.lifecycle.note(m)) this.#changed(f);
+        },
       };
       const result = await work(f, sink);
       clearTimeout(watchdog);

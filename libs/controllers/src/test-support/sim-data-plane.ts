@@ -56,6 +56,8 @@ const grpcError = (code: number, details: string) => Object.assign(new Error(det
 export class SimDataPlane implements DataPlane {
   readonly managers = new Map<string, SimManager>();
   readonly dataSources = new Map<string, SimDataSource>();
+  /** A sync to a disk fails with this message when it returns one (e.g. a full disk's ENOSPC). */
+  syncFailure: (diskUUID: string) => string | undefined = () => undefined;
   /** Files that survive a manager restart: diskUUID → `<name>-<uuid>` → file. */
   readonly disks = new Map<string, Map<string, SimFile>>();
   readonly urls = new Map<string, SimContent>();
@@ -172,9 +174,13 @@ export class SimDataPlane implements DataPlane {
         setTimeout(() => {
           src.sendingReference = Math.max(0, src.sendingReference - 1);
           if (this.managers.get(m.name) !== m || m.files.get(name) !== file) return;
+          const failure = this.syncFailure(m.diskUUID);
           if (this.managers.get(sender.name) !== sender) {
             file.state = 'failed';
             file.message = 'sender went away';
+          } else if (failure) {
+            file.state = 'failed';
+            file.message = failure;
           } else {
             Object.assign(file, { state: 'ready', progress: 100, checksum: src.checksum });
             const disk = this.disks.get(m.diskUUID) ?? new Map<string, SimFile>();

@@ -28,6 +28,8 @@ export const backingImageDataSourceStatusSchema = s.object(
     progress: s.int(),
     checksum: s.string(),
     message: s.string(),
+    retryCount: s.int({ description: 'Attempts of the data source that failed since the last success (an addition to Longhorn\'s fields).' }),
+    nextRetryAt: s.string({ description: 'RFC 3339 time the failed data source is started again; empty when none is planned (an addition to Longhorn\'s fields).' }),
   },
   { description: 'BackingImageDataSourceStatus is the observed state of a backing image data source.' },
 );

@@ -27,6 +27,8 @@ export const backingImageFileInfoSchema = s.object({
   sendingReference: s.int(),
   senderManagerAddress: s.string(),
   progress: s.int(),
+  retryCount: s.int({ description: 'Failed attempts counted since the last success (an addition to Longhorn\'s fields).' }),
+  nextRetryAt: s.string({ description: 'RFC 3339 time of the next attempt after a failure; empty when none is planned (an addition to Longhorn\'s fields).' }),
 });
 export type BackingImageFileInfo = Infer<typeof backingImageFileInfoSchema>;
 

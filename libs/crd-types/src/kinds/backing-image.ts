@@ -20,6 +20,8 @@ export const backingImageDiskFileStatusSchema = s.object({
   progress: s.int(),
   message: s.string(),
   lastStateTransitionTime: s.string({ description: 'RFC 3339 time of the last state change.' }),
+  retryCount: s.int({ description: 'Failed attempts counted since the last success (an addition to Longhorn\'s fields).' }),
+  nextRetryAt: s.string({ description: 'RFC 3339 time of the next attempt after a failure; empty when none is planned (an addition to Longhorn\'s fields).' }),
 });
 export type BackingImageDiskFileStatus = Infer<typeof backingImageDiskFileStatusSchema>;
 

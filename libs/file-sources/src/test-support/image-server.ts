@@ -19,6 +19,8 @@ export interface ImageServerOptions {
   bytesPerTick?: number;
   /** Paths that answer 302 to a location (relative or absolute). */
   redirects?: Record<string, string>;
+  /** The first `times` GETs of /img answer this HTTP status (e.g. 500). */
+  failFirst?: { status: number; times: number };
 }
 
 export interface RecordedRequest {
@@ -57,6 +59,11 @@ export async function startImageServer(o: ImageServerOptions): Promise<ImageServ
     }
     if (path !== '/img') {
       res.writeHead(404).end('not found');
+      return;
+    }
+    if (req.method === 'GET' && o.failFirst && o.failFirst.times > 0) {
+      o.failFirst.times--;
+      res.writeHead(o.failFirst.status, { 'content-type': 'text/plain' }).end('failing on purpose');
       return;
     }
     if (req.method === 'HEAD' && o.refuseHead) {

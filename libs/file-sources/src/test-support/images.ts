@@ -53,6 +53,11 @@ export class RecordingProgress implements ProgressSink {
   updateProgress(processed: number): void {
     this.updates.push(processed);
   }
+  /** Notes the source gave while it waited (retries). */
+  notes: string[] = [];
+  note(message: string): void {
+    this.notes.push(message);
+  }
   get last(): number | undefined {
     return this.updates.at(-1);
   }

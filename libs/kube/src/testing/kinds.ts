@@ -5,6 +5,7 @@ import {
   BackingImageManagerKind,
   BackupBackingImageKind,
   BackupTargetKind,
+  EventKind,
   NodeKind,
   ReplicaKind,
   SecretKind,
@@ -49,4 +50,5 @@ export const CONTROLLER_KINDS: readonly ResourceKind[] = [
   TestPodKind,
   TestKubeNodeKind,
   TestDaemonSetKind,
+  EventKind,
 ] as ResourceKind[];
