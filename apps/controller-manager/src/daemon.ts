@@ -3,7 +3,9 @@ import { parseArgs } from 'node:util';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { parse as parseYaml } from 'yaml';
 import { KubeConfig } from '@kubernetes/client-node';
-import { ControllerManager, EventRecorder, SettingName, SettingsReader, type Logger } from '@bis/controllers';
+import { ControllerManager, EventRecorder, SettingName, SettingsReader } from '@bis/controllers';
+import { createLogger, lineStream, type RootLogger } from '@bis/logging';
+import { ActivityObserver, BackingImageMetrics, metricsPlugin } from '@bis/metrics';
 import { readTokenFile } from '@bis/internal-auth';
 import {
   DEFAULT_MANAGER_POD_SELECTOR,
@@ -22,7 +24,7 @@ import type { CliIo } from './cli.js';
 
 export const DAEMON_USAGE = `usage: controller-manager daemon --datastore kubernetes --namespace <ns> --node-id <node>
        --backing-image-manager-image <image> [--listen 0.0.0.0:9500] [--service-account <sa>]
-       [--default-settings <file>] [--default-data-path <dir>] [--log-format plain|json] [--kubeconfig <file>] [--disk-check-interval <seconds>]
+       [--default-settings <file>] [--default-data-path <dir>] [--log-format plain|json] [--log-level debug|info|warn|error] [--kubeconfig <file>] [--disk-check-interval <seconds>]
        [--manager-pod-selector <label selector>] [--internal-token-secret <name>] [--internal-token-file <file>]
        [--allow-unauthenticated-internal-calls]
 
@@ -45,6 +47,8 @@ export interface DaemonHandle {
   dataPlane: KubeDataPlane;
   disks: NodeDiskReporter;
   health: NodeHealthMonitor;
+  /** What `GET /metrics` serves. */
+  metrics: BackingImageMetrics;
   stop(): Promise<void>;
 }
 
@@ -76,10 +80,14 @@ function parseListen(listen: string): { host: string; port: number } {
   return { host: listen.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port };
 }
 
-function makeLogger(format: 'plain' | 'json', io: CliIo): Logger {
-  const line = (level: string, msg: string) =>
-    io.err(format === 'json' ? JSON.stringify({ time: new Date().toISOString(), level, msg }) : `${new Date().toISOString()} ${level.toUpperCase()} ${msg}`);
-  return { info: (m) => line('info', m), warn: (m) => line('warn', m), error: (m) => line('error', m), debug: () => undefined };
+/** The daemon's log on stderr (`io.err`): pino JSON lines (`json`) or pino-pretty's readable lines (`plain`). */
+function makeLogger(format: 'plain' | 'json', level: 'debug' | 'info' | 'warn' | 'error', nodeID: string, io: CliIo): RootLogger {
+  return createLogger({
+    component: 'controller-manager',
+    level,
+    bindings: { node: nodeID },
+    outputs: [{ destination: { stream: lineStream((l) => io.err(l)) }, format: format === 'json' ? 'json' : 'pretty', colorize: false }],
+  });
 }
 
 /** Parses the `daemon` command line and starts the node's controllers; returns an exit code on usage errors. */
@@ -102,6 +110,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         'default-settings': { type: 'string', default: '/etc/backing-image-system/default-setting.yaml' },
         'default-data-path': { type: 'string' },
         'log-format': { type: 'string', default: 'plain' },
+        'log-level': { type: 'string', default: 'info' },
         kubeconfig: { type: 'string' },
         'disk-check-interval': { type: 'string', default: '30' },
         'manager-pod-selector': { type: 'string', default: DEFAULT_MANAGER_POD_SELECTOR },
@@ -126,13 +135,15 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   if (!image) return usage('--backing-image-manager-image is required');
   const format = values['log-format'];
   if (format !== 'plain' && format !== 'json') return usage(`invalid --log-format "${format}": plain or json`);
+  const level = values['log-level'];
+  if (level !== 'debug' && level !== 'info' && level !== 'warn' && level !== 'error') return usage(`invalid --log-level "${level}": debug, info, warn or error`);
   const interval = Number(values['disk-check-interval']);
   if (!Number.isFinite(interval) || interval <= 0) return usage(`invalid --disk-check-interval "${values['disk-check-interval']}": seconds > 0`);
   const tokenSecret = values['internal-token-secret']!;
   if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(tokenSecret) || tokenSecret.length > 253) return usage(`invalid --internal-token-secret "${tokenSecret}": a Kubernetes object name`);
   const listen = parseListen(values.listen!);
   const namespace = values.namespace!;
-  const log = makeLogger(format, io);
+  const log = makeLogger(format, level, nodeID, io);
 
   const kubeConfig = new KubeConfig();
   if (values.kubeconfig) kubeConfig.loadFromFile(values.kubeconfig);
@@ -163,15 +174,19 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const health = new NodeHealthMonitor({ kubeConfig, store, namespace, managerPodSelector: values['manager-pod-selector'], log });
   const events = new EventRecorder(5000, (l) => log.info(l));
   const secrets = new KubeSecretStore({ kubeConfig, namespace });
-  const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events, secrets });
+  const metrics = new BackingImageMetrics({ store, namespace, ownerID: nodeID });
+  const observer = new ActivityObserver({ store, namespace, log, metrics, ownerID: nodeID });
+  const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events, secrets, controllerMetrics: (name) => metrics.controllerMetrics(name) });
   let app: FastifyInstance | undefined;
   const cleanup = async () => {
     await app?.close().catch(() => undefined);
+    await observer.stop().catch(() => undefined);
     await health.stop().catch(() => undefined);
     await controllers.stop().catch(() => undefined);
     await disks.stop().catch(() => undefined);
     dataPlane.close();
     await store.close();
+    await log.close();
   };
   try {
     // Longhorn's manager applies default-setting.yaml to settings that do not exist yet; the image is its flag.
@@ -188,6 +203,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     await settings.set(SettingName.DefaultBackingImageManagerImage, image, { system: true });
     await disks.start();
     await health.start();
+    await observer.start();
     await controllers.start();
 
     const registry = new ApiRegistry().addResource(settingsResource(settings));
@@ -202,13 +218,14 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
     await app.register(backingImageHttpPlugin, { api });
     await app.register(restApiPlugin, { registry });
+    await app.register(metricsPlugin, { metrics });
     await app.listen({ host: listen.host, port: listen.port });
     const addr = app.server.address();
     const port = typeof addr === 'object' && addr ? addr.port : listen.port;
     const url = `http://${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${port}`;
     io.out(`backing-image system (kubernetes, node ${nodeID}, namespace ${namespace}) is running; REST API ${url}/v1`);
     let stopped: Promise<void> | undefined;
-    return { url, controllers, store, dataPlane, disks, health, stop: () => (stopped ??= cleanup()) };
+    return { url, controllers, store, dataPlane, disks, health, metrics, stop: () => (stopped ??= cleanup()) };
   } catch (err) {
     await cleanup();
     throw err;

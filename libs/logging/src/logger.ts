@@ -1,7 +1,7 @@
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import path from 'node:path';
-import type { Writable } from 'node:stream';
-import { pino, multistream, stdTimeFunctions, type Level, type Logger as PinoLogger, type StreamEntry } from 'pino';
+import { Writable } from 'node:stream';
+import { pino, destination as pinoDestination, multistream, stdTimeFunctions, type Level, type Logger as PinoLogger, type StreamEntry } from 'pino';
 import pinoPretty from 'pino-pretty';
 
 /** Structured fields of a log line (`image`, `disk`, `uuid`, `node`, `err`, ...). */
@@ -109,9 +109,10 @@ export function createLogger(opts: CreateLoggerOptions): RootLogger {
   const outputs = opts.outputs?.length ? opts.outputs : [{ destination: 'stderr' as const }];
   const files: WriteStream[] = [];
   const streams: StreamEntry[] = outputs.map((o) => {
-    let raw: Writable;
-    if (o.destination === 'stdout') raw = process.stdout;
-    else if (o.destination === 'stderr') raw = process.stderr;
+    let raw: Writable | number;
+    // stdout and stderr are written synchronously: lines logged right before an exit are not lost.
+    if (o.destination === 'stdout') raw = 1;
+    else if (o.destination === 'stderr') raw = 2;
     else if ('file' in o.destination) {
       mkdirSync(path.dirname(o.destination.file), { recursive: true });
       const f = createWriteStream(o.destination.file, { flags: 'a' });
@@ -121,7 +122,9 @@ export function createLogger(opts: CreateLoggerOptions): RootLogger {
     const stream =
       o.format === 'pretty'
         ? pinoPretty({ destination: raw, colorize: o.colorize ?? isTerminal(o.destination), sync: true, translateTime: 'SYS:yyyy-mm-dd HH:MM:ss.l', ignore: 'pid,hostname' })
-        : raw;
+        : typeof raw === 'number'
+          ? pinoDestination({ dest: raw, sync: true })
+          : raw;
     return { stream, level: o.level ?? level };
   });
   const minLevel = outputs.reduce<LogLevel>((min, o) => (LEVEL_RANK[o.level ?? level] < LEVEL_RANK[min] ? (o.level ?? level) : min), level);
@@ -155,3 +158,34 @@ export function isLogLevel(level: string): level is LogLevel {
 }
 
 export type { Level };
+
+/** A stream that hands each complete line written to it to `onLine` (without its newline): logs into a callback. */
+export function lineStream(onLine: (line: string) => void): Writable {
+  let rest = '';
+  return new Writable({
+    write(chunk: Buffer | string, _enc, cb) {
+      rest += chunk.toString();
+      let i: number;
+      while ((i = rest.indexOf('\n')) >= 0) {
+        onLine(rest.slice(0, i));
+        rest = rest.slice(i + 1);
+      }
+      cb();
+    },
+    final(cb) {
+      if (rest) onLine(rest);
+      rest = '';
+      cb();
+    },
+  });
+}
+
+const TROUBLE = /\b(fail(ed|s|ure)?|refused|errors?|cannot|corrupt(ed)?|stall(ed)?|timed out|retry(ing)?)\b/i;
+
+/**
+ * A `(message) => void` log function (what the data-plane libraries take) writing to `logger`: a message that reports
+ * trouble (failed, refused, error, cannot, corrupt, retrying, ...) at `warn`, any other at `info`.
+ */
+export function messageLog(logger: Logger): (message: string) => void {
+  return (message) => (TROUBLE.test(message) ? logger.warn(message) : logger.info(message));
+}

@@ -26,6 +26,7 @@ import {
 } from '@bis/api-resources';
 import { ensureTokenFile } from '@bis/internal-auth';
 import { ApiRegistry, isLoopbackHost, restApiPlugin, restAuthHook, settingsResource, SettingsService } from '@bis/rest-api';
+import { ActivityObserver, BackingImageMetrics, metricsPlugin } from '@bis/metrics';
 import { endRecordedProcesses, LocalProcessRuntime } from '@bis/runtime';
 import { uiServerPlugin } from '@bis/ui-server';
 import { ProcessDataPlane, type DataPlaneBinaries } from './process-data-plane.js';
@@ -50,6 +51,8 @@ export interface StandaloneSystem {
   events: EventRecorder;
   namespace: string;
   disks: StandaloneDisk[];
+  /** What `GET /metrics` serves. */
+  metrics: BackingImageMetrics;
 }
 
 export interface StandaloneOptions {
@@ -278,9 +281,11 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   let app: FastifyInstance | undefined;
   let controllers: ControllerManager | undefined;
   let diskTimer: NodeJS.Timeout | undefined;
+  let observer: ActivityObserver | undefined;
   const cleanup = async () => {
     clearInterval(diskTimer);
     await app?.close().catch(() => {});
+    await observer?.stop().catch(() => {});
     await controllers?.stop().catch(() => {});
     dataPlane.close();
     await runtime.stopAll().catch(() => {});
@@ -297,6 +302,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
 
     const log = opts.log;
     const events = new EventRecorder(5000, (l) => log?.info(l));
+    const metrics = new BackingImageMetrics({ store, namespace: STANDALONE_NAMESPACE });
     const makeControllers = () =>
       new ControllerManager({
         store,
@@ -306,8 +312,11 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
         allowSourceHosts: opts.allowSourceHosts,
         log,
         events,
+        controllerMetrics: (name) => metrics.controllerMetrics(name),
         ...opts.controllerOptions,
       });
+    observer = new ActivityObserver({ store, namespace: STANDALONE_NAMESPACE, log: log ?? { debug() {}, info() {}, warn() {}, error() {} }, metrics });
+    await observer.start();
     controllers = makeControllers();
     await controllers.start();
     diskTimer = setInterval(() => {
@@ -315,7 +324,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     }, opts.diskCheckIntervalMs ?? 30_000);
     diskTimer.unref();
 
-    const system: StandaloneSystem = { store, controllers, dataPlane, settings, events, namespace: STANDALONE_NAMESPACE, disks };
+    const system: StandaloneSystem = { store, controllers, dataPlane, settings, events, namespace: STANDALONE_NAMESPACE, disks, metrics };
     const registry = new ApiRegistry().addResource(settingsResource(settings));
     const api = registerBackingImageResources(registry, {
       store,
@@ -332,6 +341,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     app.addHook('onRequest', restAuthHook(opts.authToken));
     await app.register(backingImageHttpPlugin, { api });
     await app.register(restApiPlugin, { registry });
+    await app.register(metricsPlugin, { metrics });
     const uiDir = opts.uiDir === undefined ? undefined : path.resolve(opts.uiDir);
     const uiBuilt = uiDir !== undefined && (await stat(path.join(uiDir, 'index.html')).then((s) => s.isFile(), () => false));
     if (uiBuilt) await app.register(uiServerPlugin, { root: uiDir });
