@@ -38,6 +38,10 @@ export class ActivityObserver {
   private readonly copies = new Map<string, Seen>();
   private readonly backups = new Map<string, Seen & { startedAt?: number }>();
   private readonly scrubs = new Map<string, string>();
+  /** The disk each image's data source ran on, by image UUID: its first copy is moved there, not transferred. */
+  private readonly dataSourceDisk = new Map<string, string>();
+  /** False while the informers deliver what already existed at start: counted as a baseline, not as news. */
+  private synced = false;
 
   constructor(private readonly opts: ActivityObserverOptions) {
     this.informers = new SharedInformers({
@@ -56,6 +60,7 @@ export class ActivityObserver {
   async start(): Promise<void> {
     this.informers.start();
     await this.informers.waitForSync();
+    this.synced = true;
   }
 
   async stop(): Promise<void> {
@@ -85,12 +90,13 @@ export class ActivityObserver {
     const size = o.status?.size ?? 0;
     const progress = o.status?.progress ?? 0;
     const bytes = size > 0 ? Math.floor((size * Math.max(0, Math.min(100, progress))) / 100) : 0;
-    const before = fresh ? 0 : prev.bytes;
+    if (uuid && diskUUID) this.dataSourceDisk.set(uuid, diskUUID);
+    const before = !this.synced ? bytes : fresh ? 0 : prev.bytes;
     // A restart from 0 (a new attempt) counts again from its own start.
     if (bytes > before) this.opts.metrics?.transferred('in', sourceType || 'unknown', bytes - before);
     this.dataSources.set(image, { uuid, bytes: bytes < before ? bytes : Math.max(bytes, before), state, message });
-    // First sight of a failed one (e.g. after a restart of the controller-manager): logged by the run that saw it fail.
-    if (!prev && state === 'failed') return;
+    // What existed at start (e.g. after a restart of the controller-manager) was logged by the run that saw it happen.
+    if (!this.synced) return;
     const disk = this.diskName(diskUUID);
     const fields = { image, uuid, disk, diskUUID, sourceType };
     const where = `backing image ${image} (${uuid}) on disk ${disk}`;
@@ -127,12 +133,11 @@ export class ActivityObserver {
       const fresh = !prev || prev.uuid !== uuid;
       const size = f.size ?? 0;
       const bytes = state === 'ready' ? size : size > 0 ? Math.floor((size * Math.max(0, Math.min(100, f.progress ?? 0))) / 100) : 0;
-      // A copy first seen ready (listed at start-up) was transferred before: not counted.
-      const before = fresh ? (prev === undefined && state === 'ready' ? bytes : 0) : prev.bytes;
-      if (bytes > before) this.opts.metrics?.transferred('in', 'copy', bytes - before);
+      // What existed at start was transferred before; the copy on the data source's disk is moved there, not sent.
+      const before = !this.synced || this.dataSourceDisk.get(uuid) === diskUUID ? bytes : fresh ? 0 : prev.bytes;
+      if (bytes > before) this.opts.metrics?.transferred('in', 'sync', bytes - before);
       this.copies.set(key, { uuid, bytes: bytes < before ? bytes : Math.max(bytes, before), state, message });
-      if (state !== 'failed') continue;
-      if (prev === undefined) continue; // already failed at start-up: logged by the run that saw it fail
+      if (state !== 'failed' || !this.synced) continue;
       if (!fresh && prev.state === 'failed' && prev.message === message) continue;
       const disk = this.diskName(diskUUID);
       if (fresh || prev.state !== 'failed') this.opts.metrics?.failed('copy', failureReason(message));
@@ -140,12 +145,14 @@ export class ActivityObserver {
     }
     const prefix = `${o.metadata.name}\u0000`;
     for (const k of [...this.copies.keys()]) if (k.startsWith(prefix) && !live.has(k)) this.copies.delete(k);
+    const uuids = new Set([...this.copies.values()].map((c) => c.uuid));
+    for (const [u] of this.dataSourceDisk) if (!uuids.has(u) && ![...this.dataSources.values()].some((d) => d.uuid === u)) this.dataSourceDisk.delete(u);
 
     const scrub = o.status?.diskScrub;
     if (scrub?.lastScrubTime) {
       const last = this.scrubs.get(o.metadata.name);
       this.scrubs.set(o.metadata.name, scrub.lastScrubTime);
-      if (last !== undefined && last !== scrub.lastScrubTime) {
+      if (this.synced && last !== scrub.lastScrubTime) {
         this.opts.metrics?.scrubFinished(scrub.lastScrubResult ?? '');
         if (scrub.lastScrubResult && scrub.lastScrubResult !== 'ok') {
           const disk = this.diskName(diskUUID);
@@ -165,11 +172,11 @@ export class ActivityObserver {
     const prev = this.backups.get(name);
     const size = o.status?.size ?? 0;
     const bytes = state === 'Completed' ? size : size > 0 ? Math.floor((size * Math.max(0, Math.min(100, o.status?.progress ?? 0))) / 100) : 0;
-    const before = prev ? prev.bytes : state === 'Completed' || state === 'Error' ? bytes : 0;
+    const before = prev ? prev.bytes : !this.synced || state === 'Completed' || state === 'Error' ? bytes : 0;
     if (bytes > before) this.opts.metrics?.transferred('out', 'backup', bytes - before);
     const startedAt = prev?.startedAt ?? (state === 'InProgress' || state === 'Pending' || state === '' ? Date.now() : undefined);
     this.backups.set(name, { uuid: '', bytes: Math.max(bytes, before), state, message, startedAt });
-    if (!prev || prev.state === state) return;
+    if (!this.synced || !prev || prev.state === state) return;
     const seconds = startedAt !== undefined ? (Date.now() - startedAt) / 1000 : undefined;
     const fields = { image, backup: name };
     if (state === 'Completed') {

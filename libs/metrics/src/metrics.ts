@@ -102,7 +102,7 @@ export class BackingImageMetrics {
     });
     this.bytes = new Counter({
       name: 'bis_backing_image_transferred_bytes_total',
-      help: 'Bytes transferred: direction in (into a disk: kind download, upload, clone, restore, export-from-volume, copy between disks) or out (kind backup)',
+      help: 'Bytes transferred: direction in (into a disk: kind download, upload, clone, restore, export-from-volume by data sources, sync between disks) or out (kind backup)',
       labelNames: ['direction', 'kind'],
       registers: [r],
     });
