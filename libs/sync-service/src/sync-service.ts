@@ -367,6 +367,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
           signal: f.signal,
           sink,
           expectedChecksum: f.expectedChecksum,
+          onRetry: (r) => this.#log(`${f.filePath}: download attempt ${r.attempt} of ${r.limit + 1} failed, retrying in ${Math.round(r.retryInMs / 100) / 10} s: ${r.error}`),
         }),
       ),
     );
