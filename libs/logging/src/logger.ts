@@ -121,7 +121,7 @@ export function createLogger(opts: CreateLoggerOptions): RootLogger {
     } else raw = o.destination.stream;
     const stream =
       o.format === 'pretty'
-        ? pinoPretty({ destination: raw, colorize: o.colorize ?? isTerminal(o.destination), sync: true, translateTime: 'SYS:yyyy-mm-dd HH:MM:ss.l', ignore: 'pid,hostname' })
+        ? pinoPretty({ destination: raw, colorize: o.colorize ?? isTerminal(o.destination), sync: true, translateTime: 'SYS:yyyy-mm-dd HH:MM:ss.l', ignore: 'pid,hostname,component', messageFormat: '{component}: {msg}' })
         : typeof raw === 'number'
           ? pinoDestination({ dest: raw, sync: true })
           : raw;
