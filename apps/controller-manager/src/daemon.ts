@@ -214,6 +214,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
       endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
       downloadUrlPolicy: { allowedHosts: [] },
       internalToken,
+      observer: metrics,
     });
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
     await app.register(backingImageHttpPlugin, { api });

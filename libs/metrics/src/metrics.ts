@@ -65,6 +65,8 @@ export class BackingImageMetrics {
   private readonly backups: Counter<'result'>;
   private readonly backupDuration: Histogram<'result'>;
   private readonly scrubs: Counter<'result'>;
+  private readonly proxyTransfers: Counter<'kind' | 'result'>;
+  private readonly proxyActive: Gauge<'kind'>;
 
   constructor(private readonly opts: BackingImageMetricsOptions) {
     const r = (this.registry = opts.registry ?? new Registry());
@@ -102,7 +104,7 @@ export class BackingImageMetrics {
     });
     this.bytes = new Counter({
       name: 'bis_backing_image_transferred_bytes_total',
-      help: 'Bytes transferred: direction in (into a disk: kind download, upload, clone, restore, export-from-volume by data sources, sync between disks) or out (kind backup)',
+      help: 'Bytes transferred: direction in (into a disk: kind download, upload, clone, restore, export-from-volume by data sources, sync between disks) or out (kind backup; image-download through the REST API)',
       labelNames: ['direction', 'kind'],
       registers: [r],
     });
@@ -116,6 +118,30 @@ export class BackingImageMetrics {
       registers: [r],
     });
     this.scrubs = new Counter({ name: 'bis_disk_scrub_passes_total', help: 'Finished scrub passes of the disks, by result', labelNames: ['result'], registers: [r] });
+    this.proxyTransfers = new Counter({
+      name: 'bis_rest_transfers_total',
+      help: 'Finished uploads and downloads through the REST API proxies, by kind and result (succeeded, failed, cancelled)',
+      labelNames: ['kind', 'result'],
+      registers: [r],
+    });
+    this.proxyActive = new Gauge({ name: 'bis_rest_transfers_active', help: 'Uploads and downloads through the REST API proxies under way', labelNames: ['kind'], registers: [r] });
+    for (const kind of ['upload', 'download']) this.proxyActive.set({ kind }, 0);
+  }
+
+  // ---------------------------------------------------------------- the REST proxies (`TransferObserver` of @bis/api-resources)
+
+  transferStarted(kind: 'upload' | 'download', _backingImage: string): void {
+    this.proxyActive.inc({ kind });
+  }
+
+  /**
+   * An upload or download through the REST API ended. A download's bytes count as sent out (`kind="image-download"`);
+   * an upload's bytes are counted once, by its data source (`kind="upload"`).
+   */
+  transferFinished(kind: 'upload' | 'download', _backingImage: string, result: 'succeeded' | 'failed' | 'cancelled', bytes: number): void {
+    this.proxyActive.dec({ kind });
+    this.proxyTransfers.inc({ kind, result });
+    if (kind === 'download') this.transferred('out', 'image-download', bytes);
   }
 
   /** The queue and reconcile metrics of one controller, for `ControllerManagerOptions.controllerMetrics`. */

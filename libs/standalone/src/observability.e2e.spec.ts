@@ -94,6 +94,17 @@ describe('observability of the standalone system', () => {
     expect(after).toMatch(/^controller_runtime_reconcile_time_seconds_count\{controller="BackingImageController",result="success"\} [1-9]/m);
     expect(value(after, 'process_cpu_user_seconds_total')).toBeGreaterThan(0);
 
+    // A download of the image through the REST API counts as bytes sent out.
+    const got = await fetch(`${sys!.url}/v1/backingimages/img/download`);
+    expect(got.status).toBe(200);
+    expect((await got.arrayBuffer()).byteLength).toBeGreaterThan(0);
+    const out = await waitFor('the REST download counted', async () => {
+      const t = await scrape();
+      return value(t, 'bis_rest_transfers_total{kind="download",result="succeeded"}') === 1 ? t : undefined;
+    }, 10_000);
+    expect(value(out, 'bis_backing_image_transferred_bytes_total{direction="out",kind="image-download"}')).toBeGreaterThan(0);
+    expect(value(out, 'bis_rest_transfers_active{kind="download"}')).toBe(0);
+
     // The data-plane processes log JSON lines to their files, with their component and the image's fields.
     const dsLog = (await readdir(sys!.logsDir)).find((f) => f.startsWith('backing-image-ds-img'));
     expect(dsLog).toBeDefined();

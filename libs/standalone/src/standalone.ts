@@ -333,6 +333,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
       endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
       downloadUrlPolicy: downloadUrlPolicyFor(opts.allowSourceHosts ?? []),
       internalToken,
+      observer: metrics,
     });
     // Standalone keeps credential secrets (backup targets' `credentialSecret`) in its store: `/v1/secrets`.
     registry.addResource(secretResource(new SecretService(store, STANDALONE_NAMESPACE), store, STANDALONE_NAMESPACE));
