@@ -62,12 +62,13 @@ describe('createLogger', () => {
   it('redacts secrets in fields and in message text', async () => {
     const out = collect();
     const log = createLogger({ component: 'test', outputs: [{ destination: { stream: out.stream } }] });
-    log.info('GET https://u:hunter22@example.test/a?X-Amz-Signature=abc123&x=1 with Bearer tok.en', { token: 'sekret', creds: { AWS_SECRET_ACCESS_KEY: 'k' } });
+    log.info('GET https://u:hunter22@example.test/a?X-Amz-Signature=abc123&x=1 with Bearer tok.en-0123456789abcdef', { token: 'sekret', creds: { AWS_SECRET_ACCESS_KEY: 'k' } });
     await log.close();
     const line = out.lines()[0]!;
     expect(line).not.toContain('hunter22');
     expect(line).not.toContain('abc123');
     expect(line).not.toContain('tok.en');
+    expect(redactText('refused /v1/file: missing bearer token')).toBe('refused /v1/file: missing bearer token');
     expect(line).not.toContain('sekret');
     expect(JSON.parse(line)).toMatchObject({ token: '***', creds: { AWS_SECRET_ACCESS_KEY: '***' } });
     expect(redactText('s3://bucket@region/path')).toBe('s3://bucket@region/path');

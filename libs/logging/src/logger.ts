@@ -83,7 +83,7 @@ export const REDACTED_FIELDS: readonly string[] = [
 export function redactText(text: string): string {
   return text
     .replace(/([a-z][a-z0-9+.-]*:\/\/[^/\s:@]*:)[^@\s/]+@/gi, '$1***@')
-    .replace(/(bearer\s+)[A-Za-z0-9._~+/=-]+/gi, '$1***')
+    .replace(/(bearer\s+)[A-Za-z0-9._~+/=-]{16,}/gi, '$1***')
     .replace(/([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|signature|token|access_token)=)[^&\s]+/gi, '$1***');
 }
 
