@@ -10,7 +10,7 @@ export type FailureKind = 'data-source' | 'copy' | 'backup' | 'scrub';
 export interface BackingImageMetricsOptions {
   store: Datastore;
   namespace: string;
-  /** Only images whose `status.ownerID` is this node are exported (Longhorn: the owner node's manager). Default: all. */
+  /** Only images, backups and managers whose `status.ownerID` is this node are exported (Longhorn: the owner node's manager). Default: all. */
   ownerID?: string;
   /** Registry to register into (default: a new one). */
   registry?: Registry;
@@ -215,12 +215,14 @@ export class BackingImageMetrics {
       for (const [st, n] of counts) this.diskFiles.set({ node, disk, state: st }, n);
     }
     for (const b of bbis.items) {
+      if (ownerID && b.status?.ownerID && b.status.ownerID !== ownerID) continue;
       const labels = { backup_backing_image: b.metadata.name, backing_image: b.spec?.backingImage ?? '' };
       this.backupSize.set(labels, b.status?.size ?? 0);
       this.backupState.set({ ...labels, state: b.status?.state || 'Pending' }, 1);
       this.backupProgress.set(labels, Math.max(0, Math.min(1, (b.status?.progress ?? 0) / 100)));
     }
     for (const m of bims.items) {
+      if (ownerID && m.status?.ownerID && m.status.ownerID !== ownerID) continue;
       const scrub = m.status?.diskScrub;
       if (!scrub?.lastScrubTime) continue;
       const labels = { node: m.spec?.nodeID ?? '', disk: m.spec?.diskUUID ?? '' };
