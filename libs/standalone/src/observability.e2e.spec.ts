@@ -54,11 +54,12 @@ function value(text: string, series: string): number | undefined {
   return line === undefined ? undefined : Number(line.slice(series.length + 1));
 }
 
+/** Every line of a log file, each parsed as JSON (a line that is not JSON fails the test). */
 async function jsonLines(file: string): Promise<Record<string, unknown>[]> {
   const text = await readFile(file, 'utf8').catch(() => '');
   return text
     .split('\n')
-    .filter((l) => l.startsWith('{'))
+    .filter(Boolean)
     .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 
@@ -108,7 +109,10 @@ describe('observability of the standalone system', () => {
     // The data-plane processes log JSON lines to their files, with their component and the image's fields.
     const dsLog = (await readdir(sys!.logsDir)).find((f) => f.startsWith('backing-image-ds-img'));
     expect(dsLog).toBeDefined();
-    const ds = await jsonLines(path.join(sys!.logsDir, dsLog!));
+    const all = await jsonLines(path.join(sys!.logsDir, dsLog!));
+    // the runtime's own lines (start, exit) are JSON too
+    expect(all.some((l) => l['component'] === 'runtime' && String(l['msg']).startsWith('starting '))).toBe(true);
+    const ds = all.filter((l) => l['component'] !== 'runtime');
     expect(ds.length).toBeGreaterThan(0);
     for (const l of ds) {
       expect(l).toMatchObject({ component: 'backing-image-data-source', image: 'img', sourceType: 'download' });

@@ -189,7 +189,7 @@ export class ProcessDataPlane implements DataPlane {
   private async start(name: string, args: string[], ports: number[], labels: Record<string, string>, env?: Record<string, string>): Promise<void> {
     await mkdir(this.o.logsDir, { recursive: true });
     const logFile = path.join(this.o.logsDir, `${name}.log`);
-    await appendFile(logFile, `--- ${new Date().toISOString()} starting ${name}: ${args.join(' ')}\n`);
+    await appendFile(logFile, `${JSON.stringify({ level: 'info', time: new Date().toISOString(), component: 'runtime', msg: `starting ${name}: ${args.join(' ')}` })}\n`);
     await this.o.runtime.start({
       name,
       labels,
