@@ -1,7 +1,8 @@
 import { readFile, readdir } from 'node:fs/promises';
+import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { BackingImageKind, type BackingImage } from '@bis/controllers';
+import { BackingImageDataSourceKind, BackingImageKind, type BackingImage } from '@bis/controllers';
 import { createLogger, type RootLogger } from '@bis/logging';
 import { startStandalone, type StandaloneHandle } from './standalone.js';
 import { BINARIES, binariesBuilt, startImageServer, tempDir, waitFor, writeImage, type ImageServer } from './test-support/e2e.js';
@@ -143,5 +144,33 @@ describe('observability of the standalone system', () => {
     }, 30_000);
     expect(t).toContain('bis_backing_image_failures_total');
     await sys!.controllers.actions.delete('missing');
+  }, 90_000);
+
+  it('each failed download attempt that is retried (a 500 origin) is a WARN naming the image and the disk in the controller log', async () => {
+    let requests = 0;
+    const origin = http.createServer((_req, res) => {
+      requests++;
+      res.writeHead(500).end('try later');
+    });
+    await new Promise<void>((r) => origin.listen(0, '127.0.0.1', r));
+    try {
+      const url = `http://127.0.0.1:${(origin.address() as { port: number }).port}/img.raw`;
+      await sys!.controllers.actions.create({ name: 'flaky', sourceType: 'download', parameters: { url }, minNumberOfCopies: 1 });
+      const warn = await waitFor('a warning about the failed attempt', async () =>
+        (await jsonLines(logFile)).find((l) => l['level'] === 'warn' && l['image'] === 'flaky' && /download attempt 1 of \d+ failed/.test(String(l['msg']))),
+      60_000);
+      expect(requests).toBeGreaterThanOrEqual(1);
+      const disk = sys!.disks.find((d) => d.name === warn['disk']);
+      expect(disk).toBeDefined();
+      expect(String(warn['msg'])).toContain(`backing image flaky (${String(warn['uuid'])}) on disk ${disk!.name}`);
+      expect(String(warn['msg'])).toContain('got 500');
+      // while the download goes on, the data source's status says why
+      const bids = await sys!.store.get(BackingImageDataSourceKind, 'flaky', sys!.namespace);
+      expect(bids.status?.currentState).not.toBe('ready');
+    } finally {
+      await sys!.controllers.actions.delete('flaky').catch(() => undefined);
+      origin.closeAllConnections();
+      await new Promise((r) => origin.close(r));
+    }
   }, 90_000);
 });

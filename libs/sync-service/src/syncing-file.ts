@@ -1,4 +1,4 @@
-import { FileLifecycle, type FileState } from '@bis/state-machine';
+import { FileLifecycle, FileState } from '@bis/state-machine';
 import type { ExpectedChecksum } from '@bis/file-sources/core';
 
 /** Longhorn's `api.FileInfo` (JSON key order as Go emits it). */
@@ -29,6 +29,11 @@ export class SyncingFile {
   modificationTime = '';
   currentChecksum = '';
   sendingReference = 0;
+  /**
+   * What the work on the file says while it goes on without failing (e.g. a download attempt that failed and is tried
+   * again): the `message` of a file that is not finished and has no message of its own.
+   */
+  notice = '';
   readonly controller = new AbortController();
   /** The background work (prepare + action + finish); settles when nothing runs on the file any more. */
   task: Promise<void> = Promise.resolve();
@@ -56,13 +61,16 @@ export class SyncingFile {
 
   info(): FileInfo {
     const l = this.lifecycle;
+    const snap = l.snapshot();
+    const going = snap.state === FileState.Pending || snap.state === FileState.Starting || snap.state === FileState.InProgress;
     return {
       diskUUID: this.diskUUID,
       expectedChecksum: this.expectedChecksum,
       filePath: this.filePath,
       uuid: this.uuid,
       // state, size, processedSize, progress and message, as the lifecycle holds them
-      ...l.snapshot(),
+      ...snap,
+      message: snap.message || (going ? this.notice : ''),
       virtualSize: this.virtualSize,
       realSize: this.realSize,
       modificationTime: this.modificationTime,
