@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { httpAuthHook, readTokenFile, type InternalAuth } from '@bis/internal-auth';
+import { createLogger, messageLog } from '@bis/logging';
 import type { FileSourceKind } from '@bis/file-sources/source-provider';
 import {
   DataSourceConfigError,
@@ -180,7 +181,10 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
   if (!Number.isInteger(connections) || connections < 1 || connections > 16) {
     throw new DataSourceConfigError(`invalid --download-connections "${s['download-connections']}": 1 to 16`);
   }
-  const log = (m: string): void => void process.stderr.write(`${new Date().toISOString()} ${m}\n`);
+  // JSON lines on stderr (the runtime appends them to the data source's log file; in Kubernetes, the pod log).
+  const log = messageLog(
+    createLogger({ component: 'backing-image-data-source', bindings: { image: config.name, uuid: config.uuid, sourceType: config.sourceType, diskPath } }),
+  );
   // Download credentials become origin request headers (never process environment, never in-cluster calls).
   const downloadHeaders = config.sourceType === 'download' ? config.credential : {};
   const env = process.env;

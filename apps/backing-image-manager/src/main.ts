@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { DEFAULT_DISK_PATH } from '@bis/sync-service';
 import { LOCK_TIMING_ENV, lockTimingFromEnv } from '@bis/backupstore';
 import { readTokenFile } from '@bis/internal-auth';
+import { createLogger, messageLog } from '@bis/logging';
 import { startDaemon } from './daemon.js';
 import { exitWithParent } from '@bis/runtime';
 
@@ -63,7 +64,12 @@ async function main(argv: string[]): Promise<number> {
   const internalAuth = tokenFile
     ? { token: await readTokenFile(tokenFile), allowUnauthenticated: values['allow-unauthenticated-internal-calls'] }
     : undefined;
-  const log = (m: string) => process.stderr.write(`${new Date().toISOString()} ${m}\n`);
+  // JSON lines on stderr (the runtime appends them to the manager's log file; in Kubernetes, the container log).
+  const logger = createLogger({
+    component: 'backing-image-manager',
+    bindings: { diskPath: values['disk-path'], ...(values['disk-uuid'] ? { diskUUID: values['disk-uuid'] } : {}) },
+  });
+  const log = messageLog(logger);
   const advertise = values['advertise-address'] ?? process.env['POD_IP'] ?? listenHost(values.listen!);
   const daemon = await startDaemon({
     listen: values.listen!,

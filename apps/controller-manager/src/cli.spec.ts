@@ -133,6 +133,45 @@ describe('controller-manager standalone as a process', () => {
     }
   }, 120_000);
 
+  it('logs JSON lines to controller-manager.log, readable lines to the terminal with --log-format pretty, and serves /metrics', async () => {
+    const dataDir = path.join(dir, 'logs-data');
+    const run = await launch(['--log-format', 'pretty', '--verbose'], dataDir);
+    try {
+      // A download that fails (wrong checksum): its data source's failure is a warning naming the image and the disk.
+      const res = await fetch(`${run.api}/v1/backingimages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ name: 'gone', sourceType: 'download', parameters: { url }, expectedChecksum: sum.slice(1) + sum[0], minNumberOfCopies: 1 }),
+      });
+      expect(res.status).toBe(200);
+      await until('a warning about the failed download', async () => /WARN: controller-manager: download data source of backing image gone \(/.test(run.out()));
+      const r = await fetch(`${run.api}/metrics`);
+      expect(r.status).toBe(200);
+      const text = await r.text();
+      expect(text).toMatch(/^process_resident_memory_bytes \d/m);
+      expect(text).toMatch(/^workqueue_adds_total\{name="NodeController"\} [1-9]/m);
+    } finally {
+      const done = new Promise((res) => run.proc.once('exit', res));
+      run.proc.kill('SIGTERM');
+      await done;
+    }
+    const lines = (await readFile(path.join(dataDir, 'logs', 'controller-manager.log'), 'utf8')).split('\n').filter(Boolean);
+    expect(lines.length).toBeGreaterThan(0);
+    for (const l of lines) {
+      const o = JSON.parse(l) as Record<string, unknown>;
+      expect(o['component']).toBe('controller-manager');
+      expect(['debug', 'info', 'warn', 'error']).toContain(o['level']);
+      expect(new Date(String(o['time'])).toISOString()).toBe(o['time']);
+      expect(typeof o['msg']).toBe('string');
+    }
+    // The terminal got the same lines in pino-pretty's form: "[time] LEVEL (component/pid): message", no JSON.
+    const terminal = run.out().split('\n').filter((l) => /^\[\d{4}-\d\d-\d\d /.test(l));
+    expect(terminal.length).toBeGreaterThan(0);
+    expect(terminal.some((l) => /\] (INFO|DEBUG): controller-manager: /.test(l))).toBe(true);
+    expect(lines.map((l) => JSON.parse(l) as Record<string, unknown>)).toContainEqual(expect.objectContaining({ level: 'warn', image: 'gone', disk: 'disk-1' }));
+    expect(run.out()).not.toMatch(/^\{"level"/m);
+  }, 90_000);
+
   it('refuses --listen 0.0.0.0 without --auth-token-file or --insecure (exit 2, clear message)', async () => {
     const proc = spawn(process.execPath, [BIN, 'standalone', '--data-dir', path.join(dir, 'exposed'), '--listen', '0.0.0.0:0'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';

@@ -1,14 +1,14 @@
-import { createWriteStream } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import type { Logger } from '@bis/controllers';
+import { createLogger, lineStream } from '@bis/logging';
 import { readTokenFile } from '@bis/internal-auth';
 import { checkRestExposure, startStandalone, type StandaloneHandle } from '@bis/standalone';
 
 export const USAGE = `usage: controller-manager standalone [--data-dir <dir>] [--listen <host:port>] [--disks <n>]
        [--allow-source-hosts <hosts or CIDRs, comma-separated>] [--max-data-sources <n>] [--ui-dir <dir>] [--verbose]
+       [--log-format pretty|json]
        [--auth-token-file <file> | --insecure] [--internal-token-file <file>] [--allow-unauthenticated-internal-calls]
 
 Starts the whole backing-image system on this machine (embedded store, one node with <n> disk directories,
@@ -16,7 +16,9 @@ a filesystem backup target, the controllers, the data-plane processes, the REST 
 Defaults: --data-dir .data --listen 127.0.0.1:9500 --disks 3 --ui-dir <the built apps/ui/dist>
           --internal-token-file <data-dir>/internal-token (created with mode 0600 when missing)
 A --listen address other than loopback needs --auth-token-file (REST and UI callers send authorization: Bearer
-<token>) or an explicit --insecure.`;
+<token>) or an explicit --insecure.
+The log is written as JSON lines to <data-dir>/logs/controller-manager.log; warnings and errors (every line with
+--verbose) also go to the terminal, readable (--log-format pretty, the default on a terminal) or as JSON lines.`;
 
 /** The data-plane binaries, next to this app in the repository (overridable for installs elsewhere). */
 export function defaultBinaries(env: NodeJS.ProcessEnv = process.env): { manager: string; dataSource: string } {
@@ -78,6 +80,7 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
         'max-data-sources': { type: 'string', default: '8' },
         'ui-dir': { type: 'string', default: defaultUiDir() },
         verbose: { type: 'boolean', default: false },
+        'log-format': { type: 'string' },
         'auth-token-file': { type: 'string' },
         insecure: { type: 'boolean', default: false },
         'internal-token-file': { type: 'string' },
@@ -99,6 +102,11 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
     io.err(`controller-manager: invalid --max-data-sources "${values['max-data-sources']}": a positive number`);
     return 2;
   }
+  const logFormat = values['log-format'] ?? (process.stderr.isTTY ? 'pretty' : 'json');
+  if (logFormat !== 'pretty' && logFormat !== 'json') {
+    io.err(`controller-manager: invalid --log-format "${logFormat}": pretty or json`);
+    return 2;
+  }
   let authToken: string | undefined;
   try {
     if (values['auth-token-file']) authToken = await readTokenFile(values['auth-token-file']);
@@ -111,42 +119,43 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
   const logsDir = path.join(dataDir, 'logs');
   await mkdir(logsDir, { recursive: true });
   const logFile = path.join(logsDir, 'controller-manager.log');
-  const logStream = createWriteStream(logFile, { flags: 'a' });
-  const line = (level: string, m: string) => logStream.write(`${new Date().toISOString()} ${level} ${m}\n`);
-  const log: Logger = {
-    info: (m) => line('INFO', m),
-    warn: (m) => {
-      line('WARN', m);
-      if (values.verbose) io.err(`WARN ${m}`);
-    },
-    error: (m) => {
-      line('ERROR', m);
-      io.err(`ERROR ${m}`);
-    },
-    debug: (m) => {
-      if (values.verbose) line('DEBUG', m);
-    },
-  };
+  // One logger: JSON lines in the file (info, or debug with --verbose); the terminal gets warnings and errors (every
+  // line with --verbose), readable or as JSON lines.
+  const log = createLogger({
+    component: 'controller-manager',
+    level: values.verbose ? 'debug' : 'info',
+    outputs: [
+      { destination: { file: logFile } },
+      { destination: { stream: lineStream((l) => io.err(l)) }, format: logFormat, level: values.verbose ? 'debug' : 'warn', colorize: logFormat === 'pretty' && process.stderr.isTTY === true },
+    ],
+  });
   const allow = values['allow-source-hosts']!.split(',').map((s) => s.trim()).filter(Boolean);
   const binaries = defaultBinaries();
-  const handle = await startStandalone({
-    dataDir,
-    listen: values.listen!,
-    disks,
-    allowSourceHosts: allow,
-    binaries,
-    log,
-    maxDataSources,
-    uiDir: values['ui-dir'],
-    authToken,
-    insecure: values.insecure,
-    internalTokenFile: values['internal-token-file'],
-    allowUnauthenticatedInternalCalls: values['allow-unauthenticated-internal-calls'],
-  });
+  let handle: StandaloneHandle;
+  try {
+    handle = await startStandalone({
+      dataDir,
+      listen: values.listen!,
+      disks,
+      allowSourceHosts: allow,
+      binaries,
+      log,
+      maxDataSources,
+      uiDir: values['ui-dir'],
+      authToken,
+      insecure: values.insecure,
+      internalTokenFile: values['internal-token-file'],
+      allowUnauthenticatedInternalCalls: values['allow-unauthenticated-internal-calls'],
+    });
+  } catch (err) {
+    log.error(`controller-manager failed to start: ${(err as Error).message}`);
+    await log.close();
+    throw err;
+  }
   const origStop = handle.stop;
   handle.stop = async () => {
     await origStop();
-    await new Promise<void>((r) => logStream.end(r));
+    await log.close();
   };
   io.out(`backing-image system (standalone) is running`);
   io.out(`  REST API:        ${handle.url}/v1`);

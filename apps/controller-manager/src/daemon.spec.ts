@@ -168,6 +168,15 @@ describe('controller-manager daemon as a process against the API double', () => 
     }, 15_000, 'the Create event of the image');
     expect(evs.every((e) => e.involvedObjectName === 'allowed')).toBe(true);
     expect((await store.list(EventKind, { namespace: NS })).items.some((e) => e.involvedObject.name === 'allowed' && e.reason === 'Create')).toBe(true);
+    // GET /metrics on the REST port (the chart's ServiceMonitor scrapes port "manager", path /metrics).
+    const metrics = await eventually(async () => {
+      const r = await fetch(`${url}/metrics`);
+      const t = r.status === 200 ? await r.text() : '';
+      return /^workqueue_adds_total\{name="BackingImageManagerController"\} [1-9]/m.test(t) ? { type: r.headers.get('content-type'), t } : undefined;
+    }, 10_000, 'manager controller adds in /metrics');
+    expect(metrics.type).toContain('text/plain');
+    expect(metrics.t).toMatch(/^process_cpu_user_seconds_total \d/m);
+    expect(metrics.t).toMatch(/^# TYPE bis_backing_image_transferred_bytes_total counter$/m);
 
     // node-2's objects are left alone.
     const bim2Now = await store.get(BackingImageManagerKind, bim2.metadata.name, NS);
@@ -187,6 +196,16 @@ describe('controller-manager daemon as a process against the API double', () => 
     child.kill('SIGTERM');
     const code = await new Promise<number | null>((r) => child!.once('exit', (c) => r(c)));
     expect(code).toBe(0);
+    // Its log: one JSON object per line with level, time, component and its node.
+    const lines = stderr.split('\n').filter((l) => l.trim());
+    expect(lines.length).toBeGreaterThan(0);
+    for (const l of lines) {
+      const o = JSON.parse(l) as Record<string, unknown>;
+      expect(o).toMatchObject({ component: 'controller-manager', node: 'node-1' });
+      expect(['debug', 'info', 'warn', 'error']).toContain(o['level']);
+      expect(new Date(String(o['time'])).toISOString()).toBe(o['time']);
+      expect(typeof o['msg']).toBe('string');
+    }
     expect(stderr).toMatch(/"level":"info"/);
   }, 60_000);
 });

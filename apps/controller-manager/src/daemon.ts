@@ -4,7 +4,9 @@ import { parseArgs } from 'node:util';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { parse as parseYaml } from 'yaml';
 import { KubeConfig } from '@kubernetes/client-node';
-import { ControllerManager, SettingName, SettingsReader, type Logger } from '@bis/controllers';
+import { ControllerManager, SettingName, SettingsReader } from '@bis/controllers';
+import { createLogger, lineStream, type RootLogger } from '@bis/logging';
+import { ActivityObserver, BackingImageMetrics, metricsPlugin } from '@bis/metrics';
 import { readTokenFile } from '@bis/internal-auth';
 import {
   DEFAULT_MANAGER_POD_SELECTOR,
@@ -26,7 +28,7 @@ import { defaultUiDir, type CliIo } from './cli.js';
 
 export const DAEMON_USAGE = `usage: controller-manager daemon --datastore kubernetes --namespace <ns> --node-id <node>
        --backing-image-manager-image <image> [--listen 0.0.0.0:9500] [--service-account <sa>]
-       [--default-settings <file>] [--default-data-path <dir>] [--log-format plain|json] [--kubeconfig <file>] [--disk-check-interval <seconds>]
+       [--default-settings <file>] [--default-data-path <dir>] [--log-format plain|json] [--log-level debug|info|warn|error] [--kubeconfig <file>] [--disk-check-interval <seconds>]
        [--manager-pod-selector <label selector>] [--internal-token-secret <name>] [--internal-token-file <file>]
        [--allow-unauthenticated-internal-calls] [--ui-dir <dir>]
        [--allow-source-hosts <hosts or CIDRs, comma-separated>]
@@ -61,6 +63,8 @@ export interface DaemonHandle {
   dataPlane: KubeDataPlane;
   disks: NodeDiskReporter;
   health: NodeHealthMonitor;
+  /** What `GET /metrics` serves. */
+  metrics: BackingImageMetrics;
   stop(): Promise<void>;
 }
 
@@ -92,10 +96,14 @@ function parseListen(listen: string): { host: string; port: number } {
   return { host: listen.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port };
 }
 
-function makeLogger(format: 'plain' | 'json', io: CliIo): Logger {
-  const line = (level: string, msg: string) =>
-    io.err(format === 'json' ? JSON.stringify({ time: new Date().toISOString(), level, msg }) : `${new Date().toISOString()} ${level.toUpperCase()} ${msg}`);
-  return { info: (m) => line('info', m), warn: (m) => line('warn', m), error: (m) => line('error', m), debug: () => undefined };
+/** The daemon's log on stderr (`io.err`): pino JSON lines (`json`) or pino-pretty's readable lines (`plain`). */
+function makeLogger(format: 'plain' | 'json', level: 'debug' | 'info' | 'warn' | 'error', nodeID: string, io: CliIo): RootLogger {
+  return createLogger({
+    component: 'controller-manager',
+    level,
+    bindings: { node: nodeID },
+    outputs: [{ destination: { stream: lineStream((l) => io.err(l)) }, format: format === 'json' ? 'json' : 'pretty', colorize: false }],
+  });
 }
 
 /** Parses the `daemon` command line and starts the node's controllers; returns an exit code on usage errors. */
@@ -118,6 +126,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         'default-settings': { type: 'string', default: '/etc/backing-image-system/default-setting.yaml' },
         'default-data-path': { type: 'string' },
         'log-format': { type: 'string', default: 'plain' },
+        'log-level': { type: 'string', default: 'info' },
         kubeconfig: { type: 'string' },
         'disk-check-interval': { type: 'string', default: '30' },
         'manager-pod-selector': { type: 'string', default: DEFAULT_MANAGER_POD_SELECTOR },
@@ -144,6 +153,8 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   if (!image) return usage('--backing-image-manager-image is required');
   const format = values['log-format'];
   if (format !== 'plain' && format !== 'json') return usage(`invalid --log-format "${format}": plain or json`);
+  const level = values['log-level'];
+  if (level !== 'debug' && level !== 'info' && level !== 'warn' && level !== 'error') return usage(`invalid --log-level "${level}": debug, info, warn or error`);
   const interval = Number(values['disk-check-interval']);
   if (!Number.isFinite(interval) || interval <= 0) return usage(`invalid --disk-check-interval "${values['disk-check-interval']}": seconds > 0`);
   const tokenSecret = values['internal-token-secret']!;
@@ -151,7 +162,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const allowSourceHosts = values['allow-source-hosts']!.split(',').map((s) => s.trim()).filter(Boolean);
   const listen = parseListen(values.listen!);
   const namespace = values.namespace!;
-  const log = makeLogger(format, io);
+  const log = makeLogger(format, level, nodeID, io);
 
   const kubeConfig = new KubeConfig();
   if (values.kubeconfig) kubeConfig.loadFromFile(values.kubeconfig);
@@ -184,16 +195,23 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const health = new NodeHealthMonitor({ kubeConfig, store, namespace, managerPodSelector: values['manager-pod-selector'], log });
   const events = new KubeEventRecorder({ kubeConfig, namespace, host: nodeID, log: (l, type) => (type === 'Warning' ? log.warn(l) : log.info(l)) });
   const secrets = new KubeSecretStore({ kubeConfig, namespace });
-  const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events, secrets, allowSourceHosts });
+  const metrics = new BackingImageMetrics({ store, namespace, ownerID: nodeID });
+  const observer = new ActivityObserver({ store, namespace, log, metrics, ownerID: nodeID });
+  const controllers = new ControllerManager({
+    store, dataPlane, nodeID, namespace, log, events, secrets, allowSourceHosts,
+    controllerMetrics: (name) => metrics.controllerMetrics(name),
+  });
   let app: FastifyInstance | undefined;
   const cleanup = async () => {
     await app?.close().catch(() => undefined);
+    await observer.stop().catch(() => undefined);
     await health.stop().catch(() => undefined);
     await controllers.stop().catch(() => undefined);
     await events.flush().catch(() => undefined);
     await disks.stop().catch(() => undefined);
     dataPlane.close();
     await store.close();
+    await log.close();
   };
   try {
     // Longhorn's manager applies default-setting.yaml to settings that do not exist yet; the image is its flag.
@@ -210,6 +228,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     await settings.set(SettingName.DefaultBackingImageManagerImage, image, { system: true });
     await disks.start();
     await health.start();
+    await observer.start();
     await controllers.start();
 
     const registry = new ApiRegistry().addResource(settingsResource(settings));
@@ -221,6 +240,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
       // The same policy as standalone: a URL outside --allow-source-hosts is refused at create time.
       downloadUrlPolicy: downloadUrlPolicyFor(allowSourceHosts),
       internalToken,
+      observer: metrics,
     });
     registry.addResource(eventResource(events));
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
@@ -230,13 +250,14 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     const uiDir = path.resolve(values['ui-dir']!);
     if (await stat(path.join(uiDir, 'index.html')).then((s) => s.isFile(), () => false)) await app.register(uiServerPlugin, { root: uiDir });
     else log.warn(`web UI not served: ${uiDir} has no index.html`);
+    await app.register(metricsPlugin, { metrics });
     await app.listen({ host: listen.host, port: listen.port });
     const addr = app.server.address();
     const port = typeof addr === 'object' && addr ? addr.port : listen.port;
     const url = `http://${listen.host.includes(':') ? `[${listen.host}]` : listen.host}:${port}`;
     io.out(`backing-image system (kubernetes, node ${nodeID}, namespace ${namespace}) is running; REST API ${url}/v1`);
     let stopped: Promise<void> | undefined;
-    return { url, events, controllers, store, dataPlane, disks, health, stop: () => (stopped ??= cleanup()) };
+    return { url, events, controllers, store, dataPlane, disks, health, metrics, stop: () => (stopped ??= cleanup()) };
   } catch (err) {
     await cleanup();
     throw err;

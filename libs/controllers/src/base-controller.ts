@@ -1,14 +1,18 @@
-import { Controller as Reconciler, isNotFound, type Datastore, type RateLimiterOptions, type SharedInformers, type WorkQueue } from '@bis/datastore';
+import { Controller as Reconciler, isNotFound, type ControllerMetrics, type Datastore, type RateLimiterOptions, type SharedInformers, type WorkQueue } from '@bis/datastore';
 import type { DataPlane } from './data-plane.js';
 import type { EventSink } from './events.js';
 import type { SecretStore } from './secrets.js';
 import type { SettingsReader } from './settings.js';
 
+/**
+ * The log of the controllers (implemented by `@bis/logging`'s pino logger): a message and optional structured fields
+ * (`image`, `disk`, `uuid`, `controller`, `key`, ...).
+ */
 export interface Logger {
-  info(msg: string): void;
-  warn(msg: string): void;
-  error(msg: string): void;
-  debug(msg: string): void;
+  info(msg: string, fields?: Record<string, unknown>): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+  error(msg: string, fields?: Record<string, unknown>): void;
+  debug(msg: string, fields?: Record<string, unknown>): void;
 }
 
 /** Everything a controller needs; built once by the ControllerManager. */
@@ -27,6 +31,8 @@ export interface ControllerContext {
   now: () => Date;
   /** Timers (ms) that tests shorten; defaults are Longhorn's. */
   timing: ControllerTiming;
+  /** Where each controller's queue and reconcile metrics go, by controller name (none by default). */
+  controllerMetrics?: (controller: string) => ControllerMetrics;
 }
 
 export interface ControllerTiming {
@@ -83,7 +89,8 @@ export abstract class Controller {
       },
       rateLimiter: ctx.timing.rateLimiter,
       quietDrop: isNotFound,
-      logger: { error: (msg, err) => ctx.log.warn(`${msg}: ${err instanceof Error ? err.message : String(err)}`) },
+      metrics: ctx.controllerMetrics?.(new.target.name),
+      logger: { error: (msg, err) => ctx.log.warn(`${msg}: ${err instanceof Error ? err.message : String(err)}`, { controller: new.target.name }) },
     });
   }
 

@@ -1,4 +1,4 @@
-import { SharedInformers, type Datastore } from '@bis/datastore';
+import { SharedInformers, type ControllerMetrics, type Datastore } from '@bis/datastore';
 import { BackingImageActions } from './actions.js';
 import { BackingImageController } from './backing-image-controller.js';
 import { BackupBackingImageController } from './backup-controller.js';
@@ -31,6 +31,8 @@ export interface ControllerManagerOptions {
   events?: EventSink;
   /** Where credential secrets are read (default: `Secret` objects in `store`). */
   secrets?: SecretStore;
+  /** Where each controller's work-queue depth, adds, retries and reconcile durations go (`@bis/metrics`). */
+  controllerMetrics?: (controller: string) => ControllerMetrics;
 }
 
 const quietLogger: Logger = { info() {}, warn() {}, error() {}, debug() {} };
@@ -75,6 +77,7 @@ export class ControllerManager {
       log,
       now: () => new Date(),
       timing: { ...DEFAULT_TIMING, ...opts.timing },
+      ...(opts.controllerMetrics ? { controllerMetrics: opts.controllerMetrics } : {}),
     };
     this.workers = opts.workers ?? 5;
     this.backingImages = new BackingImageController(this.ctx);

@@ -2,7 +2,7 @@ import { isConflict } from './errors.js';
 import { isPermanentError } from './retry.js';
 import { objectKey, type Informer } from './informer.js';
 import type { KubeObject, Stored } from './types.js';
-import { WorkQueue, type RateLimiterOptions } from './workqueue.js';
+import { WorkQueue, type RateLimiterOptions, type WorkQueueMetrics } from './workqueue.js';
 
 export interface ReconcileResult {
   /** Re-add the key after this delay (level-triggered polling, e.g. waiting for a data-plane state). */
@@ -15,6 +15,12 @@ export interface ControllerLogger {
   error(msg: string, err: unknown): void;
 }
 
+/** What a controller reports to a metrics collector: its queue's series and each reconcile's duration. */
+export interface ControllerMetrics extends WorkQueueMetrics {
+  /** One reconcile ended after `seconds`: `success`, `requeue` (asked to be retried) or `error` (threw). */
+  reconciled(seconds: number, result: 'success' | 'requeue' | 'error'): void;
+}
+
 export interface ControllerOptions {
   name: string;
   /** Reconciles one key (`namespace/name`). Level-triggered: read the current state, converge, return. */
@@ -25,6 +31,8 @@ export interface ControllerOptions {
   logger?: ControllerLogger;
   /** Whether a key that failed with this error is not retried and not logged (e.g. NotFound: the object is gone; its next event brings it back). */
   quietDrop?: (err: unknown) => boolean;
+  /** Where queue and reconcile metrics go (none by default). */
+  metrics?: ControllerMetrics;
 }
 
 /**
@@ -42,6 +50,7 @@ export class Controller {
 
   constructor(private readonly opts: ControllerOptions) {
     this.queue = new WorkQueue<string>(opts.rateLimiter);
+    if (opts.metrics) this.queue.metrics = opts.metrics;
   }
 
   /** Enqueue keys from an informer's events; `map` turns an object into the keys to reconcile (default: its own key). */
@@ -87,14 +96,18 @@ export class Controller {
     for (;;) {
       const key = await this.queue.get();
       if (key === undefined) return;
+      const started = performance.now();
+      let result: 'success' | 'requeue' | 'error' = 'success';
       try {
         const r = await this.opts.reconcile(key, signal);
+        if (r?.requeue) result = 'requeue';
         if (r?.requeue) this.queue.addRateLimited(key);
         else {
           this.queue.forget(key);
           if (r?.requeueAfterMs !== undefined) this.queue.addAfter(key, r.requeueAfterMs);
         }
       } catch (err) {
+        result = 'error';
         if (isConflict(err)) {
           // Marked dirty while processing: done() below hands it out again.
           this.queue.add(key);
@@ -110,6 +123,7 @@ export class Controller {
         }
         if (!isConflict(err)) this.opts.logger?.error(`${this.opts.name}: reconcile ${key} failed`, err);
       } finally {
+        this.opts.metrics?.reconciled((performance.now() - started) / 1000, result);
         this.queue.done(key);
       }
     }

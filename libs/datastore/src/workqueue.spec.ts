@@ -164,3 +164,27 @@ describe('WorkQueue', () => {
     expect(drained).toBe(true);
   });
 });
+
+describe('WorkQueue metrics', () => {
+  it('reports adds (not the deduplicated ones), depth and retries to its metrics', async () => {
+    const clock = new ManualClock(0);
+    const q = new WorkQueue<string>({ baseDelayMs: 10, jitter: 0, qps: 0 }, clock);
+    const seen = { adds: 0, retries: 0, depths: [] as number[] };
+    q.metrics = { added: () => seen.adds++, depth: (n) => seen.depths.push(n), retried: () => seen.retries++ };
+    q.add('a');
+    q.add('a'); // already waiting
+    q.add('b');
+    expect(seen.adds).toBe(2);
+    expect(seen.depths.at(-1)).toBe(2);
+    const k = await q.get();
+    expect(seen.depths.at(-1)).toBe(1);
+    q.addRateLimited(k as string);
+    expect(seen.retries).toBe(1);
+    q.done(k as string);
+    clock.advance(10);
+    expect(seen.adds).toBe(3); // the retry's add after its backoff
+    expect(seen.depths.at(-1)).toBe(2);
+    q.shutDown();
+    expect(seen.depths.at(-1)).toBe(0);
+  });
+});

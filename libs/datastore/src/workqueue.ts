@@ -67,7 +67,22 @@ export class ItemExponentialRateLimiter<K> {
   }
 }
 
+/**
+ * What a work queue reports to a metrics collector (Prometheus' `workqueue_*` series); injected, so the queue
+ * depends on no metrics library.
+ */
+export interface WorkQueueMetrics {
+  /** A key entered the queue (not counted when it was already waiting). */
+  added(): void;
+  /** Keys waiting now. */
+  depth(n: number): void;
+  /** A key was re-added with backoff after a failure. */
+  retried(): void;
+}
+
 export class WorkQueue<K = string> {
+  /** Where adds, depth and retries are reported (none by default). */
+  metrics?: WorkQueueMetrics;
   private readonly queue: K[] = [];
   private readonly dirty = new Set<K>();
   private readonly processing = new Set<K>();
@@ -89,13 +104,17 @@ export class WorkQueue<K = string> {
   add(key: K): void {
     if (this.shuttingDown || this.dirty.has(key)) return;
     this.dirty.add(key);
+    this.metrics?.added();
     if (this.processing.has(key)) return;
     const g = this.getters.shift();
     if (g) {
       this.dirty.delete(key);
       this.processing.add(key);
       g(key);
-    } else this.queue.push(key);
+    } else {
+      this.queue.push(key);
+      this.metrics?.depth(this.queue.length);
+    }
   }
 
   /** Adds the key after `ms`; an earlier pending time wins. */
@@ -116,6 +135,7 @@ export class WorkQueue<K = string> {
 
   /** Re-adds the key after its backoff delay (one more failure counted). */
   addRateLimited(key: K): void {
+    this.metrics?.retried();
     this.addAfter(key, this.rateLimiter.when(key));
   }
   /** Clears the failure count of a key (call after a successful reconcile or when giving up). */
@@ -132,6 +152,7 @@ export class WorkQueue<K = string> {
     if (k !== undefined) {
       this.dirty.delete(k);
       this.processing.add(k);
+      this.metrics?.depth(this.queue.length);
       return Promise.resolve(k);
     }
     if (this.shuttingDown) return Promise.resolve(undefined);
@@ -160,6 +181,7 @@ export class WorkQueue<K = string> {
     for (const d of this.delayed.values()) this.clock.clearTimer(d.timer);
     this.delayed.clear();
     this.queue.length = 0;
+    this.metrics?.depth(0);
     this.dirty.clear();
     for (const g of this.getters.splice(0)) g(undefined);
   }

@@ -48,8 +48,22 @@ export interface SourceRequestBase {
   expectedChecksum?: string;
 }
 
+/** A failed download attempt that is tried again. */
+export interface DownloadRetry {
+  /** Consecutive failed attempts so far (1 for the first failure). */
+  attempt: number;
+  /** Attempts allowed before the download fails. */
+  limit: number;
+  /** Why the attempt failed. */
+  error: string;
+  /** When the next attempt starts. */
+  retryInMs: number;
+}
+
 export interface DownloadRequest extends SourceRequestBase {
   url: string;
+  /** Told of every failed attempt that is tried again (the download's log). */
+  onRetry?: (retry: DownloadRetry) => void;
 }
 
 export interface UploadRequest extends SourceRequestBase {

@@ -10,6 +10,7 @@ import { compressWith, padTo512, qcow2Header, RecordingProgress, sha, sparseImag
 import { SourceHostRefusedError } from './ip-policy.js';
 import { computeFileChain } from '@bis/sha512-chain';
 import { ChecksumMismatchError } from './checksum.js';
+import type { DownloadRequest, DownloadRetry } from './contract.js';
 
 let dir: string;
 const servers: ImageServer[] = [];
@@ -29,10 +30,10 @@ async function serve(o: ImageServerOptions): Promise<ImageServer> {
 
 const FAST: FileSourcesOptions = { allowSourceHosts: ['127.0.0.1'], retry: { baseDelayMs: 10, maxDelayMs: 50, limit: 3 } };
 
-async function download(url: string, opts: FileSourcesOptions = FAST, extra: { expectedChecksum?: string; signal?: AbortSignal } = {}) {
+async function download(url: string, opts: FileSourcesOptions = FAST, extra: { expectedChecksum?: string; signal?: AbortSignal; onRetry?: DownloadRequest['onRetry'] } = {}) {
   const sink = new RecordingProgress();
   const dest = join(dir, 'img.tmp');
-  const result = await createFileSources(opts).download({ url, dest, sink, signal: extra.signal ?? new AbortController().signal, expectedChecksum: extra.expectedChecksum });
+  const result = await createFileSources(opts).download({ url, dest, sink, signal: extra.signal ?? new AbortController().signal, expectedChecksum: extra.expectedChecksum, onRetry: extra.onRetry });
   return { result, sink, dest, bytes: await readFile(dest) };
 }
 
@@ -124,8 +125,15 @@ describe('download source', () => {
   it('fails after the retry limit with a message naming the attempts', async () => {
     const srv = await serve({ body: sparseImage(), dropAfterBytes: 1000, drops: 100, noRanges: true });
     const dest = join(dir, 'img.tmp');
-    await expect(download(`${srv.url}/img`, { ...FAST, retry: { limit: 2, baseDelayMs: 5 } })).rejects.toThrow(/failed after 3 attempts/);
+    const retries: DownloadRetry[] = [];
+    await expect(download(`${srv.url}/img`, { ...FAST, retry: { limit: 2, baseDelayMs: 5 } }, { onRetry: (r) => retries.push(r) })).rejects.toThrow(/failed after 3 attempts/);
     expect(await exists(dest)).toBe(false);
+    // Each failed attempt that is tried again is reported (the data source logs it); the last one fails the download.
+    expect(retries.map((r) => [r.attempt, r.limit, r.retryInMs])).toEqual([
+      [1, 2, 5],
+      [2, 2, 10],
+    ]);
+    expect(retries[0]!.error).toMatch(/connection closed after|aborted|socket|ECONNRESET|terminated/i);
   });
 
   it('follows redirects and drops credentials on a redirect to another origin', async () => {

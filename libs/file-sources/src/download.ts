@@ -193,7 +193,7 @@ export async function downloadToFile(req: DownloadRequest, s: DownloadSettings):
       const { ctl, unlink } = linkedController(req.signal);
       try {
         let sourceBytes = 0;
-        const body = countBytes(rangedBody(s, req.url, parallel.size, ctl.signal), (n, c) => {
+        const body = countBytes(rangedBody(s, req.url, parallel.size, ctl.signal, req.onRetry), (n, c) => {
           sourceBytes = n;
           sourceChecksum.update(c);
         });
@@ -350,6 +350,7 @@ async function singleStream(
       }
       const delay = Math.min(s.retry.maxDelayMs, s.retry.baseDelayMs * 2 ** (failures - 1));
       req.sink.note?.(retryNote(err as Error, attempts, attempts - failures + s.retry.limit + 1, new Date(Date.now() + delay)));
+      req.onRetry?.({ attempt: failures, limit: s.retry.limit, error: (err as Error).message, retryInMs: delay });
       await sleep(delay, req.signal);
     } finally {
       unlink();
@@ -367,7 +368,7 @@ async function* countBytes(body: AsyncIterable<Buffer>, onCount: (n: number, chu
 }
 
 /** Fetches `[0,size)` with concurrent ranged requests and yields the bytes in order (bounded memory). */
-async function* rangedBody(s: DownloadSettings, url: string, size: number, signal: AbortSignal): AsyncGenerator<Buffer> {
+async function* rangedBody(s: DownloadSettings, url: string, size: number, signal: AbortSignal, onRetry?: DownloadRequest['onRetry']): AsyncGenerator<Buffer> {
   const seg = s.parallel.segmentBytes;
   const count = Math.ceil(size / seg);
   const inflight = new Map<number, Promise<Buffer>>();
@@ -377,7 +378,7 @@ async function* rangedBody(s: DownloadSettings, url: string, size: number, signa
   const launch = (): void => {
     while (next < count && inflight.size < s.parallel.connections) {
       const i = next++;
-      const p = fetchSegment(s, url, i * seg, Math.min(size, (i + 1) * seg) - 1, ctl.signal);
+      const p = fetchSegment(s, url, i * seg, Math.min(size, (i + 1) * seg) - 1, ctl.signal, onRetry);
       p.catch(() => undefined);
       inflight.set(i, p);
     }
@@ -396,7 +397,7 @@ async function* rangedBody(s: DownloadSettings, url: string, size: number, signa
   }
 }
 
-async function fetchSegment(s: DownloadSettings, url: string, start: number, end: number, signal: AbortSignal): Promise<Buffer> {
+async function fetchSegment(s: DownloadSettings, url: string, start: number, end: number, signal: AbortSignal, onRetry?: DownloadRequest['onRetry']): Promise<Buffer> {
   let failures = 0;
   for (;;) {
     const { ctl, unlink } = linkedController(signal);
@@ -418,7 +419,9 @@ async function fetchSegment(s: DownloadSettings, url: string, start: number, end
     } catch (e) {
       if (signal.aborted || !isTransient(e)) throw e;
       if (++failures > s.retry.limit) throw new SourceError(`download of range ${start}-${end} from ${url} failed: ${(e as Error).message}`);
-      await sleep(Math.min(s.retry.maxDelayMs, s.retry.baseDelayMs * 2 ** (failures - 1)), signal);
+      const delay = Math.min(s.retry.maxDelayMs, s.retry.baseDelayMs * 2 ** (failures - 1));
+      onRetry?.({ attempt: failures, limit: s.retry.limit, error: `range ${start}-${end}: ${(e as Error).message}`, retryInMs: delay });
+      await sleep(delay, signal);
     } finally {
       unlink();
     }

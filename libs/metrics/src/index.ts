@@ -1,2 +1,3 @@
 export * from './metrics.js';
 export * from './plugin.js';
+export * from './activity-observer.js';

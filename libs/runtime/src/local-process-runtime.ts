@@ -66,6 +66,9 @@ interface Workload {
 
 const nowIso = (): string => new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
 
+/** A line of the runtime in a workload's log: JSON like the lines of the processes (`component: "runtime"`). */
+const runtimeLine = (level: 'info' | 'warn' | 'error', msg: string): string => `${JSON.stringify({ level, time: new Date().toISOString(), component: 'runtime', msg })}\n`;
+
 /**
  * Runs workloads as local child processes. Each runs in its own process group (so a stop also reaches its
  * children), with stdout+stderr appended to a size-capped, rotated log file. Readiness = every declared TCP
@@ -147,7 +150,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
         killGroup(pid, 'SIGTERM');
         const grace = opts.gracePeriodMs ?? w.spec.terminationGracePeriodMs ?? this.opts.terminationGracePeriodMs;
         const killer = setTimeout(() => {
-          w.log.write(`[runtime] ${nowIso()} grace period of ${grace} ms over, sending SIGKILL\n`);
+          w.log.write(runtimeLine('warn', `grace period of ${grace} ms over, sending SIGKILL`));
           killGroup(pid, 'SIGKILL');
         }, grace);
         await w.exited;
@@ -217,7 +220,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
   private spawnRun(w: Workload): Promise<void> {
     return new Promise<void>((resolveSpawned) => {
       const { spec } = w;
-      w.log.write(`[runtime] ${nowIso()} starting ${spec.command} ${(spec.args ?? []).join(' ')} (restarts: ${w.status.restarts})\n`);
+      w.log.write(runtimeLine('info', `starting ${spec.command} ${(spec.args ?? []).join(' ')} (restarts: ${w.status.restarts})`));
       let child: ChildProcess;
       try {
         const liveness = this.opts.livenessPipe;
@@ -281,7 +284,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
     w.recordOps = w.recordOps
       .then(() => writeProcessRecord(dir, { name: w.spec.name, pid, startTime: stat.startTime, command }))
       .catch((err: Error) => {
-        if (w.log.writable) w.log.write(`[runtime] ${nowIso()} cannot write the pid record under ${dir}: ${err.message}\n`);
+        if (w.log.writable) w.log.write(runtimeLine('warn', `cannot write the pid record under ${dir}: ${err.message}`));
       });
   }
 
@@ -300,7 +303,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
     w.status.exitCode = code;
     w.status.signal = sig ?? undefined;
     const how = failure ?? (sig ? `killed by ${sig}` : `exited with code ${code}`);
-    w.log.write(`[runtime] ${nowIso()} ${how}\n`);
+    w.log.write(runtimeLine(code === 0 ? 'info' : 'warn', how));
     if (w.stopping) {
       w.status.phase = code === 0 ? 'succeeded' : 'failed';
       w.status.message = `stopped: ${how}`;

@@ -118,7 +118,7 @@ export class ProcessDataPlane implements DataPlane {
     this.clients.clear();
   }
 
-  /** The last 5 lines of a workload's log, read from its last 16 KiB (the log itself may be up to 10 MiB). */
+  /** The last 5 lines of a workload's log (the message of each JSON line), read from its last 16 KiB (the log itself may be up to 10 MiB). */
   private async tail(name: string): Promise<string> {
     try {
       const fh = await open(path.join(this.o.logsDir, `${name}.log`), 'r');
@@ -129,7 +129,7 @@ export class ProcessDataPlane implements DataPlane {
         await fh.read(buf, 0, len, size - len);
         const lines = buf.toString('utf8').trimEnd().split('\n');
         if (len < size) lines.shift(); // the first line is cut
-        return lines.slice(-5).join(' | ');
+        return lines.slice(-5).map(readableLogLine).join(' | ');
       } finally {
         await fh.close();
       }
@@ -189,7 +189,7 @@ export class ProcessDataPlane implements DataPlane {
   private async start(name: string, args: string[], ports: number[], labels: Record<string, string>, env?: Record<string, string>): Promise<void> {
     await mkdir(this.o.logsDir, { recursive: true });
     const logFile = path.join(this.o.logsDir, `${name}.log`);
-    await appendFile(logFile, `--- ${new Date().toISOString()} starting ${name}: ${args.join(' ')}\n`);
+    await appendFile(logFile, `${JSON.stringify({ level: 'info', time: new Date().toISOString(), component: 'runtime', msg: `starting ${name}: ${args.join(' ')}` })}\n`);
     await this.o.runtime.start({
       name,
       labels,
@@ -300,4 +300,16 @@ export class ProcessDataPlane implements DataPlane {
   }
 
   readonly backupTarget: BackupTargetApi = backupstoreTargetApi;
+}
+
+/** The message of a JSON log line (`WARN message`), or the line itself when it is not one (e.g. a crash's stack). */
+function readableLogLine(line: string): string {
+  if (!line.startsWith('{')) return line;
+  try {
+    const o = JSON.parse(line) as { level?: unknown; msg?: unknown };
+    if (typeof o.msg !== 'string') return line;
+    return typeof o.level === 'string' && o.level !== 'info' ? `${o.level.toUpperCase()} ${o.msg}` : o.msg;
+  } catch {
+    return line;
+  }
 }

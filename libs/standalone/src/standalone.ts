@@ -29,6 +29,7 @@ import {
 } from '@bis/api-resources';
 import { ensureTokenFile } from '@bis/internal-auth';
 import { ApiRegistry, controllersHealthCheck, isLoopbackHost, registerHealthz, restApiPlugin, restAuthHook, settingsResource, SettingsService, storeHealthCheck } from '@bis/rest-api';
+import { ActivityObserver, BackingImageMetrics, metricsPlugin } from '@bis/metrics';
 import { endRecordedProcesses, LocalProcessRuntime } from '@bis/runtime';
 import { uiServerPlugin } from '@bis/ui-server';
 import { ProcessDataPlane, type DataPlaneBinaries } from './process-data-plane.js';
@@ -54,6 +55,8 @@ export interface StandaloneSystem {
   events: EventSink;
   namespace: string;
   disks: StandaloneDisk[];
+  /** What `GET /metrics` serves. */
+  metrics: BackingImageMetrics;
 }
 
 export interface StandaloneOptions {
@@ -289,9 +292,11 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   let app: FastifyInstance | undefined;
   let controllers: ControllerManager | undefined;
   let diskTimer: NodeJS.Timeout | undefined;
+  let observer: ActivityObserver | undefined;
   const cleanup = async () => {
     clearInterval(diskTimer);
     await app?.close().catch(() => {});
+    await observer?.stop().catch(() => {});
     await controllers?.stop().catch(() => {});
     await controllers?.events.flush().catch(() => {});
     dataPlane.close();
@@ -317,6 +322,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
       component: 'controller-manager',
       log: (l, type) => (type === 'Warning' ? log?.warn(l) : log?.info(l)),
     });
+    const metrics = new BackingImageMetrics({ store, namespace: STANDALONE_NAMESPACE });
     const makeControllers = () =>
       new ControllerManager({
         store,
@@ -326,8 +332,11 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
         allowSourceHosts: opts.allowSourceHosts,
         log,
         events,
+        controllerMetrics: (name) => metrics.controllerMetrics(name),
         ...opts.controllerOptions,
       });
+    observer = new ActivityObserver({ store, namespace: STANDALONE_NAMESPACE, log: log ?? { debug() {}, info() {}, warn() {}, error() {} }, metrics });
+    await observer.start();
     controllers = makeControllers();
     await controllers.start();
     diskTimer = setInterval(() => {
@@ -335,7 +344,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     }, opts.diskCheckIntervalMs ?? 30_000);
     diskTimer.unref();
 
-    const system: StandaloneSystem = { store, controllers, dataPlane, settings, events, namespace: STANDALONE_NAMESPACE, disks };
+    const system: StandaloneSystem = { store, controllers, dataPlane, settings, events, namespace: STANDALONE_NAMESPACE, disks, metrics };
     const registry = new ApiRegistry().addResource(settingsResource(settings));
     const api = registerBackingImageResources(registry, {
       store,
@@ -344,6 +353,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
       endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
       downloadUrlPolicy: downloadUrlPolicyFor(opts.allowSourceHosts ?? []),
       internalToken,
+      observer: metrics,
     });
     // Standalone keeps credential secrets (backup targets' `credentialSecret`) in its store: `/v1/secrets`.
     registry.addResource(secretResource(new SecretService(store, STANDALONE_NAMESPACE), store, STANDALONE_NAMESPACE));
@@ -354,6 +364,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     await app.register(backingImageHttpPlugin, { api });
     await app.register(restApiPlugin, { registry });
     registerHealthz(app, { checks: [storeHealthCheck(store, STANDALONE_NAMESPACE), controllersHealthCheck(() => controllers?.isRunning ?? false)] });
+    await app.register(metricsPlugin, { metrics });
     const uiDir = opts.uiDir === undefined ? undefined : path.resolve(opts.uiDir);
     const uiBuilt = uiDir !== undefined && (await stat(path.join(uiDir, 'index.html')).then((s) => s.isFile(), () => false));
     if (uiBuilt) await app.register(uiServerPlugin, { root: uiDir });

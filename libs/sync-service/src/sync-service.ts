@@ -367,6 +367,12 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
           signal: f.signal,
           sink,
           expectedChecksum: f.expectedChecksum,
+          onRetry: (r) => {
+            // the data source's status says so, and the controller logs it as a warning naming the image and disk
+            f.notice = `download attempt ${r.attempt} of ${r.limit + 1} failed, retrying in ${Math.round(r.retryInMs / 100) / 10} s: ${r.error}`;
+            this.#log(`${f.filePath}: ${f.notice}`);
+            this.#changed(f);
+          },
         }),
       ),
     );

@@ -1,4 +1,4 @@
-import { FileLifecycle, type FileState } from '@bis/state-machine';
+import { FileLifecycle, FileState } from '@bis/state-machine';
 import type { ExpectedChecksum } from '@bis/file-sources/core';
 
 /** Longhorn's `api.FileInfo` (JSON key order as Go emits it). */
@@ -29,6 +29,11 @@ export class SyncingFile {
   modificationTime = '';
   currentChecksum = '';
   sendingReference = 0;
+  /**
+   * What the work on the file says while it goes on without failing (e.g. a download attempt that failed and is tried
+   * again): the `message` of a file that is not finished and has no message of its own.
+   */
+  notice = '';
   readonly controller = new AbortController();
   /** The background work (prepare + action + finish); settles when nothing runs on the file any more. */
   task: Promise<void> = Promise.resolve();
@@ -56,6 +61,7 @@ export class SyncingFile {
 
   info(): FileInfo {
     const l = this.lifecycle.snapshot();
+    const going = l.state === FileState.Pending || l.state === FileState.Starting || l.state === FileState.InProgress;
     // Built field by field in Go's order (Longhorn clients and tests compare the JSON key order).
     return {
       diskUUID: this.diskUUID,
@@ -70,7 +76,7 @@ export class SyncingFile {
       processedSize: l.processedSize,
       modificationTime: this.modificationTime,
       currentChecksum: this.currentChecksum,
-      message: l.message,
+      message: l.message || (going ? this.notice : ''),
       sendingReference: this.sendingReference,
     };
   }
