@@ -224,6 +224,7 @@ export class DataSource {
         this.#frozen = { ...this.#current(), state: FileState.Failed, message: BEGIN_TIMEOUT_MESSAGE };
         this.#resumable?.body.destroy(new Error(BEGIN_TIMEOUT_MESSAGE));
         this.#exportAbort.abort(new Error(BEGIN_TIMEOUT_MESSAGE));
+        // Best effort: the file is already marked failed; a partial copy left behind is removed when the image is deleted.
         this.#o.sync.delete(this.filePath).catch(() => undefined);
       }
     }, Math.min(1000, Math.max(10, limit / 10)));
@@ -367,7 +368,7 @@ export class DataSource {
       if (this.#resumable) throw new DataSourceError('another request is uploading to this file', 409);
       const pt = new PassThrough({ highWaterMark: 1 << 20 });
       const done = this.#o.sync.upload(this.#uploadParams(size, pt));
-      done.catch(() => undefined);
+      done.catch(() => undefined); // awaited by the upload requests that feed it; this only keeps it from being unhandled meanwhile
       r = this.#resumable = { size, offset: 0, body: pt, busy: false, done };
     }
     if (size !== r.size) throw new DataSourceError(`the upload size ${size} differs from the size ${r.size} given first`, 409);
@@ -407,6 +408,7 @@ export class DataSource {
     this.#resumable?.body.destroy(new Error('the data source is shutting down'));
     if (!this.#transferred) {
       const state = this.#current().state;
+      // Best effort while shutting down: a partial copy left behind is removed when the image is deleted.
       if (state !== FileState.ReadyForTransfer && state !== FileState.Ready) await this.#o.sync.delete(this.filePath).catch(() => undefined);
     }
   }

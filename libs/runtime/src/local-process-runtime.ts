@@ -169,6 +169,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
   }
 
   async stopAll(opts: { gracePeriodMs?: number } = {}): Promise<void> {
+    // stop() records a failure in the workload's status; one workload that cannot be stopped must not keep the others running.
     await Promise.all([...this.workloads.keys()].map((n) => this.stop(n, opts).catch(() => undefined)));
   }
 
@@ -290,6 +291,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
     const dir = this.opts.pidDir;
     if (!dir || !w.recorded) return;
     w.recorded = false;
+    // A record left behind names a process that is no longer running: endRecordedProcesses skips it.
     w.recordOps = w.recordOps.then(() => removeProcessRecord(dir, w.spec.name)).catch(() => undefined);
   }
 
@@ -327,6 +329,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
       w.restartTimer = undefined;
       if (w.stopping) return;
       w.status.restarts++;
+      // spawnRun() records a failure in the workload's status; nothing waits for it.
       void this.spawnRun(w);
     }, w.backoffMs);
   }
@@ -346,6 +349,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
         w.status.message = ready ? 'running' : `running, port(s) ${ports.filter((_, i) => !results[i]).join(',')} not accepting connections`;
         this.emit('MODIFIED', w);
       }
+      // tick() cannot reject: the probes resolve to true or false.
       if (w.probeTimer !== undefined) w.probeTimer = setTimeout(() => void tick(), this.opts.probeIntervalMs);
     };
     w.probeTimer = setTimeout(() => void tick(), 0);

@@ -96,6 +96,7 @@ export class ReceiveSession {
   /** Requests currently reading a body from the sender (the stall timer counts only while every request waits on it). */
   #readingFromSender = 0;
   readonly #onAbort = (): void => {
+    // #finish() settles `done` with the outcome; callers wait on `done`.
     void this.#finish(new SsyncReceiveError('receiving cancelled'));
   };
 
@@ -107,7 +108,7 @@ export class ReceiveSession {
       this.#resolveDone = res;
       this.#rejectDone = rej;
     });
-    this.done.catch(() => undefined);
+    this.done.catch(() => undefined); // awaited by whoever asks; this only keeps a rejection nobody waits for from being unhandled
     this.#budget = budget;
     this.#deferred = new DeferredPieces(budget);
     const direct = opts.directIO === false ? undefined : new DirectTarget();
@@ -164,6 +165,7 @@ export class ReceiveSession {
     if (this.#finished) return text(503, 'receiver is closed', false);
     const p = this.#route(req);
     this.#inflight.add(p);
+    // Both outcomes are handled; `p` itself is awaited below.
     void p.then(
       () => this.#inflight.delete(p),
       () => this.#inflight.delete(p),
@@ -405,6 +407,7 @@ export class ReceiveSession {
     const complete = coverage.covers(0, size);
     return {
       onSent: () => {
+        // #finish() settles `done` with the outcome; callers wait on `done`.
         void this.#finish(
           complete ? undefined : new SsyncReceiveError(`the sender closed an incomplete transfer: ${coverage.covered} of ${this.#size} bytes received`),
         );
@@ -427,6 +430,7 @@ export class ReceiveSession {
     this.#idleTimer = setTimeout(() => {
       if (this.#finished) return;
       if (this.#inflight.size > this.#readingFromSender) return this.#armIdle();
+      // #finish() settles `done` with the outcome; callers wait on `done`.
       void this.#finish(new SsyncReceiveError(why()));
     }, ms);
     this.#idleTimer.unref();
@@ -464,6 +468,7 @@ export class ReceiveSession {
     const fatal = new SsyncReceiveError(`${what}: ${err.message}`);
     this.#fatalError = fatal;
     this.#server.close();
+    // #finish() settles `done` with the outcome; callers wait on `done`.
     void Promise.allSettled([...this.#inflight]).then(() => this.#finish(fatal));
   }
 
@@ -507,7 +512,7 @@ export class ReceiveSession {
     if (this.#fh) {
       const h = this.#fh;
       this.#fh = undefined;
-      await h.close().catch(() => undefined);
+      await h.close().catch(() => undefined); // data was already synced or the session failed; a close error adds nothing
     }
     const closedAt = this.#closedAt;
     const timings = { receiveMs: closedAt && this.#openedAt ? closedAt - this.#openedAt : 0, checksumTailMs: closedAt ? performance.now() - closedAt : 0 };
