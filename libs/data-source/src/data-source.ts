@@ -224,7 +224,7 @@ export class DataSource {
         this.#frozen = { ...this.#current(), state: FileState.Failed, message: BEGIN_TIMEOUT_MESSAGE };
         this.#resumable?.body.destroy(new Error(BEGIN_TIMEOUT_MESSAGE));
         this.#exportAbort.abort(new Error(BEGIN_TIMEOUT_MESSAGE));
-        // Best effort: the file is already marked failed; a partial copy left behind is removed when the image is deleted.
+        // Best effort: the file is already marked failed, and that failure is what is reported.
         this.#o.sync.delete(this.filePath).catch(() => undefined);
       }
     }, Math.min(1000, Math.max(10, limit / 10)));
@@ -408,7 +408,7 @@ export class DataSource {
     this.#resumable?.body.destroy(new Error('the data source is shutting down'));
     if (!this.#transferred) {
       const state = this.#current().state;
-      // Best effort while shutting down: a partial copy left behind is removed when the image is deleted.
+      // Best effort while shutting down: the data source goes away either way.
       if (state !== FileState.ReadyForTransfer && state !== FileState.Ready) await this.#o.sync.delete(this.filePath).catch(() => undefined);
     }
   }

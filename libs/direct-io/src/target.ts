@@ -80,7 +80,7 @@ export class DirectTarget {
   async close(): Promise<void> {
     const fh = this.#fh;
     this.#fh = undefined;
-    await fh?.close().catch(() => undefined); // writes were already awaited; a close error loses nothing
+    await fh?.close().catch(() => undefined); // O_DIRECT writes bypass the page cache: a close error loses no data
   }
 }
 

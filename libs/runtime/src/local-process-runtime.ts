@@ -169,7 +169,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
   }
 
   async stopAll(opts: { gracePeriodMs?: number } = {}): Promise<void> {
-    // stop() records a failure in the workload's status; one workload that cannot be stopped must not keep the others running.
+    // A workload removed meanwhile (WorkloadNotFoundError) or one that fails to stop must not keep the others running.
     await Promise.all([...this.workloads.keys()].map((n) => this.stop(n, opts).catch(() => undefined)));
   }
 
@@ -329,7 +329,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
       w.restartTimer = undefined;
       if (w.stopping) return;
       w.status.restarts++;
-      // spawnRun() records a failure in the workload's status; nothing waits for it.
+      // spawnRun() never rejects: a failure to start is recorded in the workload's status.
       void this.spawnRun(w);
     }, w.backoffMs);
   }

@@ -292,7 +292,7 @@ export class ProcessDataPlane implements DataPlane {
 
   async deleteDataSource(bidsName: string): Promise<void> {
     const name = dataSourceWorkloadName(bidsName);
-    await this.starting.get(name)?.catch(() => undefined); // a start that failed leaves nothing more to stop
+    await this.starting.get(name)?.catch(() => undefined); // only waits for a start in progress to settle; its failure went to its own caller
     await this.stop(name);
   }
 

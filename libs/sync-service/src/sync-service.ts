@@ -1128,7 +1128,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 
   async #checkReady(f: SyncingFile): Promise<void> {
     if (f.state !== FileState.Ready || this.#verifying.has(f.filePath)) return;
-    const st = await statFileIfExists(f.filePath).catch(() => undefined); // an unreadable file is left to the next scrub, which reports it
+    const st = await statFileIfExists(f.filePath).catch(() => undefined); // a file that cannot be stat'ed is re-verified below, which reports what is wrong
     if (f.state !== FileState.Ready || this.#verifying.has(f.filePath) || this.#files.get(f.filePath) !== f) return;
     if (st && st.modificationTime === f.modificationTime) return;
     this.#verifying.add(f.filePath);

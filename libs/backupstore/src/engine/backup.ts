@@ -546,7 +546,7 @@ class BackupSource {
     const pool = new SlotPool(concurrency + READ_AHEAD_SLOTS);
     const source = new BackupSource(mappings, fh, pool, new BlockWorkerPool(pool, concurrency), createWholeImageHash(pool.memory, chain), file, lz4);
     source.prehash = source.runPrehash(signal);
-    source.prehash.catch(() => undefined); // awaited (and its failure thrown) by the block reads; close() waits for it
+    source.prehash.catch(() => undefined); // awaited (failure included) by stopPrehash() before the blocks are read, and by close()
     return source;
   }
 

@@ -512,7 +512,7 @@ export class ReceiveSession {
     if (this.#fh) {
       const h = this.#fh;
       this.#fh = undefined;
-      await h.close().catch(() => undefined); // data was already synced or the session failed; a close error adds nothing
+      await h.close().catch(() => undefined); // the data was synced when the sender closed (or the session failed): a close error adds nothing
     }
     const closedAt = this.#closedAt;
     const timings = { receiveMs: closedAt && this.#openedAt ? closedAt - this.#openedAt : 0, checksumTailMs: closedAt ? performance.now() - closedAt : 0 };
