@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // `npm test`: every check and every test suite of the workspace.
 //   1. module boundaries (libs never import apps, no cycles), and test isolation (tests read nothing outside the repository)
-//   2. Nx project references in sync
-//   3. typecheck, then jest, for every project (nx run-many), two at a time
-//   4. one closing line with the totals of every jest project
+//   2. lint: ESLint with typescript-eslint's type-aware rules over every TypeScript source (eslint.config.mjs)
+//   3. Nx project references in sync
+//   4. typecheck, then jest, for every project (nx run-many), two at a time
+//   5. one closing line with the totals of every jest project
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -49,6 +50,7 @@ function summarise(nxStatus) {
 const extra = process.argv.slice(2);
 if (run('node', ['tools/scripts/check-boundaries.mjs']) !== 0) process.exit(1);
 if (run('node', ['tools/scripts/check-test-isolation.mjs']) !== 0) process.exit(1);
+if (run('npx', ['--no-install', 'eslint', '.']) !== 0) process.exit(1);
 if (!process.env.BIS_SKIP_SYNC_CHECK && run('npx', ['--no-install', 'nx', 'sync:check']) !== 0) process.exit(1);
 const reporter = join(root, 'tools/jest/summary-reporter.js');
 const typecheck = run('npx', ['--no-install', 'nx', 'run-many', '-t', 'typecheck', '--parallel=2', '--outputStyle=static', ...extra]);

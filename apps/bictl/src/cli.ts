@@ -454,7 +454,7 @@ export const COMMANDS: Record<string, Command> = {
     args: [2, 2],
     options: CREATE_OPTS,
     run: async (ctx, [name, file]) => {
-      const st = await stat(file).catch(() => undefined);
+      const st = await stat(file).catch(() => undefined); // a file that cannot be stat'ed is reported just below
       if (!st?.isFile()) throw new UsageError(`${file} is not a readable file`);
       if (st.size === 0) throw new UsageError(`${file} is empty`);
       let existing: BackingImage | undefined;
@@ -485,6 +485,7 @@ export const COMMANDS: Record<string, Command> = {
         bar.done();
         if (err instanceof ApiClientError && err.kind === 'aborted') throw new CommandFailed(`upload interrupted at ${at} of ${st.size} bytes; run the same command again to resume`, Exit.interrupted);
         // The server may have failed the transfer meanwhile: say that rather than the last HTTP error.
+        // If the status cannot be read either, the transfer error below is reported.
         const now = await ctx.client.getBackingImage(name, { signal: ctx.io.signal }).catch(() => undefined);
         if (now) failIfUploadFailed(now);
         throw err;

@@ -202,13 +202,16 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     controllerMetrics: (name) => metrics.controllerMetrics(name),
   });
   let app: FastifyInstance | undefined;
+  // Shutting down: a part that fails to stop is logged, and the others are still stopped.
+  const stopFailed = (what: string) => (err: unknown) =>
+    log.warn(`shutdown: ${what} did not stop cleanly: ${err instanceof Error ? err.message : String(err)}`);
   const cleanup = async () => {
-    await app?.close().catch(() => undefined);
-    await observer.stop().catch(() => undefined);
-    await health.stop().catch(() => undefined);
-    await controllers.stop().catch(() => undefined);
-    await events.flush().catch(() => undefined);
-    await disks.stop().catch(() => undefined);
+    await app?.close().catch(stopFailed('the HTTP server'));
+    await observer.stop().catch(stopFailed('the activity observer'));
+    await health.stop().catch(stopFailed('the node health monitor'));
+    await controllers.stop().catch(stopFailed('the controllers'));
+    await events.flush().catch(stopFailed('the event recorder'));
+    await disks.stop().catch(stopFailed('the node disk reporter'));
     dataPlane.close();
     await store.close();
     await log.close();

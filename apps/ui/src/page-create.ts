@@ -120,6 +120,8 @@ function request(f: Form): CreateBackingImageRequest {
       parameters['volume-name'] = f.volume.trim();
       parameters['export-type'] = f.exportType;
       break;
+    case 'upload':
+      break; // no parameters: the file is sent once the backing image exists
   }
   return {
     name: f.name,
@@ -169,6 +171,7 @@ async function submit(ev: Event): Promise<void> {
     const created = await client.createBackingImage(request(form));
     if (form.sourceType === 'upload' && form.file) {
       upload = { name: created.name, file: form.file, offset: 0, size: form.file.size, startedAt: Date.now(), startOffset: 0, resumes: 0, error: '', done: false, abort: new AbortController() };
+      // runUpload() shows its own failures on the page.
       void runUpload(upload);
     } else {
       location.hash = `#/images/${encodeURIComponent(created.name)}`;

@@ -30,6 +30,7 @@ function startEdit(t: BackupTarget): void {
   form = { url: t.backupTargetURL ?? '', secret: t.credentialSecret ?? '', pollInterval: t.pollInterval ?? '' };
   error = '';
   notice = '';
+  // loadSecrets() cannot reject: a failure means no secret list.
   void loadSecrets();
   changed();
 }

@@ -163,7 +163,9 @@ export function startLiveUpdates(signal: AbortSignal): void {
     },
     { signal, period: '500ms', onConnection: (c) => ((connected.backups = c), setLive()) },
   );
+  // refreshSlow() cannot reject (Promise.allSettled).
   void refreshSlow();
+  // refreshSlow() cannot reject (Promise.allSettled).
   const t = setInterval(() => void refreshSlow(), 5000);
   signal.addEventListener('abort', () => clearInterval(t), { once: true });
 }

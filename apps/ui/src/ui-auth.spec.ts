@@ -8,15 +8,15 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
+import { it, expect, beforeAll, afterAll } from '@jest/globals';
 import type { Page } from 'playwright-core';
 import { BisClient } from '@bis/api-client';
 import { startFileServer } from '@bis/api-client/test-support';
-import { launchBrowser } from './test-support/browser.js';
+import { describeWithBrowser, launchBrowser } from './test-support/browser.js';
 import { expectText, expectVisible } from './test-support/expect-eventually.js';
 import { startStandaloneProcess, type StandaloneProcess } from './test-support/standalone-process.js';
 
-describe('web UI with a REST token (controller-manager standalone --auth-token-file)', () => {
+describeWithBrowser('ui-auth.spec.ts')('web UI with a REST token (controller-manager standalone --auth-token-file)', () => {
   const token = randomBytes(32).toString('base64url');
   let dir: string;
   let sys: StandaloneProcess;

@@ -8,16 +8,16 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
+import { it, expect, beforeAll, afterAll } from '@jest/globals';
 import type { Page } from 'playwright-core';
 import { startFileServer } from '@bis/api-client/test-support';
-import { launchBrowser } from './test-support/browser.js';
+import { describeWithBrowser, launchBrowser } from './test-support/browser.js';
 import { expectAttr, expectCount, expectDisabled, expectText, expectTextContaining, expectVisible, eventually } from './test-support/expect-eventually.js';
 import { startStandaloneProcess, type StandaloneProcess } from './test-support/standalone-process.js';
 
 const SHOTS = process.env['BIS_SCREENSHOTS'] ? resolve(process.env['BIS_WORKSPACE_ROOT'] ?? process.cwd(), process.env['BIS_SCREENSHOTS']) : undefined;
 
-describe('web UI in headless Chromium against controller-manager standalone', () => {
+describeWithBrowser('ui.spec.ts')('web UI in headless Chromium against controller-manager standalone', () => {
   let sys: StandaloneProcess;
   let files: { url: string; close(): Promise<void> };
   let browser: Awaited<ReturnType<typeof launchBrowser>>;
@@ -150,7 +150,7 @@ describe('web UI in headless Chromium against controller-manager standalone', ()
     for (const disk of ready) await page.locator(`#disks tr[data-disk="${disk}"] input[type=checkbox]`).check();
     await page.click('#cleanup-disks');
     await expectTextContaining(page.locator('.alert'), 'failed to do cleanup since there will be no enough ready files for HA after the deletion');
-    await expect(await readyDisks().count()).toBe(ready.length); // nothing was removed
+    expect(await readyDisks().count()).toBe(ready.length); // nothing was removed
     await page.fill('#min-copies', '1');
     await page.click('#update-min-copies');
     await expectText(page.locator('.notice'), 'Minimum copies set to 1.');

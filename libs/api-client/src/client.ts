@@ -277,6 +277,7 @@ export class BisClient {
           headers: { 'content-type': 'application/octet-stream' },
           signal,
         });
+        // A body that is not JSON carries no offset: the next offset is then the end of what was sent.
         const r = (await res.json().catch(() => undefined)) as { offset?: number } | undefined;
         offset = typeof r?.offset === 'number' ? r.offset : end;
         failures = 0;

@@ -209,11 +209,12 @@ export class BackupStoreLock {
       }
       await this.writeSelf(true);
     } catch (err) {
-      await this.driver.remove(this.path).catch(() => undefined);
+      await this.driver.remove(this.path).catch(() => undefined); // best effort: the acquire error is what matters; a leftover lock goes stale
       throw err;
     }
     this.held = true;
     this.refresher = setInterval(() => {
+      // A failed refresh is retried at the next interval; the lock only goes stale after the lock duration.
       this.refreshing = this.writeSelf(true).catch(() => undefined);
     }, this.timing.refreshMs);
     this.refresher.unref();
@@ -283,6 +284,6 @@ export async function withLock<T>(
   try {
     return await fn();
   } finally {
-    await lock.release().catch(() => undefined);
+    await lock.release().catch(() => undefined); // a lock that cannot be removed goes stale; fn's outcome stands
   }
 }

@@ -161,7 +161,7 @@ export class BackingImageController extends Controller {
     const name = bi.metadata.name;
     const specMap = bi.spec!.diskFileSpecMap ?? {};
     const statusMap = bi.status!.diskFileStatusMap ?? {};
-    let bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
+    const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
     if (!bids) {
       let chosen: { nodeID: string; diskUUID: string; path: string } | undefined;
       let fileTransferred = false;

@@ -169,6 +169,7 @@ export class BackupBackingImageController extends Controller {
   }
 
   private startMonitor(name: string, address: string, biName: string): BackupMonitor {
+    // poll() catches its own failures (they become the backup's error state).
     const m: BackupMonitor = { address, event: 'progress', progress: 0, url: '', error: '', busy: false, timer: setInterval(() => void poll(), this.ctx.timing.backupPollMs) };
     m.timer.unref();
     const poll = async () => {
@@ -188,6 +189,7 @@ export class BackupBackingImageController extends Controller {
       }
     };
     this.monitors.set(name, m);
+    // poll() catches its own failures (they become the backup's error state).
     void poll();
     return m;
   }

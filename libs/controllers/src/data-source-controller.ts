@@ -72,6 +72,7 @@ export class BackingImageDataSourceController extends Controller {
       if (t !== 'MODIFIED' || !old || old.status?.backingImageFileMap === o.status?.backingImageFileMap) return;
       for (const [name, m] of this.monitors) {
         if (m.diskUUID !== o.spec?.diskUUID) continue;
+        // poll() catches its own failures (counted, shown in the status); nothing waits for it.
         if (changed(old.status?.backingImageFileMap?.[name], o.status?.backingImageFileMap?.[name])) void this.poll(name, m);
       }
     });
@@ -114,6 +115,7 @@ export class BackingImageDataSourceController extends Controller {
       // A monitor started by this reconcile polls now that the status (with the data source's ip) is written; polling
       // before the write found no ip and waited a whole interval (3 s) for its first look at the data source.
       const m = this.monitors.get(name);
+      // poll() catches its own failures (counted, shown in the status); nothing waits for it.
       if (m && !m.polled) void this.poll(name, m);
     }
   }
@@ -326,6 +328,7 @@ export class BackingImageDataSourceController extends Controller {
     const existing = this.monitors.get(name);
     if (existing && existing.address === address) return;
     if (existing) this.stopMonitor(name);
+    // poll() catches its own failures (counted, shown in the status); the timer only starts it.
     const m: Monitor = { address, diskUUID, failures: 0, busy: false, polled: false, timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs) };
     m.timer.unref();
     this.monitors.set(name, m);

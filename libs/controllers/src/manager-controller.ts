@@ -624,10 +624,12 @@ export class BackingImageManagerController extends Controller {
     const existing = this.monitors.get(name);
     if (existing && existing.address === address && !existing.stopped) return;
     if (existing) this.stopMonitor(name);
+    // tick() catches its own failures (they show in the status and the log); the timer only starts it.
     const m: Monitor = { address, dirty: true, ticks: 0, lastListAt: 0, receiveErrors: 0, busy: false, stopped: false, timer: setInterval(() => void this.tick(name, m, true), this.ctx.timing.managerPollMs) };
     m.timer.unref();
     this.monitors.set(name, m);
     this.openWatch(name, m);
+    // tick() catches its own failures (they show in the status and the log); nothing waits for it.
     void this.tick(name, m, false);
   }
 
@@ -678,6 +680,7 @@ export class BackingImageManagerController extends Controller {
     const wait = Math.max(0, m.lastListAt + this.ctx.timing.managerPollMs - Date.now());
     m.kickTimer = setTimeout(() => {
       m.kickTimer = undefined;
+      // tick() catches its own failures (they show in the status and the log); nothing waits for it.
       void this.tick(name, m, false);
     }, wait);
     m.kickTimer.unref();

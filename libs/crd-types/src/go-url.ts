@@ -84,6 +84,7 @@ function hostnameOf(host: string): string {
 
 /** Parses like Go's `url.ParseRequestURI` (no fragment; the query is not validated, as in Go). */
 export function goParseRequestURI(raw: string): GoParseResult {
+  // eslint-disable-next-line no-control-regex -- Go refuses control characters in a URL: matching them is the point
   if (/[\x00-\x1f\x7f]/.test(raw)) return fail(raw, 'net/url: invalid control character in URL');
   if (raw === '') return fail(raw, 'empty url');
   if (raw === '*') return { ok: true, url: { scheme: '', host: '', hostname: '' } };

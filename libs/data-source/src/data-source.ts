@@ -234,6 +234,7 @@ export class DataSource {
         this.#frozen = { ...this.#current(), state: FileState.Failed, message: BEGIN_TIMEOUT_MESSAGE };
         this.#resumable?.body.destroy(new Error(BEGIN_TIMEOUT_MESSAGE));
         this.#exportAbort.abort(new Error(BEGIN_TIMEOUT_MESSAGE));
+        // Best effort: the file is already marked failed, and that failure is what is reported.
         this.#o.sync.delete(this.filePath).catch(() => undefined);
       }
     }, Math.min(1000, Math.max(10, limit / 10)));
@@ -377,7 +378,7 @@ export class DataSource {
       if (this.#resumable) throw new DataSourceError('another request is uploading to this file', 409);
       const pt = new PassThrough({ highWaterMark: 1 << 20 });
       const done = this.#o.sync.upload(this.#uploadParams(size, pt));
-      done.catch(() => undefined);
+      done.catch(() => undefined); // awaited by the upload requests that feed it; this only keeps it from being unhandled meanwhile
       r = this.#resumable = { size, offset: 0, body: pt, busy: false, done };
     }
     if (size !== r.size) throw new DataSourceError(`the upload size ${size} differs from the size ${r.size} given first`, 409);
@@ -417,6 +418,7 @@ export class DataSource {
     this.#resumable?.body.destroy(new Error('the data source is shutting down'));
     if (!this.#transferred) {
       const state = this.#current().state;
+      // Best effort while shutting down: the data source goes away either way.
       if (state !== FileState.ReadyForTransfer && state !== FileState.Ready) await this.#o.sync.delete(this.filePath).catch(() => undefined);
     }
   }

@@ -74,7 +74,7 @@ export class DirectFileWriter {
     }
     const run = () => this.#write(data, position);
     const done = this.#queue.then(run, run);
-    this.#queue = done.catch(() => undefined);
+    this.#queue = done.catch(() => undefined); // the queue only orders writes: each caller gets its own write's failure through `done`
     return done;
   }
 

@@ -112,14 +112,14 @@ export async function* decompress(kind: Compression, input: AsyncIterable<Buffer
     child.once('error', reject);
     child.once('close', (code) => resolve(code));
   });
-  exited.catch(() => undefined);
+  exited.catch(() => undefined); // awaited below; this only keeps a rejection from being unhandled meanwhile
   child.stdin.on('error', () => undefined); // EPIPE when the decoder fails; reported through its exit code
   const stopFeeding = new AbortController();
   const feeding = pumpInto(input, child.stdin, stopFeeding.signal).catch((e: unknown) => {
     child.kill('SIGKILL');
     if (!stopFeeding.signal.aborted) throw e;
   });
-  feeding.catch(() => undefined);
+  feeding.catch(() => undefined); // awaited below; this only keeps a rejection from being unhandled meanwhile
   let finished = false;
   try {
     for await (const chunk of child.stdout as Readable) yield chunk as Buffer;

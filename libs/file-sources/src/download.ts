@@ -379,7 +379,7 @@ async function* rangedBody(s: DownloadSettings, url: string, size: number, signa
     while (next < count && inflight.size < s.parallel.connections) {
       const i = next++;
       const p = fetchSegment(s, url, i * seg, Math.min(size, (i + 1) * seg) - 1, ctl.signal, onRetry);
-      p.catch(() => undefined);
+      p.catch(() => undefined); // awaited in order below; this only keeps a rejection from being unhandled meanwhile
       inflight.set(i, p);
     }
   };

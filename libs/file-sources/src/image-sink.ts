@@ -348,7 +348,7 @@ export class ImageSink {
     this.#slab = undefined;
     while (this.#inflight.size > 0) await Promise.all(this.#inflight);
     await this.#hasher.close();
-    await fh?.close().catch(() => undefined);
+    await fh?.close().catch(() => undefined); // the file is removed next: a close error loses nothing
     await rm(this.dest, { force: true });
   }
 

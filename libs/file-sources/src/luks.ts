@@ -176,7 +176,7 @@ export async function luksCloneToFile(req: CloneRequest): Promise<SourceResult> 
     if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);
     throw e;
   } finally {
-    await devices.release().catch(() => undefined);
+    await devices.release().catch(() => undefined); // cleanup: the result or the error being thrown is what matters
     for (const f of scratch) await rm(f, { recursive: true, force: true });
     if (!ok) await rm(req.dest, { force: true });
   }

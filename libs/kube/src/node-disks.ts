@@ -75,6 +75,7 @@ export class NodeDiskReporter {
   private schedule(): void {
     if (this.stopped) return;
     this.timer = setTimeout(() => {
+      // trigger() never rejects: CoalescedRun passes a failure to onError (the log).
       void this.trigger().finally(() => this.schedule());
     }, this.o.intervalMs ?? 30_000);
     this.timer.unref();
@@ -144,6 +145,7 @@ export class NodeDiskReporter {
         // Written to a temporary name and renamed, so a crash never leaves a truncated config behind.
         const tmp = `${cfg}.tmp-${process.pid}`;
         await fsp.writeFile(tmp, JSON.stringify({ diskUUID: uuid }), { flag: 'w' });
+        // The temporary name may already be gone; the link's own error is what matters.
         await fsp.link(tmp, cfg).finally(() => fsp.unlink(tmp).catch(() => undefined));
         this.o.log?.info(`wrote ${cfg} with disk UUID ${uuid}`);
       } catch (werr) {

@@ -112,6 +112,7 @@ export class NodeHealthMonitor {
   async start(): Promise<void> {
     this.access.require('', 'nodes', 'watch');
     this.access.require('', 'pods', 'watch');
+    // runWatch() loops until stopped, reconnecting after every failure of the watch.
     void this.runWatch('/api/v1/nodes', {});
     void this.runWatch(`/api/v1/namespaces/${encodeURIComponent(this.o.namespace)}/pods`, { labelSelector: this.selector });
     await this.trigger();
@@ -120,6 +121,7 @@ export class NodeHealthMonitor {
 
   private schedule(): void {
     if (this.stopped) return;
+    // trigger() never rejects: CoalescedRun passes a failure to onError (the log).
     this.timer = setTimeout(() => void this.trigger().finally(() => this.schedule()), this.o.resyncMs ?? 30_000);
     this.timer.unref();
   }
@@ -129,6 +131,7 @@ export class NodeHealthMonitor {
       const ac = new AbortController();
       this.aborts.add(ac);
       await new Promise<void>((resolve) => {
+        // Both outcomes of watch() are handled below; trigger() never rejects (CoalescedRun logs failures).
         void this.watcher.watch(path, query, () => void this.trigger(), () => resolve()).then(
           (c) => {
             ac.signal.addEventListener('abort', () => c.abort(), { once: true });

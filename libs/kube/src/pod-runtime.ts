@@ -222,6 +222,7 @@ export class KubePodRuntime {
   /** Subscribes to pod changes of both components; the watch starts with the first listener. */
   onWorkloadChange(listener: (kind: 'manager' | 'data-source', name: string) => void): () => void {
     this.listeners.add(listener);
+    // runWatch() loops until stopped, reconnecting after every failure of the watch.
     if (!this.watchAbort && !this.stopped) void this.runWatch();
     return () => {
       this.listeners.delete(listener);
@@ -235,6 +236,7 @@ export class KubePodRuntime {
       const ac = new AbortController();
       this.watchAbort = ac;
       await new Promise<void>((resolve) => {
+        // Both outcomes are handled below.
         void this.watcher
           .watch(
             `/api/v1/namespaces/${encodeURIComponent(this.ns)}/pods`,

@@ -58,6 +58,7 @@ export class BackupTracker {
     }
     const e: Entry = { name: req.name, progress: 0, backupUrl: '', error: '', state: 'in_progress', controller: new AbortController() };
     this.#entries.push(e);
+    // Both outcomes are handled below (they become the entry's state, polled by the controller).
     void runner
       .createBackup({
         target: req.backupTarget,

@@ -151,7 +151,14 @@ export class ManagerService {
 
   #track(p: Promise<void>): void {
     this.#background.add(p);
-    void p.finally(() => this.#background.delete(p));
+    // Both outcomes handled: a failure is logged (the file's own state already shows it).
+    void p.then(
+      () => this.#background.delete(p),
+      (err: unknown) => {
+        this.#background.delete(p);
+        this.#log(`background work failed: ${errorMessage(err)}`);
+      },
+    );
   }
 
   // --------------------------------------------------------------- watch

@@ -252,10 +252,12 @@ export async function restApiPlugin(app: FastifyInstance, opts: RestApiOptions):
     const self = `${baseUrlOf(req)}${req.url}`;
     const body = errorBody(err, self);
     if (body.status >= 500) req.log.warn({ err }, 'API request failed');
+    // The reply is sent by fastify; the returned promise only resolves to the reply itself.
     void reply.status(body.status).type('application/json').send(body);
   });
 
   app.setNotFoundHandler((req, reply) => {
+    // The reply is sent by fastify; the returned promise only resolves to the reply itself.
     void reply.status(404).send(errorBody(notFound(`no route for ${req.method} ${req.url.split('?')[0]}`), `${baseUrlOf(req)}${req.url}`));
   });
 
@@ -419,6 +421,7 @@ function runListStream(
     const wait = Math.max(0, lastSent + periodMs - Date.now());
     timer = setTimeout(() => {
       timer = undefined;
+      // tick() catches its own failures: the next change or poll retries.
       void tick();
     }, wait);
   };
@@ -440,8 +443,10 @@ function runListStream(
     }
     if (!changes || dirty) schedule();
   };
+  // tick() catches its own failures: the next change or poll retries.
   void tick();
   if (changes) {
+    // Runs until the socket closes; its body handles its own failures.
     void (async () => {
       try {
         for await (const _ of changes(ac.signal)) {

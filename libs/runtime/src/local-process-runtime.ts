@@ -172,6 +172,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
   }
 
   async stopAll(opts: { gracePeriodMs?: number } = {}): Promise<void> {
+    // A workload removed meanwhile (WorkloadNotFoundError) or one that fails to stop must not keep the others running.
     await Promise.all([...this.workloads.keys()].map((n) => this.stop(n, opts).catch(() => undefined)));
   }
 
@@ -293,6 +294,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
     const dir = this.opts.pidDir;
     if (!dir || !w.recorded) return;
     w.recorded = false;
+    // A record left behind names a process that is no longer running: endRecordedProcesses skips it.
     w.recordOps = w.recordOps.then(() => removeProcessRecord(dir, w.spec.name)).catch(() => undefined);
   }
 
@@ -330,6 +332,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
       w.restartTimer = undefined;
       if (w.stopping) return;
       w.status.restarts++;
+      // spawnRun() never rejects: a failure to start is recorded in the workload's status.
       void this.spawnRun(w);
     }, w.backoffMs);
   }
@@ -349,6 +352,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
         w.status.message = ready ? 'running' : `running, port(s) ${ports.filter((_, i) => !results[i]).join(',')} not accepting connections`;
         this.emit('MODIFIED', w);
       }
+      // tick() cannot reject: the probes resolve to true or false.
       if (w.probeTimer !== undefined) w.probeTimer = setTimeout(() => void tick(), this.opts.probeIntervalMs);
     };
     w.probeTimer = setTimeout(() => void tick(), 0);

@@ -65,6 +65,7 @@ export class RotatingLogFile extends Writable {
       await fsp.rm(this.file, { force: true });
     } else {
       await fsp.rm(`${this.file}.${this.maxFiles}`, { force: true });
+      // A missing older file is normal (fewer files than maxFiles so far); rotation goes on with the others.
       for (let i = this.maxFiles - 1; i >= 1; i--) await fsp.rename(`${this.file}.${i}`, `${this.file}.${i + 1}`).catch(() => undefined);
       await fsp.rename(this.file, `${this.file}.1`).catch(() => undefined);
     }
@@ -73,6 +74,7 @@ export class RotatingLogFile extends Writable {
   }
 
   override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
+    // Its outcome goes to the stream callback `cb` (success or error).
     void (async () => {
       let offset = 0;
       while (offset < chunk.length) {

@@ -112,7 +112,7 @@ export async function computeFileChain(path: string, options: ComputeFileChainOp
     }
     return recorder.finish();
   } finally {
-    await hashing.catch(() => undefined);
+    await hashing.catch(() => undefined); // its failure was already thrown, or the result returned; only wait for it to stop
     await fh.close();
   }
 }

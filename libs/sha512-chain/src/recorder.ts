@@ -136,7 +136,7 @@ export class Sha512ChainRecorder {
     const settled = run.finally(() => {
       this.inFlight--;
     });
-    this.queue = settled.catch(() => undefined);
+    this.queue = settled.catch(() => undefined); // the queue only orders work: each caller gets its own failure through `settled`
     return settled;
   }
 

@@ -76,6 +76,7 @@ export class ProcessDataPlane implements DataPlane {
   constructor(private readonly o: ProcessDataPlaneOptions) {
     this.host = o.host ?? '127.0.0.1';
     this.ports = new PortReservations(this.host);
+    // watchRuntime() never rejects: the watch ends with close().
     void this.watchRuntime();
   }
 
@@ -291,7 +292,7 @@ export class ProcessDataPlane implements DataPlane {
 
   async deleteDataSource(bidsName: string): Promise<void> {
     const name = dataSourceWorkloadName(bidsName);
-    await this.starting.get(name)?.catch(() => undefined);
+    await this.starting.get(name)?.catch(() => undefined); // only waits for a start in progress to settle; its failure went to its own caller
     await this.stop(name);
   }
 

@@ -293,14 +293,17 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   let controllers: ControllerManager | undefined;
   let diskTimer: NodeJS.Timeout | undefined;
   let observer: ActivityObserver | undefined;
+  // Shutting down: a part that fails to stop is logged, and the others are still stopped.
+  const stopFailed = (what: string) => (err: unknown) =>
+    opts.log?.warn(`shutdown: ${what} did not stop cleanly: ${err instanceof Error ? err.message : String(err)}`);
   const cleanup = async () => {
     clearInterval(diskTimer);
-    await app?.close().catch(() => {});
-    await observer?.stop().catch(() => {});
-    await controllers?.stop().catch(() => {});
-    await controllers?.events.flush().catch(() => {});
+    await app?.close().catch(stopFailed('the HTTP server'));
+    await observer?.stop().catch(stopFailed('the activity observer'));
+    await controllers?.stop().catch(stopFailed('the controllers'));
+    await controllers?.events.flush().catch(stopFailed('the event recorder'));
     dataPlane.close();
-    await runtime.stopAll().catch(() => {});
+    await runtime.stopAll().catch(stopFailed('the data-plane processes'));
     await store.close();
   };
   try {

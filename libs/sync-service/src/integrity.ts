@@ -218,6 +218,7 @@ export class ChainVerifyingStream extends Transform {
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    // Its outcome goes to the stream callback `cb` (success or error).
     void (async () => {
       let pos = 0;
       while (pos < chunk.length) {
@@ -233,6 +234,7 @@ export class ChainVerifyingStream extends Transform {
   }
 
   override _flush(cb: TransformCallback): void {
+    // Its outcome goes to the stream callback `cb` (success or error).
     void (async () => {
       const v = await this.#verifier;
       if (this.#segment < v.segments) {

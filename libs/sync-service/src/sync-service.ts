@@ -223,6 +223,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     this.#root = normalizeRoot(this.diskPath);
     const every = opts.monitorIntervalMs ?? 2000;
     if (every > 0) {
+      // checkReadyFiles() never rejects (Promise.allSettled); the timer only starts it.
       this.#monitor = setInterval(() => void this.checkReadyFiles(), every);
       this.#monitor.unref();
     }
@@ -550,6 +551,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     f.sendingReference++;
     this.#changed(f);
     const useChain = this.#opts.sendChain ?? true;
+    // The send's outcome is recorded on the file (state, message, log) inside.
     void (async () => {
       let chain: Sha512Chain | undefined;
       if (useChain) {
@@ -575,6 +577,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
           const message = errorMessage(err);
           this.#log(`failed to send ${filePath} to ${toAddress}: ${message}`);
           // the receiver found the bytes do not match the chain (or the checksum): check this copy itself
+          // #verifyAfterUse() records its outcome on the file; nothing waits for it.
           if (/mismatch|does not match|doesn't match/i.test(message) && !f.signal.aborted) void this.#verifyAfterUse(f, 'send');
         },
       )
@@ -715,7 +718,9 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     } catch (err) {
       const reason: unknown = f.signal.aborted ? f.signal.reason : err;
       this.#fail(f, reason);
-      await removeFile(tmpPathOf(f.filePath)).catch(() => undefined);
+      await removeFile(tmpPathOf(f.filePath)).catch((e: unknown) =>
+        this.#log(`${f.filePath}: cannot remove the temporary file after the failure: ${errorMessage(e)}`),
+      );
     } finally {
       if (watchdog) clearTimeout(watchdog);
     }
@@ -728,6 +733,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     if (!st.isFile) return `${f.filePath} is not a regular file`;
     const size = f.lifecycle.size;
     if (size > 0 && st.size !== size) return `the existing file size ${st.size} does not match the expected size ${size}`;
+    // An unreadable config only means no recorded checksum: the file is hashed instead.
     const cfg = await readSyncingFileConfig(cfgPathOf(f.filePath)).catch(() => undefined);
     let checksum = '';
     const expected = f.expected;
@@ -813,6 +819,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     let chain = r.sha512 !== undefined && r.chain?.checksum === r.sha512 ? r.chain : undefined;
     let verified = r.expectedVerified === true;
     if (!checksum && r.trustCfg) {
+      // An unreadable config only means no recorded checksum: the file is hashed instead.
       const cfg = await readSyncingFileConfig(cfgPathOf(f.filePath)).catch(() => undefined);
       if (cfg && cfg.currentChecksum && cfg.modificationTime === st.modificationTime) checksum = cfg.currentChecksum;
       if (cfg && checksum && f.expected && f.expected.algorithm !== 'sha512' && cfg.expectedChecksum === f.expectedChecksum) {
@@ -917,7 +924,10 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     if (!f.lifecycle.tryFire(FileEvent.FoundCorrupted, message)) return;
     this.#log(`${f.filePath}: the copy is corrupted, marked failed: ${message}`);
     f.controller.abort(new SyncServiceError(message));
-    void removeFile(cfgPathOf(f.filePath)).catch(() => undefined);
+    // Not awaited: marking the copy failed does not wait for the disk; a removal that fails is logged.
+    void removeFile(cfgPathOf(f.filePath)).catch((e: unknown) =>
+      this.#log(`${f.filePath}: cannot remove the config of the corrupted copy: ${errorMessage(e)}`),
+    );
   }
 
   /** The stored chain of a ready file when it is bound to its size, modification time and checksum. */
@@ -947,9 +957,15 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         if (sha512 !== f.currentChecksum) {
           throw new CorruptionError(`SHA-512 mismatch: the copy hashes to ${sha512}, its checksum is ${f.currentChecksum}`);
         }
-        if (recorded) await (await loadChainFile()).writeChainFile(f.filePath, recorded, st.modificationTime).catch(() => undefined);
+        if (recorded) {
+          // The copy is verified either way; without a recorded chain the next check hashes it again.
+          await (await loadChainFile())
+            .writeChainFile(f.filePath, recorded, st.modificationTime)
+            .catch((e: unknown) => this.#log(`${f.filePath}: cannot record the SHA-512 chain: ${errorMessage(e)}`));
+        }
       }
     } catch (err) {
+      // A file that cannot be stat'ed any more counts as changed.
       const after = await statFileIfExists(f.filePath).catch(() => undefined);
       if (after?.modificationTime !== st.modificationTime) return res('skipped', 'the copy changed on disk while it was verified', bytesRead);
       const c = asCorruption(err);
@@ -960,6 +976,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       if (opts.signal.aborted) return res('skipped', 'cancelled', bytesRead);
       return res('error', `${context}: cannot verify the copy: ${errorMessage(err)}`, bytesRead);
     }
+    // A file that cannot be stat'ed any more counts as changed.
     const after = await statFileIfExists(f.filePath).catch(() => undefined);
     if (after?.modificationTime !== st.modificationTime) return res('skipped', 'the copy changed on disk while it was verified', bytesRead);
     return res('ok', '', bytesRead);
@@ -997,6 +1014,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     const scrub = this.#opts.scrub!;
     const poll = scrub.pollMs ?? Math.min(scrub.intervalMs, 60_000);
     this.#scrubTimer = setTimeout(() => {
+      // Failures are logged just below; the next scrub is scheduled either way.
       void this.#runScrub(false)
         .catch((err: unknown) => this.#log(`scrub failed: ${errorMessage(err)}`))
         .finally(() => {
@@ -1015,7 +1033,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   }
 
   async #runScrub(all: boolean): Promise<FileScrubResult[]> {
-    while (this.#scrubPass) await this.#scrubPass.catch(() => undefined);
+    while (this.#scrubPass) await this.#scrubPass.catch(() => undefined); // the earlier pass's failure belongs to its own caller
     const pass = this.#scrubOnce(all).finally(() => {
       if (this.#scrubPass === pass) this.#scrubPass = undefined;
     });
@@ -1120,7 +1138,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 
   async #checkReady(f: SyncingFile): Promise<void> {
     if (f.state !== FileState.Ready || this.#verifying.has(f.filePath)) return;
-    const st = await statFileIfExists(f.filePath).catch(() => undefined);
+    const st = await statFileIfExists(f.filePath).catch(() => undefined); // a file that cannot be stat'ed is re-verified below, which reports what is wrong
     if (f.state !== FileState.Ready || this.#verifying.has(f.filePath) || this.#files.get(f.filePath) !== f) return;
     if (st && st.modificationTime === f.modificationTime) return;
     this.#verifying.add(f.filePath);

@@ -73,7 +73,7 @@ async function send(reply: FastifyReply, req: FastifyRequest, file: { path: stri
 export const uiServerPlugin: FastifyPluginAsync<UiServerOptions> = async (app: FastifyInstance, opts: UiServerOptions) => {
   const root = resolve(opts.root);
   const index = join(root, 'index.html');
-  const indexStat = await stat(index).catch(() => undefined);
+  const indexStat = await stat(index).catch(() => undefined); // a missing index.html is reported just below
   if (!indexStat?.isFile()) throw new Error(`the web UI directory ${root} has no index.html (build the UI first)`);
   const apiPrefixes = opts.apiPrefixes ?? ['/v1'];
 

@@ -76,7 +76,7 @@ export class FileSystemDriver implements BackupStoreDriver {
       if (err instanceof BackupStoreError) throw err;
       throw ioError('read', p, err);
     } finally {
-      await fh.close().catch(() => undefined);
+      await fh.close().catch(() => undefined); // read-only descriptor: a close error loses nothing
     }
   }
 
@@ -98,7 +98,7 @@ export class FileSystemDriver implements BackupStoreDriver {
       throwIfAborted(signal);
       await fs.rename(tmp, dst);
     } catch (err) {
-      await fs.rm(tmp, { force: true }).catch(() => undefined);
+      await fs.rm(tmp, { force: true }).catch(() => undefined); // best effort: the write error below is what matters
       if (err instanceof BackupStoreError) throw err;
       throw ioError('write', p, err);
     }

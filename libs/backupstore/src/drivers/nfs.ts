@@ -55,6 +55,6 @@ export async function ensureNfsMounted(location: FileSystemTargetLocation, mount
       errors.push(`-o ${options.join(',')}: ${(e.stderr ?? e.message).trim()}`);
     }
   }
-  await fs.rmdir(dir).catch(() => undefined);
+  await fs.rmdir(dir).catch(() => undefined); // best effort: the mount error below is what matters
   throw new BackupStoreError('Io', `cannot mount nfs://${location.host}:${location.path} at ${dir}: ${errors.join('; ')}`);
 }

@@ -338,6 +338,7 @@ async function runBackup(
           // Remove our own in-progress marker so that it neither blocks GC nor a retry. If the store is unreachable
           // the marker stays and goes stale after the lock duration. The sidecar goes first (a directory holding
           // only a sidecar is not a backup).
+          // Best effort (see above): an unreachable store leaves the marker to go stale.
           await driver.remove(chainPath).catch(() => undefined);
           await driver.remove(cfgPath).catch(() => undefined);
         }
@@ -345,6 +346,7 @@ async function runBackup(
     } finally {
       backupsInFlight.delete(runningKey);
       await source?.close();
+      // Best effort: a lock that cannot be removed goes stale after the lock duration; the backup outcome stands.
       await lock.release().catch(() => undefined);
     }
   });
@@ -478,13 +480,14 @@ async function uploadBlocks(
         return { done: Promise.all([gap, own]).then(() => undefined) };
       });
       order = step.then(() => undefined);
-      order.catch(() => undefined);
+      order.catch(() => undefined); // failures reach the caller through `hashed`
       const hashed = step.then((s) => s.done);
       const finished: Promise<void> = Promise.all([uploaded, hashed]).then(
         () => undefined,
         (err: unknown) => fail(err),
       );
       settled.add(finished);
+      // `finished` never rejects (its failure goes to fail()); this only cleans up after it.
       void finished.finally(() => {
         settled.delete(finished);
         pool.release(slot);
@@ -551,7 +554,7 @@ class BackupSource {
     const pool = new SlotPool(concurrency + READ_AHEAD_SLOTS);
     const source = new BackupSource(mappings, fh, pool, new BlockWorkerPool(pool, concurrency), createWholeImageHash(pool.memory, chain), file, lz4);
     source.prehash = source.runPrehash(signal);
-    source.prehash.catch(() => undefined);
+    source.prehash.catch(() => undefined); // awaited (failure included) by stopPrehash() before the blocks are read, and by close()
     return source;
   }
 
@@ -598,6 +601,7 @@ class BackupSource {
 
   async close(): Promise<void> {
     this.stopRequested = true;
+    // Closing: a prehash failure was already reported to the reads that needed it, and a close error changes nothing.
     await this.prehash.catch(() => undefined);
     await this.fh.close().catch(() => undefined);
     await Promise.all([this.image.close(), this.workers.close()]);

@@ -191,6 +191,7 @@ export async function restoreBackup(opts: RestoreBackupOptions): Promise<Restore
       let announce: () => void = () => undefined;
       const announced = new Promise<void>((resolve) => (announce = resolve));
       const locked = lock.acquire('backup restore', signal, announce);
+      // An acquire failure is thrown by the `await locked` below; this only keeps it from being unhandled meanwhile.
       locked.catch(() => undefined);
       try {
         await Promise.race([announced, locked]);
@@ -213,6 +214,7 @@ export async function restoreBackup(opts: RestoreBackupOptions): Promise<Restore
           return r;
         });
       } finally {
+        // Best effort: a lock that cannot be removed goes stale after the lock duration; the restore result stands.
         await lock.release().catch(() => undefined);
       }
     });
@@ -312,6 +314,7 @@ async function restoreOnce(
     report({ name, processedBytes: config.size, totalBytes: config.size, progress: 100 }, true);
     return { name, size: config.size, sha512, blockCount: config.blocks.length, verification, ...(verifiedChain ? { chain: verifiedChain } : {}) };
   } finally {
+    // Cleanup after success or a failure already being thrown: a close or removal error must not replace that outcome.
     await writer?.close().catch(() => undefined);
     await fh.close().catch(() => undefined);
     if (!renamed) await fs.rm(tmp, { force: true }).catch(() => undefined);
@@ -399,6 +402,7 @@ async function restoreBlocksChained(
       (err: unknown) => fail(err),
     );
     settled.add(finished);
+    // `finished` never rejects (its failure goes to fail()); this only cleans up after it.
     void finished.finally(() => {
       settled.delete(finished);
       after?.();
@@ -517,12 +521,13 @@ async function restoreBlocks(
         };
       });
       order = step.then(() => undefined);
-      order.catch(() => undefined);
+      order.catch(() => undefined); // failures reach the caller through `finished`
       const finished: Promise<void> = step.then((s) => s.done).then(
         () => undefined,
         (err: unknown) => fail(err),
       );
       settled.add(finished);
+      // `finished` never rejects (its failure goes to fail()); this only cleans up after it.
       void finished.finally(() => {
         settled.delete(finished);
         pool.release(slot);

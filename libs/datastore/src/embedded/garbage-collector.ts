@@ -83,6 +83,7 @@ export class GarbageCollector {
   /** Stages one garbage-collection pass; repeats until nothing changes. */
   private collect(): void {
     const table = this.host.table;
+    // Staged at once; a failed commit rolls the batch back, fails the store's writers, and is staged again after the next change.
     const ignore = (p: Promise<unknown>): void => void p.catch(() => undefined);
     for (let round = 0; round < 1000; round++) {
       let changed = false;
@@ -136,6 +137,7 @@ export class GarbageCollector {
     const next = clone(cur);
     next.metadata.finalizers = (cur.metadata.finalizers ?? []).filter((f) => f !== finalizer);
     cleanMeta(next);
+    // Staged at once; a failed commit rolls the batch back, fails the store's writers, and is staged again after the next change.
     void this.writeOrFinish(key, next, cur).catch(() => undefined);
   }
 }

@@ -88,6 +88,7 @@ export class GroupCommit {
     this.flushing = new Promise<void>((resolve) => {
       // Writers issued in the same synchronous run join the first batch; later ones queue while its sync runs.
       queueMicrotask(() => {
+        // flushLoop() never rejects: a failed append rejects the batch's writers instead.
         void this.flushLoop().finally(() => {
           this.flushing = undefined;
           resolve();

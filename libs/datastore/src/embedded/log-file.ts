@@ -116,7 +116,7 @@ export async function writeLogTemp(dir: string, records: LogRecord[]): Promise<s
     if (chunk.length) await fh.write(chunk.join(''));
     await fh.sync();
   } catch (err) {
-    await fh.close().catch(() => undefined);
+    await fh.close().catch(() => undefined); // the write error is rethrown below
     await fsp.rm(tmp, { force: true });
     throw err;
   }

@@ -233,8 +233,7 @@ export class KubeApiDouble {
         resourceVersion: rvParam,
         bookmarkIntervalMs: q.get('allowWatchBookmarks') === 'true' ? this.bookmarkIntervalMs : undefined,
         signal: ac.signal,
-      })
-      [Symbol.asyncIterator]();
+      })[Symbol.asyncIterator]();
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
     res.flushHeaders();
     this.watches.add(res);

@@ -40,7 +40,7 @@ export interface ImageServer {
 export async function startImageServer(dir: string): Promise<ImageServer> {
   const gets = new Map<string, number>();
   const state = { throttleMs: 0 };
-  const server = http.createServer(async (req, res) => {
+  const serve = async (req: http.IncomingMessage, res: http.ServerResponse) => {
     const name = decodeURIComponent((req.url ?? '/').split('?')[0]!.slice(1));
     const file = path.join(dir, name);
     try {
@@ -63,7 +63,9 @@ export async function startImageServer(dir: string): Promise<ImageServer> {
     } catch {
       res.writeHead(404).end('not found');
     }
-  });
+  };
+  // serve() answers every request itself (a 404 included); nothing waits for it.
+  const server = http.createServer((req, res) => void serve(req, res));
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as { port: number }).port;
   return {

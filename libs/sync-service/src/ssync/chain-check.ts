@@ -97,6 +97,7 @@ export class ChainCheck {
       this.#failure ??= err as Error;
     });
     this.#running.add(q);
+    // `q` never rejects (the failure is recorded above).
     void q.finally(() => this.#running.delete(q));
   }
 

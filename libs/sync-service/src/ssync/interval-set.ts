@@ -13,7 +13,7 @@ export class IntervalSet {
       if (this.#ends[mid]! < start) lo = mid + 1;
       else hi = mid;
     }
-    let i = lo;
+    const i = lo;
     let s = start;
     let e = end;
     let j = i;

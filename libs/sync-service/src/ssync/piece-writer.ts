@@ -46,7 +46,7 @@ export class PieceWriter {
       }
     };
     const p = this.#bufferedChain.then(run, run);
-    this.#bufferedChain = p.catch(() => undefined);
+    this.#bufferedChain = p.catch(() => undefined); // the chain only orders writes: each caller gets its own write's failure through `p`
     return p;
   }
 

@@ -113,6 +113,7 @@ export class ReceiveSession {
   /** Requests currently reading a body from the sender (the stall timer counts only while every request waits on it). */
   #readingFromSender = 0;
   readonly #onAbort = (): void => {
+    // #finish() settles `done` with the outcome; callers wait on `done`.
     void this.#finish(new SsyncReceiveError('receiving cancelled'));
   };
 
@@ -124,7 +125,7 @@ export class ReceiveSession {
       this.#resolveDone = res;
       this.#rejectDone = rej;
     });
-    this.done.catch(() => undefined);
+    this.done.catch(() => undefined); // awaited by whoever asks; this only keeps a rejection nobody waits for from being unhandled
     this.#budget = budget;
     this.#deferred = new DeferredPieces(budget);
     const direct = opts.directIO === false ? undefined : new DirectTarget();
@@ -181,6 +182,7 @@ export class ReceiveSession {
     if (this.#finished) return text(503, 'receiver is closed', false);
     const p = this.#route(req);
     this.#inflight.add(p);
+    // Both outcomes are handled; `p` itself is awaited below.
     void p.then(
       () => this.#inflight.delete(p),
       () => this.#inflight.delete(p),
@@ -422,6 +424,7 @@ export class ReceiveSession {
     const complete = coverage.covers(0, size);
     return {
       onSent: () => {
+        // #finish() settles `done` with the outcome; callers wait on `done`.
         void this.#finish(
           complete ? undefined : new SsyncReceiveError(`the sender closed an incomplete transfer: ${coverage.covered} of ${this.#size} bytes received`),
         );
@@ -444,6 +447,7 @@ export class ReceiveSession {
     this.#idleTimer = setTimeout(() => {
       if (this.#finished) return;
       if (this.#inflight.size > this.#readingFromSender) return this.#armIdle();
+      // #finish() settles `done` with the outcome; callers wait on `done`.
       void this.#finish(new SsyncReceiveError(why()));
     }, ms);
     this.#idleTimer.unref();
@@ -481,6 +485,7 @@ export class ReceiveSession {
     const fatal = new SsyncReceiveError(`${what}: ${err.message}`);
     this.#fatalError = fatal;
     this.#server.close();
+    // #finish() settles `done` with the outcome; callers wait on `done`.
     void Promise.allSettled([...this.#inflight]).then(() => this.#finish(fatal));
   }
 
@@ -524,7 +529,7 @@ export class ReceiveSession {
     if (this.#fh) {
       const h = this.#fh;
       this.#fh = undefined;
-      await h.close().catch(() => undefined);
+      await h.close().catch(() => undefined); // the data was synced when the sender closed (or the session failed): a close error adds nothing
     }
     const closedAt = this.#closedAt;
     const timings = { receiveMs: closedAt && this.#openedAt ? closedAt - this.#openedAt : 0, checksumTailMs: closedAt ? performance.now() - closedAt : 0 };

@@ -44,8 +44,9 @@ class RecordingSha512 implements SequentialSha512 {
   update(buffer: ArrayBufferLike, offset: number, length: number): Promise<void> {
     if (length === 0) return Promise.resolve();
     const p = this.#recorder.update(new Uint8Array(buffer, offset, length));
-    const settled = p.catch(() => undefined);
+    const settled = p.catch(() => undefined); // the caller gets the failure through `p`; `settled` only tracks completion
     this.#pending.add(settled);
+    // `settled` never rejects.
     void settled.finally(() => this.#pending.delete(settled));
     return p;
   }
@@ -349,6 +350,7 @@ export class ReceivedFileHasher {
       this.#failure ??= err as Error;
     });
     this.#outstanding.add(q);
+    // `q` never rejects (the failure is recorded above).
     void q.finally(() => this.#outstanding.delete(q));
   }
 
