@@ -58,6 +58,8 @@ export interface SyncServiceOptions {
   beginTimeoutMs?: number;
   /** A peer receiver fails after this long without a request or data from its sender (default 30 s; Longhorn: 300 s without a request). */
   receiverIdleTimeoutMs?: number;
+  /** The slowest sender rate (bytes/s) a peer receiver takes as progress (default 1 MiB/s; see `minSenderRate`). */
+  receiverMinSenderRate?: number;
   /** Concurrent sends per file (Longhorn: 3). */
   sendingLimit?: number;
   /**
@@ -413,6 +415,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         size: p.size,
         signal: f.signal,
         idleTimeoutMs: this.#opts.receiverIdleTimeoutMs,
+        minSenderRate: this.#opts.receiverMinSenderRate,
         punchHole: this.#opts.punchHole ?? (await loadBlockMapping()).punchHole,
         onProgress: (n) => sink.updateProgress(n),
         // the SHA-512 is computed in file order while receiving, so the file is not read again to verify it
