@@ -217,7 +217,11 @@ describe('bictl against a live API', () => {
 
   it('lists and evicts nodes', async () => {
     const ls = await bictl(['node', 'ls', ...S]);
-    expect(ls.stdout).toMatch(/node-1\s+true\s+false\s+disk-1\s+disk-uuid-1\s+10\.0 GiB/);
+    expect(ls.stdout).toMatch(/node-1\s+true\s+false\s+disk-1\s+disk-uuid-1\s+10\.0 GiB\s+ok 2h ago\n/);
+    // the SCRUB column: a corrupt copy found, with its message; no scrub yet
+    expect(ls.stdout).toMatch(/^node\s+schedulable\s+eviction\s+disk\s+disk-uuid\s+available\s+scrub\n/i);
+    expect(ls.stdout).toMatch(/disk-2\s+disk-uuid-2\s+10\.0 GiB\s+corrupted 5m ago: base: SHA-512 chain mismatch in segment 3\n/);
+    expect(ls.stdout).toMatch(/disk-3\s+disk-uuid-3\s+10\.0 GiB\s+-\n/);
     const ev = await bictl(['node', 'evict', 'node-1', ...S]);
     expect(ev.stdout).toBe('eviction requested for node node-1\n');
     expect((await bictl(['node', 'evict', 'node-9', ...S])).code).toBe(3);

@@ -293,7 +293,8 @@ describe('bictl against controller-manager standalone', () => {
     expect(text.code).toBe(0);
     const rows = text.stdout.trim().split('\n').slice(1);
     expect(rows).toHaveLength(3);
-    for (const r of rows) expect(r).toMatch(/\s\d+(\.\d+)? (KiB|MiB|GiB|TiB)$/);
+    // available space, then the disk's last scrub (none yet: the default interval is 7 days)
+    for (const r of rows) expect(r).toMatch(/\s\d+(\.\d+)? (KiB|MiB|GiB|TiB)\s+-$/);
   }, 30_000);
 
   it('image cleanup of a disk without a copy fails with exit 3 and names the disk', async () => {

@@ -28,6 +28,7 @@ import {
   type CreateBackingImageRequest,
   type SecretInfo,
   type Node,
+  type NodeDisk,
 } from '@bis/api-client';
 import { render, table, type OutputFormat } from './output.js';
 import { ProgressBar } from './progress.js';
@@ -217,14 +218,33 @@ function backupRows(list: BackupBackingImage[]): string {
   );
 }
 
+/** How long ago an RFC 3339 time was, shortly: `40s ago`, `5m ago`, `2h ago`, `3d ago`. */
+function ago(time: string, now = Date.now()): string {
+  const s = Math.max(0, Math.floor((now - Date.parse(time)) / 1000));
+  if (!Number.isFinite(s)) return time;
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 48 * 3600) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+/** A disk's last scrub: `ok 2h ago`, `corrupted 5m ago: <which copy, which segment>`, `scrubbing <copy>`, or `-`. */
+function scrubText(d: NodeDisk): string {
+  const s = d.scrub;
+  if (!s) return '-';
+  const last = s.lastScrubResult && s.lastScrubTime ? `${s.lastScrubResult} ${ago(s.lastScrubTime)}${s.lastScrubResult !== 'ok' && s.lastScrubMessage ? `: ${s.lastScrubMessage}` : ''}` : '';
+  const now = s.scrubbing ? `scrubbing ${s.scrubbing}` : '';
+  return [now, last].filter(Boolean).join(', ') || '-';
+}
+
 function nodeRows(list: Node[]): string {
   const rows: string[][] = [];
   for (const n of list) {
     const disks = Object.entries(n.disks ?? {});
-    if (!disks.length) rows.push([n.name, String(n.allowScheduling), String(n.evictionRequested), '-', '-', '-']);
-    for (const [name, d] of disks) rows.push([n.name, String(n.allowScheduling), String(n.evictionRequested), name, d.diskUUID, d.storageAvailable !== undefined ? formatBytes(d.storageAvailable) : '-']);
+    if (!disks.length) rows.push([n.name, String(n.allowScheduling), String(n.evictionRequested), '-', '-', '-', '-']);
+    for (const [name, d] of disks) rows.push([n.name, String(n.allowScheduling), String(n.evictionRequested), name, d.diskUUID, d.storageAvailable !== undefined ? formatBytes(d.storageAvailable) : '-', scrubText(d)]);
   }
-  return table(['node', 'schedulable', 'eviction', 'disk', 'disk-uuid', 'available'], rows);
+  return table(['node', 'schedulable', 'eviction', 'disk', 'disk-uuid', 'available', 'scrub'], rows);
 }
 
 function targetRows(list: BackupTarget[]): string {

@@ -1,6 +1,6 @@
 import { html, nothing, type TemplateResult } from 'lit-html';
 import { copiesShortfall, describeCopies, describeSource, formatBytes, summariseCopies, type BackingImage, type BisEvent } from '@bis/api-client';
-import { changed, client, diskLocation, imageNamed, state } from './store.js';
+import { changed, client, diskLocation, diskScrub, imageNamed, state } from './store.js';
 import { alertBox, badge, errorText, progressBar } from './widgets.js';
 
 interface DetailState {
@@ -87,6 +87,28 @@ async function act(what: string, fn: () => Promise<unknown>): Promise<void> {
   }
 }
 
+/** How long ago an RFC 3339 time was, shortly (`40s ago`, `5m ago`, `2h ago`, `3d ago`). */
+function ago(time: string): string {
+  const s = Math.max(0, Math.floor((Date.now() - Date.parse(time)) / 1000));
+  if (!Number.isFinite(s)) return time;
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 48 * 3600) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+/** The disk's last background scrub under its name: `scrub: ok 2h ago`, `scrub: corrupted 5m ago` (message in the title). */
+function scrubNote(uuid: string): TemplateResult | typeof nothing {
+  const s = diskScrub(uuid);
+  if (!s) return nothing;
+  const result = s.lastScrubResult || 'none';
+  const text = s.lastScrubTime && s.lastScrubResult ? `scrub: ${s.lastScrubResult} ${ago(s.lastScrubTime)}` : 'scrub: not yet';
+  const title = [s.lastScrubTime ? `last scrub ${s.lastScrubTime}, ${s.lastScrubFiles} copies verified` : 'no scrub pass yet', s.lastScrubMessage, s.scrubbing ? `scrubbing ${s.scrubbing}` : '']
+    .filter(Boolean)
+    .join('\n');
+  return html`<br /><small class="scrub ${result === 'ok' || result === 'none' ? '' : 'bad'}" data-scrub=${result} title=${title}>${text}</small>`;
+}
+
 function diskRows(bi: BackingImage): TemplateResult[] {
   return Object.entries(bi.diskFileStatusMap)
     .sort(([a], [b]) => a.localeCompare(b))
@@ -99,7 +121,7 @@ function diskRows(bi: BackingImage): TemplateResult[] {
           changed();
         }} /></td>
         <td>${loc?.node ?? '—'}</td>
-        <td title=${loc?.path ?? ''}>${loc?.disk ?? '—'}</td>
+        <td title=${loc?.path ?? ''}>${loc?.disk ?? '—'}${scrubNote(uuid)}</td>
         <td class="mono">${uuid}</td>
         <td>${badge(f.state)}</td>
         <td>${active ? progressBar(f.progress) : f.state === 'ready' ? progressBar(100, 'done') : '—'}</td>

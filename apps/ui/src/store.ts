@@ -1,4 +1,4 @@
-import { BisClient, isUnauthorized, type BackingImage, type BackupBackingImage, type BackupTarget, type Node } from '@bis/api-client';
+import { BisClient, isUnauthorized, type BackingImage, type BackupBackingImage, type BackupTarget, type DiskScrub, type Node } from '@bis/api-client';
 
 /** Everything the pages show, kept current by the websocket streams (and a slow poll for targets and nodes). */
 export interface AppState {
@@ -128,6 +128,12 @@ export function changed(): void {
 /** Disk UUID → where it is, for the per-disk table. */
 export function diskLocation(uuid: string): { node: string; disk: string; path: string } | undefined {
   for (const n of state.nodes) for (const [disk, d] of Object.entries(n.disks ?? {})) if (d.diskUUID === uuid) return { node: n.name, disk, path: d.path };
+  return undefined;
+}
+
+/** Disk UUID → its last background scrub, as the node list reports it (null before its manager reported one). */
+export function diskScrub(uuid: string): DiskScrub | undefined {
+  for (const n of state.nodes) for (const d of Object.values(n.disks ?? {})) if (d.diskUUID === uuid) return d.scrub ?? undefined;
   return undefined;
 }
 

@@ -155,6 +155,20 @@ export interface NodeDisk {
   storageScheduled?: number;
   tags: string[] | null;
   conditions?: unknown;
+  /** The disk's last background scrub (our extension; null before its manager reported one). */
+  scrub?: DiskScrub | null;
+}
+
+/** A disk's last background re-verification of its copies against their SHA-512 chains. */
+export interface DiskScrub {
+  /** RFC 3339 time the last pass ended; empty before the first. */
+  lastScrubTime: string;
+  /** ok, corrupted, error, or empty before the first pass. */
+  lastScrubResult: string;
+  lastScrubMessage: string;
+  lastScrubFiles: number;
+  /** The copy being scrubbed now (empty when idle). */
+  scrubbing: string;
 }
 
 export interface Node extends ResourceEnvelope {

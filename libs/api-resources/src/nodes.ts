@@ -1,5 +1,5 @@
 import { isNotFound, type Datastore } from '@bis/datastore';
-import { BackingImageKind, NodeKind, ReplicaKind, type Node, type StoredNode } from '@bis/controllers';
+import { BackingImageKind, BackingImageManagerKind, NodeKind, ReplicaKind, type BackingImageManager, type Node, type StoredNode } from '@bis/controllers';
 import { ApiError, type ApiInput, type ResourceDefinition, type TypeSchema } from '@bis/rest-api';
 import { changesOf } from './backing-image-resources.js';
 import { refused, retryOnConflict } from './errors.js';
@@ -46,7 +46,26 @@ export function normalizeTags(what: string, v: unknown): string[] {
   return [...new Set(v as string[])].sort();
 }
 
-function nodeFields(n: StoredNode): Record<string, unknown> {
+/** The last background scrub of a disk, as its manager reports it (`BackingImageManager.status.diskScrub`). */
+export type DiskScrub = NonNullable<NonNullable<BackingImageManager['status']>['diskScrub']>;
+
+/**
+ * Each disk's scrub (by disk UUID) from the managers' statuses; of several managers of one disk (an old one being
+ * replaced), the one with the latest pass.
+ */
+export function scrubByDisk(managers: readonly BackingImageManager[]): Map<string, DiskScrub> {
+  const out = new Map<string, DiskScrub>();
+  for (const m of managers) {
+    const uuid = m.spec?.diskUUID ?? '';
+    const s = m.status?.diskScrub;
+    if (!uuid || !s) continue;
+    const prev = out.get(uuid);
+    if (!prev || (s.lastScrubTime ?? '') > (prev.lastScrubTime ?? '')) out.set(uuid, s);
+  }
+  return out;
+}
+
+function nodeFields(n: StoredNode, scrub: ReadonlyMap<string, DiskScrub> = new Map()): Record<string, unknown> {
   const spec = n.spec ?? {};
   const status = n.status ?? {};
   const disks: Record<string, unknown> = {};
@@ -66,6 +85,8 @@ function nodeFields(n: StoredNode): Record<string, unknown> {
       scheduledReplica: st?.scheduledReplica ?? {},
       scheduledBackingImage: st?.scheduledBackingImage ?? {},
       conditions: st?.conditions ?? [],
+      // our extension: the disk's last scrub (null before its manager reported one)
+      scrub: scrubFields(scrub.get(st?.diskUUID ?? '')),
     };
   }
   return {
@@ -82,6 +103,17 @@ function nodeFields(n: StoredNode): Record<string, unknown> {
   };
 }
 
+function scrubFields(s: DiskScrub | undefined): Record<string, unknown> | null {
+  if (!s) return null;
+  return {
+    lastScrubTime: s.lastScrubTime ?? '',
+    lastScrubResult: s.lastScrubResult ?? '',
+    lastScrubMessage: s.lastScrubMessage ?? '',
+    lastScrubFiles: s.lastScrubFiles ?? 0,
+    scrubbing: s.scrubbing ?? '',
+  };
+}
+
 type DiskSpec = NonNullable<NonNullable<Node['spec']>['disks']>[string];
 
 /** The `node` resource: list/get, `PUT` of allowScheduling / evictionRequested / tags, and the `diskUpdate` action. */
@@ -91,11 +123,26 @@ export class NodeService {
     private readonly namespace: string,
   ) {}
 
+  /** The disks' scrubs as last read (by `list` and `get`), shown with each disk. */
+  #scrub: ReadonlyMap<string, DiskScrub> = new Map();
+
+  /** Reads the disks' scrubs from the managers' statuses. */
+  async refreshScrub(): Promise<ReadonlyMap<string, DiskScrub>> {
+    this.#scrub = scrubByDisk((await this.store.list(BackingImageManagerKind, { namespace: this.namespace })).items);
+    return this.#scrub;
+  }
+
+  get scrub(): ReadonlyMap<string, DiskScrub> {
+    return this.#scrub;
+  }
+
   async list(): Promise<StoredNode[]> {
+    await this.refreshScrub();
     return (await this.store.list(NodeKind, { namespace: this.namespace })).items;
   }
 
   async get(name: string): Promise<StoredNode | undefined> {
+    await this.refreshScrub();
     try {
       return await this.store.get(NodeKind, name, this.namespace);
     } catch (err) {
@@ -172,7 +219,7 @@ export function nodeResource(service: NodeService, store: Datastore, namespace: 
     schema: NODE_SCHEMA,
     handlers: {
       id: (n) => n.metadata.name,
-      toFields: nodeFields,
+      toFields: (n) => nodeFields(n, service.scrub),
       list: () => service.list(),
       get: (_ctx, id) => service.get(id),
       update: (_ctx, id, input) => service.update(id, input),

@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import WebSocket from 'ws';
-import { call, putNode, startHarness, SHA, type Harness } from './test-support/harness.js';
+import { BackingImageManagerKind } from '@bis/controllers';
+import { call, NS, putManager, putNode, startHarness, SHA, type Harness } from './test-support/harness.js';
 
 let h: Harness;
 beforeEach(async () => {
@@ -88,6 +89,18 @@ describe('nodes, backup targets, replicas', () => {
     const removed = await call(h, 'POST', '/v1/nodes/node-1?action=diskUpdate', { disks: { 'disk-2': {} } });
     expect(Object.keys(removed.json.disks)).toEqual(['disk-2']);
     expect((await call(h, 'GET', '/v1/nodes/none')).status).toBe(404);
+  });
+
+  it("each disk shows its last scrub (from its manager's status); null before one is reported", async () => {
+    await putNode(h, 'node-1', { 'disk-1': { path: '/data/1', uuid: 'uuid-1' }, 'disk-2': { path: '/data/2', uuid: 'uuid-2' } });
+    await putManager(h, 'uuid-1', '127.0.0.1:1');
+    const bim = (await h.store.list(BackingImageManagerKind, { namespace: NS })).items.find((m) => m.spec?.diskUUID === 'uuid-1')!;
+    const diskScrub = { lastScrubTime: '2026-01-02T03:04:05Z', lastScrubResult: 'corrupted', lastScrubMessage: 'img: SHA-512 chain mismatch in segment 3', lastScrubFiles: 2, scrubbing: '' };
+    await h.store.updateStatus(BackingImageManagerKind, { ...bim, status: { ...bim.status, diskScrub } });
+    const listed = (await call(h, 'GET', '/v1/nodes')).json.data[0];
+    expect(listed.disks['disk-1'].scrub).toEqual(diskScrub);
+    expect(listed.disks['disk-2'].scrub).toBeNull();
+    expect((await call(h, 'GET', '/v1/nodes/node-1')).json.disks['disk-1'].scrub.lastScrubResult).toBe('corrupted');
   });
 
   it('backup targets CRUD and checks', async () => {

@@ -15,7 +15,7 @@ import {
   type BackingImageManager,
   type StoredBI,
 } from './kinds.js';
-import { backingImageManagerName, Component, FINALIZER, Label, MANAGED_BY, newBackingImageUUID, rfc3339 } from './names.js';
+import { Annotation, backingImageManagerName, Component, FINALIZER, Label, MANAGED_BY, newBackingImageUUID, rfc3339 } from './names.js';
 import { allFilesUnavailable, diskEligible, eligibleDiskCount, evictionDecision, MIN_COPIES_CONDITION, minCopiesShortfall, needsReplenish, pickDiskForCopy } from './rules.js';
 import { SettingName } from './settings.js';
 import { aggregateFileStatus } from './status.js';
@@ -255,10 +255,12 @@ export class BackingImageController extends Controller {
   private async completedBackupOf(bi: BackingImage): Promise<{ name: string; url: string; target: string } | undefined> {
     const checksum = bi.status?.checksum ?? '';
     if (!checksum) return undefined;
+    // a backup of the image as it was before it was zero-padded (restored from it) restores to the same padded file
+    const unpadded = bi.metadata.annotations?.[Annotation.UnpaddedChecksum] ?? '';
     const { items } = await this.ctx.store.list(BackupBackingImageKind, { namespace: this.ctx.namespace });
     const done = items
       .filter((b) => (b.spec?.backingImage ?? b.status?.backingImage) === bi.metadata.name && !b.metadata.deletionTimestamp)
-      .filter((b) => b.status?.state === 'Completed' && !!b.status.url && b.status.checksum === checksum)
+      .filter((b) => b.status?.state === 'Completed' && !!b.status.url && (b.status.checksum === checksum || (!!unpadded && b.status.checksum === unpadded)))
       .sort((a, b) => (b.status?.backupCreatedAt ?? '').localeCompare(a.status?.backupCreatedAt ?? ''));
     const b = done[0];
     return b ? { name: b.metadata.name, url: b.status!.url!, target: b.spec?.backupTargetName || 'default' } : undefined;

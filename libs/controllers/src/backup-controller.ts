@@ -18,6 +18,8 @@ interface BackupMonitor {
   url: string;
   error: string;
   busy: boolean;
+  /** The target's credential: its values are removed from the errors the manager reports. */
+  credential: Record<string, string>;
 }
 
 const targetAvailable = (t: BackupTarget | undefined) => !!t && !t.metadata.deletionTimestamp && !!t.spec?.backupTargetURL && !!t.status?.available;
@@ -122,7 +124,7 @@ export class BackupBackingImageController extends Controller {
           }
           status.managerAddress = address;
           status.compressionMethod = compression as BackupBackingImageStatus['compressionMethod'];
-          mon = this.startMonitor(name, address, biName);
+          mon = this.startMonitor(name, address, biName, credential);
         } catch (err) {
           status.error = redactSecrets(errMessage(err), credential);
           status.state = transition(BACKUP_MACHINE, state, 'error', `backup ${name}`);
@@ -168,9 +170,9 @@ export class BackupBackingImageController extends Controller {
     }
   }
 
-  private startMonitor(name: string, address: string, biName: string): BackupMonitor {
+  private startMonitor(name: string, address: string, biName: string, credential: Record<string, string>): BackupMonitor {
     // poll() catches its own failures (they become the backup's error state).
-    const m: BackupMonitor = { address, event: 'progress', progress: 0, url: '', error: '', busy: false, timer: setInterval(() => void poll(), this.ctx.timing.backupPollMs) };
+    const m: BackupMonitor = { address, event: 'progress', progress: 0, url: '', error: '', busy: false, credential, timer: setInterval(() => void poll(), this.ctx.timing.backupPollMs) };
     m.timer.unref();
     const poll = async () => {
       if (m.busy) return;
@@ -179,11 +181,11 @@ export class BackupBackingImageController extends Controller {
         const s = await this.ctx.dataPlane.managerClient(address).backupStatus(biName);
         const event = backupEventForProgress(s.state);
         const changedNow = event !== m.event || s.progress !== m.progress;
-        Object.assign(m, { event, progress: s.progress, url: s.backupUrl, error: s.error });
+        Object.assign(m, { event, progress: s.progress, url: s.backupUrl, error: redactSecrets(s.error, m.credential) });
         if (changedNow) this.enqueue(name);
       } catch (err) {
         if (m.event !== 'error') this.enqueue(name);
-        Object.assign(m, { event: 'error', error: errMessage(err) });
+        Object.assign(m, { event: 'error', error: redactSecrets(errMessage(err), m.credential) });
       } finally {
         m.busy = false;
       }

@@ -34,6 +34,7 @@ export function httpDataSourceClient(address: string, token?: string): DataSourc
         progress: Number(b.progress ?? 0),
         currentChecksum: b.currentChecksum ?? '',
         message: b.message ?? '',
+        ...(typeof b.unpaddedChecksum === 'string' && b.unpaddedChecksum ? { unpaddedSize: Number(b.unpaddedSize ?? 0), unpaddedChecksum: b.unpaddedChecksum } : {}),
       };
     },
   };

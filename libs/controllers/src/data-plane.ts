@@ -46,6 +46,9 @@ export interface DataSourceFileInfo {
   progress: number;
   currentChecksum: string;
   message: string;
+  /** Our extension, only for a file zero-padded to a multiple of 512: its size and SHA-512 before the padding. */
+  unpaddedSize?: number;
+  unpaddedChecksum?: string;
 }
 
 export interface DataSourceApi {

@@ -5,7 +5,7 @@ import { FILE_MACHINE, transition } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { changed, clone, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
-import type { DataSourceLaunch } from './data-plane.js';
+import type { DataSourceFileInfo, DataSourceLaunch } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupTargetKind, NodeKind, type BackingImageDataSource } from './kinds.js';
 import { recordDiskHealth } from './disk-conditions.js';
@@ -342,6 +342,20 @@ export class BackingImageDataSourceController extends Controller {
     this.monitors.delete(name);
   }
 
+  /**
+   * A first file zero-padded to a multiple of 512 bytes (a restore of an unaligned backup): both checksums go into an
+   * event and a log line, and the unpadded one onto the image (annotation), once.
+   */
+  private async recordUnpadded(name: string, info: DataSourceFileInfo): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const bi = await getOrUndefined(store.get(BackingImageKind, name, namespace));
+    if (!bi || bi.metadata.annotations?.[Annotation.UnpaddedChecksum] === info.unpaddedChecksum) return;
+    await store.update(BackingImageKind, { ...bi, metadata: { ...bi.metadata, annotations: { ...(bi.metadata.annotations ?? {}), [Annotation.UnpaddedChecksum]: info.unpaddedChecksum! } } });
+    const text = `restored image was ${info.unpaddedSize} bytes (SHA-512 ${info.unpaddedChecksum}), zero-padded to ${info.size} bytes (SHA-512 ${info.currentChecksum})`;
+    this.ctx.log.info(`backing image ${name}: ${text}`);
+    this.ctx.events.record(EventSource.BackingImage, bi, 'Normal', 'Update', text);
+  }
+
   private async poll(name: string, m: Monitor): Promise<void> {
     if (m.busy || this.monitors.get(name) !== m) return;
     m.busy = true;
@@ -354,6 +368,7 @@ export class BackingImageDataSourceController extends Controller {
       m.failures = 0;
       m.polled = true;
       if (info.state === 'ready' || info.state === 'ready-for-transfer') this.retryBackoff.reset(name);
+      if (info.state === 'ready-for-transfer' && info.unpaddedChecksum) await this.recordUnpadded(name, info);
       // The answer is fresh: a write that conflicts with a reconcile's write is retried at once on the latest object
       // (dropping it cost a whole poll interval, 3 s, e.g. before the manager saw ready-for-transfer).
       let cur: typeof bids | undefined = bids;

@@ -34,6 +34,11 @@ export const Annotation = {
   Address: 'bis.longhorn.io/address',
   /** BIM: address of the sync HTTP server (`/v1/files`, `/v1-ssync/`). */
   SyncAddress: 'bis.longhorn.io/sync-address',
+  /**
+   * BI: the image's SHA-512 before it was zero-padded to a multiple of 512 bytes (a restore of an unaligned backup),
+   * so that a backup recorded with that checksum is still found as a backup of the image.
+   */
+  UnpaddedChecksum: 'bis.longhorn.io/unpadded-checksum',
 } as const;
 
 /** `bim-` + hex SHA-224 of `"<image>-<diskUUID>"` (Longhorn's GetBackingImageManagerName). */

@@ -29,6 +29,9 @@ export interface DataSourceInfo {
   currentChecksum: string;
   message: string;
   sendingReference: number;
+  /** Our extension, only on a file zero-padded to a multiple of 512: its size and SHA-512 before the padding. */
+  unpaddedSize?: number;
+  unpaddedChecksum?: string;
 }
 
 export interface DataSourceOptions {

@@ -45,4 +45,36 @@ describe('restoreToFile of an image whose size is not a multiple of 512', () => 
       await fsp.rm(dir, { recursive: true, force: true });
     }
   });
+  it('takes the padded SHA-512 as the expected checksum too (what recovering an image from its backup asks for), and refuses any other with the stored checksum', async () => {
+    const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'restore-pad-'));
+    try {
+      const bytes = randomBytes(UNALIGNED);
+      const padded = Buffer.concat([bytes, Buffer.alloc(9_437_696 - UNALIGNED)]);
+      const restore: RestoreBackupFn = async ({ output, onProgress }) => {
+        await fsp.writeFile(output, bytes);
+        onProgress(UNALIGNED, UNALIGNED);
+        return { size: UNALIGNED, sha512: sha512(bytes) };
+      };
+      const run = (expectedChecksum: string, dest: string) =>
+        restoreToFile(
+          {
+            backupUrl: 's3://bucket@region/?backingImage=fixture-lz4',
+            concurrentLimit: 2,
+            credential: {},
+            dest,
+            signal: new AbortController().signal,
+            sink: { setSize: () => undefined, updateProgress: () => undefined },
+            expectedChecksum,
+          },
+          restore,
+        );
+      const r = await run(sha512(padded), path.join(dir, 'a.tmp'));
+      expect(r).toMatchObject({ size: 9_437_696, sha512: sha512(padded), expectedChecksumVerified: true, unpadded: { size: UNALIGNED, sha512: sha512(bytes) } });
+      const wrong = sha512(Buffer.from('something else'));
+      await expect(run(wrong, path.join(dir, 'b.tmp'))).rejects.toThrow(`the expected checksum ${wrong} doesn't match the file actual checksum ${sha512(padded)}`);
+      await expect(fsp.stat(path.join(dir, 'b.tmp'))).rejects.toThrow();
+    } finally {
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
 });

@@ -222,17 +222,18 @@ export async function restoreToFile(req: RestoreRequest, restore: RestoreBackupF
         if (part.length > 0) h.update(part);
       }
       sha512 = h.digest().sha512;
-    } else if (expected) {
-      assertChecksumMatches(expected, sha512);
     }
     // The expected checksum was checked on the bytes as restored; the stored file's SHA-512 is that of the padded
-    // file, and both are returned.
+    // file, and both are returned. An expected SHA-512 may be either (a restore to recover an image asks for the
+    // image's checksum, the padded one).
     const pad = (SECTOR_SIZE - (size % SECTOR_SIZE)) % SECTOR_SIZE;
+    if (expected?.algorithm === 'sha512' && pad === 0) assertChecksumMatches(expected, sha512);
     if (pad > 0) {
       const unpadded = { size, sha512 };
       const h = new StreamHasher(undefined);
       for await (const c of readNoFollow(req.dest)) h.update(c);
       const padded = h.digest().sha512;
+      if (expected?.algorithm === 'sha512' && expected.value !== sha512) assertChecksumMatches(expected, padded);
       req.sink.updateProgress(size + pad);
       return { size: size + pad, sha512: padded, virtualSize: format === 'raw' ? size + pad : virtualSize, format, unpadded, ...(expected ? { expectedChecksumVerified: true } : {}) };
     }

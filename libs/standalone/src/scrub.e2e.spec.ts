@@ -98,6 +98,14 @@ describe('scrub through the standalone system', () => {
     const bim = bims.find((m) => m.spec?.diskUUID === disk)!;
     expect(bim.status?.diskScrub?.lastScrubResult).toBe('corrupted');
     expect(bim.status?.diskScrub?.lastScrubMessage).toContain('segment 3');
+    // users see it with the disk: the node resource of the REST API (what `bictl node ls` and the UI show)
+    const diskName = sys!.disks.find((d) => d.uuid === disk)!.name;
+    const restDisk = async () =>
+      ((await (await fetch(`${sys!.url}/v1/nodes`)).json()) as { data: { disks: Record<string, { scrub: { lastScrubResult: string; lastScrubMessage: string; lastScrubTime: string } | null }> }[] }).data[0]!.disks[diskName]!;
+    const corrupted = (await restDisk()).scrub;
+    expect(corrupted?.lastScrubResult).toBe('corrupted');
+    expect(corrupted?.lastScrubMessage).toContain('SHA-512 chain mismatch in segment 3');
+    expect(Date.parse(corrupted!.lastScrubTime)).toBeGreaterThan(0);
 
     // the failed copy has a healthy sibling: deleted and synced again from it
     await dumpOnFailure(waitFor('the copy replaced and ready', async () => {
@@ -110,5 +118,6 @@ describe('scrub through the standalone system', () => {
       const m = (await sys!.store.list(BackingImageManagerKind, { namespace: sys!.namespace })).items.find((x) => x.spec?.diskUUID === disk);
       return m?.status?.diskScrub?.lastScrubResult === 'ok' ? m : undefined;
     }, 30_000));
+    await dumpOnFailure(waitFor('the clean scrub shown with the disk in the REST API', async () => ((await restDisk()).scrub?.lastScrubResult === 'ok' ? true : undefined), 30_000));
   }, 150_000);
 });

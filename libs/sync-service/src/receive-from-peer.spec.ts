@@ -158,10 +158,61 @@ describe('SyncService.receiveFromPeer', () => {
       await svc2.settled(filePath);
       const info = svc2.get(filePath);
       expect(info.state).toBe('failed');
-      expect(info.message).toContain('no request from the sender in 1 seconds');
+      // the stall came while reading a 2 MiB piece: its timeout is 2 MiB at the default floor of 1 MiB/s
+      expect(info.message).toContain('no 2097152-byte piece of a request body from the sender in 2 seconds');
       await expect(fsp.stat(filePath + '.tmp')).rejects.toThrow();
     } finally {
       sock?.destroy();
+      await svc2.close();
+    }
+  });
+
+  it('a slow but steady sender is not a stall: a piece may take max(idle timeout, piece / minimum sender rate)', async () => {
+    // the idle timeout alone (300 ms) is far shorter than reading one 2 MiB slab at ~1.3 MiB/s; the floor rate of
+    // 256 KiB/s gives each slab 8 s
+    const svc2 = new SyncService({ diskPath: dir, receiverHost: '127.0.0.1', monitorIntervalMs: 0, receiverIdleTimeoutMs: 300, receiverMinSenderRate: 256 * 1024 });
+    let s: net.Socket | undefined;
+    try {
+      const filePath = backingFilePath(dir, 'img', 'k3');
+      const port = await freePort();
+      const body = randomBytes(4 * MiB);
+      await svc2.receiveFromPeer({ filePath, uuid: 'k3', size: 4 * MiB, port });
+      for (;;) {
+        const c = net.connect({ host: '127.0.0.1', port });
+        if (await new Promise<boolean>((resolve) => c.once('connect', () => resolve(true)).once('error', () => resolve(false)))) {
+          s = c;
+          break;
+        }
+        c.destroy();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const sock = s;
+      sock.on('error', () => undefined);
+      let answers = '';
+      sock.on('data', (b: Buffer) => (answers += b.toString('latin1')));
+      const answered = async (n: number): Promise<void> => {
+        while (answers.split('HTTP/1.1 ').length - 1 < n) {
+          if (svc2.get(filePath).state === 'failed') throw new Error(`the receive failed: ${svc2.get(filePath).message}`);
+          await new Promise((r) => setTimeout(r, 10));
+        }
+      };
+      sock.write(`GET /v1-ssync/open?begin=0&end=${4 * MiB} HTTP/1.1\r\nHost: rx\r\n\r\n`);
+      await answered(1);
+      sock.write(`POST /v1-ssync/writeData?begin=0&end=${4 * MiB} HTTP/1.1\r\nHost: rx\r\nContent-Length: ${4 * MiB}\r\n\r\n`);
+      for (let at = 0; at < body.length; at += 128 * 1024) {
+        await new Promise<void>((resolve) => sock.write(body.subarray(at, at + 128 * 1024), () => resolve()));
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      await answered(2);
+      sock.write(`POST /v1-ssync/close HTTP/1.1\r\nHost: rx\r\nContent-Length: 0\r\n\r\n`);
+      await svc2.settled(filePath);
+      const info = svc2.get(filePath);
+      expect(info.message).toBe('');
+      expect(info.state).toBe('ready');
+      expect(answers.match(/HTTP\/1\.1 (\d+)/g)).toEqual(['HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 200']);
+      expect(sha(filePath)).toBe(createHash('sha512').update(body).digest('hex'));
+    } finally {
+      s?.destroy();
       await svc2.close();
     }
   });

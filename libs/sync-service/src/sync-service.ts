@@ -58,6 +58,8 @@ export interface SyncServiceOptions {
   beginTimeoutMs?: number;
   /** A peer receiver fails after this long without a request or data from its sender (default 30 s; Longhorn: 300 s without a request). */
   receiverIdleTimeoutMs?: number;
+  /** The slowest sender rate (bytes/s) a peer receiver takes as progress (default 1 MiB/s; see `minSenderRate`). */
+  receiverMinSenderRate?: number;
   /** Concurrent sends per file (Longhorn: 3). */
   sendingLimit?: number;
   /**
@@ -168,6 +170,8 @@ interface WorkResult {
   expectedVerified?: boolean;
   /** Trust `<path>.cfg` when its mtime matches (a fetched file keeps its data source's cfg). */
   trustCfg?: boolean;
+  /** The image as made before it was zero-padded to a multiple of 512 bytes (a restore of an unaligned backup). */
+  unpadded?: { size: number; sha512: string };
 }
 
 type Work = (f: SyncingFile, sink: ProgressSink) => Promise<WorkResult>;
@@ -420,6 +424,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         size: p.size,
         signal: f.signal,
         idleTimeoutMs: this.#opts.receiverIdleTimeoutMs,
+        minSenderRate: this.#opts.receiverMinSenderRate,
         punchHole: this.#opts.punchHole ?? (await loadBlockMapping()).punchHole,
         onProgress: (n) => sink.updateProgress(n),
         // the SHA-512 is computed in file order while receiving, so the file is not read again to verify it
@@ -841,6 +846,10 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     f.signal.throwIfAborted();
     await fsp.rename(tmp, f.filePath);
     await this.#adopt(f, after, checksum, r.virtualSize, chain);
+    if (r.unpadded) {
+      f.unpadded = { size: r.unpadded.size, sha512: r.unpadded.sha512 };
+      this.#log(`${f.filePath}: ${paddedText(f.unpadded, after.size, checksum)}`);
+    }
     f.lifecycle.fire(FileEvent.Processed);
   }
 
@@ -1185,5 +1194,11 @@ function fromSource(r: SourceResult): WorkResult {
     virtualSize: r.virtualSize,
     expectedVerified: r.expectedChecksumVerified === true,
     ...(r.chain ? { chain: r.chain } : {}),
+    ...(r.unpadded ? { unpadded: r.unpadded } : {}),
   };
+}
+
+/** Both checksums of a zero-padded image, as users read them. */
+export function paddedText(unpadded: { size: number; sha512: string }, size: number, sha512: string): string {
+  return `restored image was ${unpadded.size} bytes (SHA-512 ${unpadded.sha512}), zero-padded to ${size} bytes (SHA-512 ${sha512})`;
 }

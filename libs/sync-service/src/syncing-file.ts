@@ -17,6 +17,9 @@ export interface FileInfo {
   currentChecksum: string;
   message: string;
   sendingReference: number;
+  /** Our extension, only on a file zero-padded to a multiple of 512: its size and SHA-512 before the padding. */
+  unpaddedSize?: number;
+  unpaddedChecksum?: string;
 }
 
 export type DataEngine = 'v1' | 'v2';
@@ -34,6 +37,8 @@ export class SyncingFile {
    * again): the `message` of a file that is not finished and has no message of its own.
    */
   notice = '';
+  /** The file as made before it was zero-padded (a restore of an unaligned backup), when it was. */
+  unpadded: { size: number; sha512: string } | undefined;
   readonly controller = new AbortController();
   /** The background work (prepare + action + finish); settles when nothing runs on the file any more. */
   task: Promise<void> = Promise.resolve();
@@ -78,6 +83,7 @@ export class SyncingFile {
       currentChecksum: this.currentChecksum,
       message: l.message || (going ? this.notice : ''),
       sendingReference: this.sendingReference,
+      ...(this.unpadded ? { unpaddedSize: this.unpadded.size, unpaddedChecksum: this.unpadded.sha512 } : {}),
     };
   }
 }

@@ -464,9 +464,16 @@ export async function startApiDouble(opts: ApiDoubleOptions = {}): Promise<ApiDo
     allowScheduling: nodeState.allowScheduling,
     evictionRequested: nodeState.evictionRequested,
     tags: [],
-    disks: Object.fromEntries(disks.map((u, i) => [`disk-${i + 1}`, { path: join(dir, `disk-${i + 1}`), diskUUID: u, allowScheduling: true, evictionRequested: false, storageAvailable: 10 * 2 ** 30, storageMaximum: 20 * 2 ** 30, tags: [] }])),
+    disks: Object.fromEntries(disks.map((u, i) => [`disk-${i + 1}`, { path: join(dir, `disk-${i + 1}`), diskUUID: u, allowScheduling: true, evictionRequested: false, storageAvailable: 10 * 2 ** 30, storageMaximum: 20 * 2 ** 30, tags: [], scrub: scrubOf(i) }])),
   });
   const nodeState = { allowScheduling: true, evictionRequested: false };
+  // the disks' last scrubs: the first clean 2 hours ago, the second found a corrupt copy 5 minutes ago, the others none yet
+  const scrubOf = (i: number): Record<string, unknown> | null => {
+    const ago = (ms: number) => new Date(Date.now() - ms).toISOString();
+    if (i === 0) return { lastScrubTime: ago(2 * 3600_000 + 60_000), lastScrubResult: 'ok', lastScrubMessage: '', lastScrubFiles: 2, scrubbing: '' };
+    if (i === 1) return { lastScrubTime: ago(5 * 60_000 + 5_000), lastScrubResult: 'corrupted', lastScrubMessage: 'base: SHA-512 chain mismatch in segment 3', lastScrubFiles: 1, scrubbing: '' };
+    return null;
+  };
   app.get('/v1/nodes', async (req) => collection('node', base(req), 'nodes', [node(base(req))]));
   app.get<{ Params: { name: string } }>('/v1/nodes/:name', async (req) => {
     if (req.params.name !== 'node-1') throw new HttpError(404, `nodes.longhorn.io "${req.params.name}" not found`);

@@ -14,6 +14,8 @@ import type { SsyncReceiveResult, SsyncReceiverOptions } from './receiver-types.
 
 /** Largest chain segment verified from request bodies in flight (larger ones are verified from the file at close). */
 const MAX_INFLIGHT_SEGMENT = 16 << 20;
+/** The slowest sender still taken as progress, in bytes/s (`minSenderRate`). */
+const DEFAULT_MIN_SENDER_RATE = 1 << 20;
 /** Largest accepted `sha512Chain` body (64 bytes of state per segment: 32 MiB is 1 TiB in 2 MiB segments). */
 const MAX_CHAIN_BODY = 64 << 20;
 
@@ -461,8 +463,16 @@ export class ReceiveSession {
     );
   }
 
+  /** The stall timeout while a piece of `bytes` is read from the sender: the idle timeout, or longer at the floor rate. */
+  #pieceTimeoutMs(bytes: number): number {
+    const rate = this.#opts.minSenderRate ?? DEFAULT_MIN_SENDER_RATE;
+    return Math.max(this.#idleTimeoutMs, rate > 0 ? Math.ceil((bytes / rate) * 1000) : 0);
+  }
+
   async #readFromSender(req: ReceiverHttpRequest, into: Buffer): Promise<number> {
     this.#readingFromSender++;
+    const ms = this.#pieceTimeoutMs(into.length);
+    if (ms > this.#idleTimeoutMs) this.#armIdle(ms, () => `no ${into.length}-byte piece of a request body from the sender in ${Math.round(ms / 1000)} seconds`);
     try {
       const got = await req.readInto(into);
       if (got < into.length) this.#senderGone(new Error(`the body ended after ${got} of ${into.length} bytes`));

@@ -26,6 +26,12 @@ export interface SsyncReceiverOptions {
    * the receive fails when no new request follows within this long. Default 2 s.
    */
   senderGoneTimeoutMs?: number;
+  /**
+   * The slowest sender rate (bytes/s) still taken as progress (default 1 MiB/s). While the receiver reads a piece of
+   * `n` bytes of a body from the sender, the stall timeout is `max(idleTimeoutMs, n / minSenderRate)`: a large piece
+   * on a slow link is not mistaken for a stall.
+   */
+  minSenderRate?: number;
   /** Called with the number of data bytes written so far. */
   onProgress?: (dataBytes: number) => void;
   /** Used for `sendHole` when the target existed before (a fresh target is already sparse after truncation). */
