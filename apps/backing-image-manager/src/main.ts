@@ -4,6 +4,7 @@ import { LOCK_TIMING_ENV, lockTimingFromEnv } from '@bis/backupstore';
 import { readTokenFile } from '@bis/internal-auth';
 import { startDaemon } from './daemon.js';
 import { exitWithParent } from '@bis/runtime';
+import { parseHostPort } from '@bis/net-address';
 
 // Started by the standalone controller-manager: stop when it is gone (no orphan keeps the disk or its ports).
 exitWithParent();
@@ -96,7 +97,7 @@ async function main(argv: string[]): Promise<number> {
 }
 
 function listenHost(listen: string): string {
-  const host = listen.replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
+  const { host } = parseHostPort(listen, { what: '--listen', defaultHost: '' });
   return host === '' || host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host === 'localhost' ? '127.0.0.1' : host;
 }
 

@@ -1,3 +1,4 @@
+import { parseHostPort } from '@bis/net-address';
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -70,10 +71,7 @@ export async function readDefaultSettings(file: string): Promise<Record<string, 
 }
 
 function parseListen(listen: string): { host: string; port: number } {
-  const i = listen.lastIndexOf(':');
-  const port = Number(listen.slice(i + 1));
-  if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`invalid --listen "${listen}": expected host:port`);
-  return { host: listen.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port };
+  return parseHostPort(listen, { what: '--listen', defaultHost: '0.0.0.0' });
 }
 
 function makeLogger(format: 'plain' | 'json', io: CliIo): Logger {
