@@ -5,31 +5,14 @@ import path from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import type { InternalAuth } from '@bis/internal-auth';
 import { FileState } from '@bis/state-machine';
+import type { DataSourceFileInfo } from '@bis/data-source-api';
 import { assertNoEscapingLinks, resolveDiskPath } from '@bis/disk-path';
 import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service/service';
 import { imageSizeLimit, type SizeLimitPolicy } from '@bis/file-sources/core';
 import { DEFAULT_EXPORT_RECEIVER_PORT, exportType, type DataSourceConfig } from './config.js';
 
-/** Longhorn's `api.DataSourceInfo` (JSON key order as Go emits it). */
-export interface DataSourceInfo {
-  sourceType: string;
-  parameters: Record<string, string>;
-  name: string;
-  diskUUID: string;
-  expectedChecksum: string;
-  filePath: string;
-  uuid: string;
-  size: number;
-  virtualSize: number;
-  realSize: number;
-  state: string;
-  progress: number;
-  processedSize: number;
-  modificationTime: string;
-  currentChecksum: string;
-  message: string;
-  sendingReference: number;
-}
+/** What `GET /v1/file` answers: Longhorn's `api.DataSourceInfo`, defined by the API's contract. */
+export type DataSourceInfo = DataSourceFileInfo;
 
 export interface DataSourceOptions {
   config: DataSourceConfig;
@@ -89,7 +72,7 @@ export class DataSource {
   #resumable: ResumableUpload | undefined;
   #wholeUpload = false;
   /** A qcow2 export before its result is handed to the sync service: receive raw, then convert. */
-  #exportPhase: { state: string; progress: number; processed: number } | undefined;
+  #exportPhase: { state: FileState; progress: number; processed: number } | undefined;
   readonly #exportAbort = new AbortController();
   #exportWork: Promise<void> | undefined;
 
@@ -170,7 +153,7 @@ export class DataSource {
     const raw = `${this.filePath}.export-raw`;
     const qcow2 = `${this.filePath}.export-qcow2`;
     const signal = this.#exportAbort.signal;
-    const phase = (state: string, progress: number, processed: number): void => {
+    const phase = (state: FileState, progress: number, processed: number): void => {
       this.#exportPhase = { state, progress: Math.floor(progress), processed };
     };
     try {
@@ -235,7 +218,7 @@ export class DataSource {
     this.#watchdog = undefined;
   }
 
-  #local(state: string): DataSourceInfo {
+  #local(state: FileState): DataSourceInfo {
     const c = this.#o.config;
     return {
       sourceType: c.sourceType,

@@ -1,8 +1,8 @@
+import { DataSourceClient } from '@bis/data-source-api';
 import type { V1Toleration } from '@kubernetes/client-node';
 import { ManagerClient } from '@bis/bimrpc';
 import {
   backupstoreTargetApi,
-  httpDataSourceClient,
   SettingKind,
   managerApiFromClient,
   type BackingImageDataSource,
@@ -103,7 +103,7 @@ export class KubeDataPlane implements DataPlane {
   }
 
   dataSourceClient(address: string): DataSourceApi {
-    return httpDataSourceClient(address, this.opts.internalToken);
+    return new DataSourceClient(address, { token: this.opts.internalToken });
   }
 
   readonly backupTarget: BackupTargetApi = backupstoreTargetApi;

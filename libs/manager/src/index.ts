@@ -2,4 +2,3 @@ export * from './manager-service.js';
 export * from './convert.js';
 export * from './backups.js';
 export * from './disk-config.js';
-export * from './data-source-client.js';

@@ -1,9 +1,9 @@
+import { DataSourceClient } from '@bis/data-source-api';
 import { appendFile, mkdir, open } from 'node:fs/promises';
 import path from 'node:path';
 import { ManagerClient } from '@bis/bimrpc';
 import {
   backupstoreTargetApi,
-  httpDataSourceClient,
   dataSourceWorkloadName,
   managerApiFromClient,
   type BackingImageDataSource,
@@ -296,7 +296,7 @@ export class ProcessDataPlane implements DataPlane {
   }
 
   dataSourceClient(address: string): DataSourceApi {
-    return httpDataSourceClient(address, this.o.internalAuth?.token);
+    return new DataSourceClient(address, { token: this.o.internalAuth?.token });
   }
 
   readonly backupTarget: BackupTargetApi = backupstoreTargetApi;

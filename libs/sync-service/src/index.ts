@@ -9,6 +9,7 @@ export * from './sync-service.js';
 export * from './routes.js';
 export * from './server.js';
 export * from './sync-client.js';
+export * from './sync-api.js';
 export * from './ssync/layout.js';
 export * from './ssync/interval-set.js';
 export * from './ssync/receiver.js';
