@@ -1,3 +1,4 @@
+import { backupTargetOperations } from '@bis/backupstore';
 import { parseHostPort } from '@bis/net-address';
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
@@ -151,6 +152,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const store = new KubeDatastore({ kubeConfig, defaultNamespace: namespace });
   const dataPlane = new KubeDataPlane({
     kubeConfig,
+    backupTarget: backupTargetOperations,
     settings: { namespace, serviceAccountName: values['service-account']!, internalTokenSecret: tokenSecret, allowUnauthenticatedInternalCalls: allowUnauthenticated },
     settingsProvider: podSettingsFromStore(store, namespace),
     managerImage: image,

@@ -78,3 +78,4 @@ export {
   type VerifyResult,
 } from './engine/maintenance.js';
 export type { LockOwner } from './config.js';
+export { backupTargetOperations, type BackupTargetEntry } from './backup-target.js';

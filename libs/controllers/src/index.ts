@@ -7,7 +7,6 @@ export * from './topology.js';
 export * from './rules.js';
 export * from './status.js';
 export * from './data-plane.js';
-export * from './data-plane-adapters.js';
 export { Controller, DEFAULT_TIMING, isResponsibleFor, type ControllerContext, type ControllerTiming, type Logger } from './base-controller.js';
 export { BackingImageController } from './backing-image-controller.js';
 export { BackingImageDataSourceController, MAX_MONITOR_RETRY_COUNT } from './data-source-controller.js';

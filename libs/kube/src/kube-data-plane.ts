@@ -2,7 +2,6 @@ import { DataSourceClient } from '@bis/data-source-api';
 import type { V1Toleration } from '@kubernetes/client-node';
 import { ManagerClient } from '@bis/bimrpc';
 import {
-  backupstoreTargetApi,
   SettingKind,
   managerApiFromClient,
   type BackingImageDataSource,
@@ -31,12 +30,14 @@ export interface KubeDataPlaneOptions extends KubePodRuntimeOptions {
    * data sources (HTTP). The pods get it from the Secret named in `settings.internalTokenSecret`.
    */
   internalToken?: string;
+  /** Backup-target operations (the composition root gives `backupTargetOperations` of `@bis/backupstore`). */
+  backupTarget: BackupTargetApi;
 }
 
 /**
  * The controllers' `DataPlane` on Kubernetes: manager and data-source pods through `KubePodRuntime`, a gRPC client
- * per manager pod at `<podIP>:8000`, the data source's HTTP API at `<podIP>:8000`, backup targets through
- * `@bis/backupstore` (Longhorn runs those through its engine binary in the manager container).
+ * per manager pod at `<podIP>:8000`, the data source's HTTP API at `<podIP>:8000`, backup targets through the
+ * operations it is given (Longhorn runs those through its engine binary in the manager container).
  */
 export class KubeDataPlane implements DataPlane {
   readonly pods: KubePodRuntime;
@@ -106,7 +107,9 @@ export class KubeDataPlane implements DataPlane {
     return new DataSourceClient(address, { token: this.opts.internalToken });
   }
 
-  readonly backupTarget: BackupTargetApi = backupstoreTargetApi;
+  get backupTarget(): BackupTargetApi {
+    return this.opts.backupTarget;
+  }
 
   onWorkloadChange(listener: (kind: 'manager' | 'data-source', name: string) => void): () => void {
     return this.pods.onWorkloadChange(listener);

@@ -3,7 +3,6 @@ import { appendFile, mkdir, open } from 'node:fs/promises';
 import path from 'node:path';
 import { ManagerClient } from '@bis/bimrpc';
 import {
-  backupstoreTargetApi,
   dataSourceWorkloadName,
   managerApiFromClient,
   type BackingImageDataSource,
@@ -32,6 +31,8 @@ export interface DataPlaneBinaries {
 
 export interface ProcessDataPlaneOptions {
   runtime: WorkloadRuntime;
+  /** Backup-target operations (the composition root gives `backupTargetOperations` of `@bis/backupstore`). */
+  backupTarget: BackupTargetApi;
   binaries: DataPlaneBinaries;
   nodeID: string;
   logsDir: string;
@@ -299,5 +300,7 @@ export class ProcessDataPlane implements DataPlane {
     return new DataSourceClient(address, { token: this.o.internalAuth?.token });
   }
 
-  readonly backupTarget: BackupTargetApi = backupstoreTargetApi;
+  get backupTarget(): BackupTargetApi {
+    return this.o.backupTarget;
+  }
 }

@@ -1,3 +1,4 @@
+import { backupTargetOperations } from '@bis/backupstore';
 import { parseHostPort } from '@bis/net-address';
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, stat, statfs, writeFile } from 'node:fs/promises';
@@ -266,6 +267,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   const runtime = new LocalProcessRuntime({ probeIntervalMs: 200, terminationGracePeriodMs: 10_000, pidDir: processesDir });
   const dataPlane = new ProcessDataPlane({
     runtime,
+    backupTarget: backupTargetOperations,
     binaries: opts.binaries,
     nodeID: STANDALONE_NODE,
     logsDir,
