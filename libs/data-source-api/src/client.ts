@@ -3,7 +3,7 @@ import type { Readable } from 'node:stream';
 import got from 'got';
 import { authHeaders } from '@bis/internal-auth';
 import { parseHostPort, formatHostPort } from '@bis/net-address';
-import { FILE_STATES, type FileState } from '@bis/state-machine';
+import { FILE_MACHINE, FILE_STATES, FileState, transition } from '@bis/state-machine';
 import { DATA_SOURCE_FILE_PATH, DataSourceAction, type DataSourceFileInfo, type UploadProgress } from './contract.js';
 
 /** Longhorn's data-source client timeout for `GET /v1/file` and the transfer. */
@@ -137,8 +137,8 @@ export function parseFileInfo(text: string, what = 'GET /v1/file'): DataSourceFi
     const n = Number(raw[k] ?? 0);
     return Number.isFinite(n) ? n : 0;
   };
-  const state = raw['state'] ?? '';
-  if (!isFileState(state)) throw new Error(`${what}: unknown file state ${JSON.stringify(state)}`);
+  const reported = raw['state'] ?? '';
+  if (!isFileState(reported)) throw new Error(`${what}: unknown file state ${JSON.stringify(reported)}`);
   const params = raw['parameters'];
   return {
     sourceType: str('sourceType'),
@@ -151,7 +151,8 @@ export function parseFileInfo(text: string, what = 'GET /v1/file'): DataSourceFi
     size: num('size'),
     virtualSize: num('virtualSize'),
     realSize: num('realSize'),
-    state,
+    // the data source owns its file's state: the info mirrors what it reported
+    state: transition(FILE_MACHINE, FileState.New, { reported }, what),
     progress: num('progress'),
     processedSize: num('processedSize'),
     modificationTime: str('modificationTime'),
