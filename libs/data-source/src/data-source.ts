@@ -5,7 +5,7 @@ import path from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import type { InternalAuth } from '@bis/internal-auth';
 import { FILE_MACHINE, FileEvent, FileState, transition } from '@bis/state-machine';
-import type { DataSourceFileInfo } from '@bis/data-source-api';
+import type { DataSourceFileInfo } from '@bis/data-source-api/contract';
 import { assertNoEscapingLinks, resolveDiskPath } from '@bis/disk-path';
 import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service/service';
 import { imageSizeLimit, type SizeLimitPolicy } from '@bis/file-sources/core';

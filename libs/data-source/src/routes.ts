@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import multipart from '@fastify/multipart';
 import { Readable } from 'node:stream';
-import { DATA_SOURCE_FILE_PATH, DataSourceAction } from '@bis/data-source-api';
+// the contract alone: the data source process does not load the HTTP client (got)
+import { DATA_SOURCE_FILE_PATH, DataSourceAction } from '@bis/data-source-api/contract';
 import { DataSource, DataSourceError } from './data-source.js';
 
 export interface DataSourceRoutesOptions {
