@@ -2,7 +2,8 @@
 // Module-boundary check (part of `npm test`):
 //  - libs never import apps;
 //  - a project imports another project only through its package name, never by a relative path out of itself;
-//  - every imported workspace package is declared in the importer's package.json dependencies;
+//  - every imported workspace package is declared in the importer's package.json dependencies (a spec, a file
+//    under test-support/ or test/ may also use devDependencies);
 //  - the project dependency graph has no cycles.
 import { readdirSync, readFileSync, statSync, existsSync } from 'node:fs';
 import { join, resolve, relative, dirname } from 'node:path';
@@ -16,7 +17,13 @@ for (const kind of ['libs', 'apps']) {
     const pj = join(base, d, 'package.json');
     if (!existsSync(pj)) continue;
     const pkg = JSON.parse(readFileSync(pj, 'utf8'));
-    projects.set(pkg.name, { dir: join(base, d), kind, deps: new Set(Object.keys(pkg.dependencies ?? {})), uses: new Set() });
+    projects.set(pkg.name, {
+      dir: join(base, d),
+      kind,
+      deps: new Set(Object.keys(pkg.dependencies ?? {})),
+      devDeps: new Set(Object.keys(pkg.devDependencies ?? {})),
+      uses: new Set(),
+    });
   }
 }
 
@@ -49,21 +56,28 @@ for (const [name, p] of projects) {
         const dep = projects.get(pkgName);
         if (!dep || pkgName === name) continue;
         if (p.kind === 'libs' && dep.kind === 'apps') errors.push(`${where}: library ${name} imports app ${pkgName}`);
-        if (!p.deps.has(pkgName)) errors.push(`${where}: ${name} imports ${pkgName} but does not declare it in package.json dependencies`);
+        const testOnly = /\.(spec|test)\.[cm]?[jt]sx?$/.test(file) || /\/(test-support|test)\//.test(relative(p.dir, file));
+        if (!p.deps.has(pkgName) && !(testOnly && p.devDeps.has(pkgName))) {
+          errors.push(
+            p.devDeps.has(pkgName)
+              ? `${where}: ${name} imports ${pkgName} outside its tests but declares it only in devDependencies`
+              : `${where}: ${name} imports ${pkgName} but does not declare it in package.json dependencies`,
+          );
+        }
         p.uses.add(pkgName);
       }
     }
   }
 }
 
-// Cycle detection over declared + used edges.
+// Cycle detection over declared (dependencies and devDependencies) + used edges.
 const state = new Map();
 const stack = [];
 function visit(n) {
   state.set(n, 1);
   stack.push(n);
   const p = projects.get(n);
-  for (const m of new Set([...p.uses, ...[...p.deps].filter((d) => projects.has(d))])) {
+  for (const m of new Set([...p.uses, ...[...p.deps, ...p.devDeps].filter((d) => projects.has(d))])) {
     if (state.get(m) === 1) errors.push(`import cycle: ${[...stack.slice(stack.indexOf(m)), m].join(' -> ')}`);
     else if (!state.has(m)) visit(m);
   }

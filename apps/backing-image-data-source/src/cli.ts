@@ -1,3 +1,4 @@
+import { parseHostPort } from '@bis/net-address';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { httpAuthHook, readTokenFile, type InternalAuth } from '@bis/internal-auth';
@@ -99,11 +100,11 @@ export function parseArgs(argv: readonly string[]): ParsedArgs {
 }
 
 function hostPort(flag: string, v: string): { host: string; port: number } {
-  const i = v.lastIndexOf(':');
-  const port = Number(v.slice(i + 1));
-  if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new DataSourceConfigError(`invalid --${flag} "${v}": expected host:port`);
-  const host = v.slice(0, i).replace(/^\[|\]$/g, '');
-  return { host: host === '' ? '0.0.0.0' : host, port };
+  try {
+    return parseHostPort(v, { what: `--${flag}`, defaultHost: '0.0.0.0' });
+  } catch (e) {
+    throw new DataSourceConfigError((e as Error).message);
+  }
 }
 
 function bytes(flag: string, v: string | undefined, dflt: number, min: number): number {

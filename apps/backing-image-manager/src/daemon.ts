@@ -1,3 +1,4 @@
+import { parseHostPort } from '@bis/net-address';
 import { promises as fsp } from 'node:fs';
 import { Server, ServerCredentials } from '@grpc/grpc-js';
 import { BackingImageManagerServiceService, withInternalAuth } from '@bis/bimrpc';
@@ -43,18 +44,12 @@ export interface RunningDaemon {
   stop(): Promise<void>;
 }
 
-export function splitHostPort(address: string, what: string): { host: string; port: number } {
-  const m = /^\[?([^\]]*?)\]?:(\d+)$/.exec(address.trim());
-  if (!m) throw new Error(`invalid ${what} address "${address}": expected <host>:<port>`);
-  return { host: m[1] || '0.0.0.0', port: Number(m[2]) };
-}
-
 /** Starts the sync HTTP service, then the gRPC service; stop() cancels transfers and removes temporary files. */
 export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
   const diskUUID = await checkDiskConfig(cfg.diskPath, cfg.diskUUID);
   const ports = new PortAllocator(parsePortRange(cfg.portRange));
-  const grpcAddr = splitHostPort(cfg.listen, '--listen');
-  const syncAddr = splitHostPort(cfg.syncListen, '--sync-listen');
+  const grpcAddr = parseHostPort(cfg.listen, { what: '--listen', defaultHost: '0.0.0.0' });
+  const syncAddr = parseHostPort(cfg.syncListen, { what: '--sync-listen', defaultHost: '0.0.0.0' });
   await fsp.mkdir(backingImagesRoot(cfg.diskPath), { recursive: true });
   await fsp.mkdir(diskTmpDir(cfg.diskPath), { recursive: true });
 

@@ -5,6 +5,7 @@ import { readTokenFile } from '@bis/internal-auth';
 import { createLogger, messageLog } from '@bis/logging';
 import { startDaemon } from './daemon.js';
 import { exitWithParent } from '@bis/runtime';
+import { parseHostPort } from '@bis/net-address';
 
 // Started by the standalone controller-manager: stop when it is gone (no orphan keeps the disk or its ports).
 exitWithParent();
@@ -102,7 +103,7 @@ async function main(argv: string[]): Promise<number> {
 }
 
 function listenHost(listen: string): string {
-  const host = listen.replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
+  const { host } = parseHostPort(listen, { what: '--listen', defaultHost: '' });
   return host === '' || host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host === 'localhost' ? '127.0.0.1' : host;
 }
 

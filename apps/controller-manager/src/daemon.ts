@@ -1,3 +1,5 @@
+import { backupTargetOperations } from '@bis/backupstore';
+import { parseHostPort } from '@bis/net-address';
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -90,10 +92,7 @@ export async function readDefaultSettings(file: string): Promise<Record<string, 
 }
 
 function parseListen(listen: string): { host: string; port: number } {
-  const i = listen.lastIndexOf(':');
-  const port = Number(listen.slice(i + 1));
-  if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`invalid --listen "${listen}": expected host:port`);
-  return { host: listen.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port };
+  return parseHostPort(listen, { what: '--listen', defaultHost: '0.0.0.0' });
 }
 
 /** The daemon's log on stderr (`io.err`): pino JSON lines (`json`) or pino-pretty's readable lines (`plain`). */
@@ -185,6 +184,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const store = new KubeDatastore({ kubeConfig, defaultNamespace: namespace });
   const dataPlane = new KubeDataPlane({
     kubeConfig,
+    backupTarget: backupTargetOperations,
     settings: { namespace, serviceAccountName: values['service-account']!, internalTokenSecret: tokenSecret, allowUnauthenticatedInternalCalls: allowUnauthenticated },
     settingsProvider: podSettingsFromStore(store, namespace),
     managerImage: image,

@@ -1,5 +1,23 @@
-export * from './types.js';
-export * from './errors.js';
-export * from './format.js';
-export * from './checksum.js';
-export * from './client.js';
+export {
+  SOURCE_TYPES,
+  type SourceType,
+  type BackingImage,
+  type BackupBackingImage,
+  type BackupTarget,
+  type BackupTargetUpdate,
+  type SecretInfo,
+  type Node,
+  type CreateBackingImageRequest,
+} from './types.js';
+export { isUnauthorized, isNotFound, errorFromResponse, transportError, ApiClientError } from './errors.js';
+export {
+  formatBytes,
+  formatDuration,
+  summariseCopies,
+  describeCopies,
+  describeSource,
+  copiesShortfall,
+} from './format.js';
+export { parseExpectedChecksum } from './checksum.js';
+export { BisClient } from './client.js';
+export { type BisEvent, type DiskScrub, type NodeDisk } from './types.js';

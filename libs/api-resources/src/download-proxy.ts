@@ -1,20 +1,19 @@
-import { authHeaders } from '@bis/internal-auth';
-import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { pipeline } from 'node:stream/promises';
+import { SyncClient, SyncClientError, type SyncDownload } from '@bis/sync-service';
 import { BackingImageManagerKind, describeImageCopies, diskNamesByUUID, SettingName } from '@bis/controllers';
 import { LabelKey } from '@bis/crd-types';
 import { ApiError, baseUrlOf, errorBody } from '@bis/rest-api';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { BackingImageService } from './backing-images.js';
 import type { BackingImageApiDeps } from './deps.js';
-import { ByteCounter, splitAddress } from './upload-proxy.js';
+import { ByteCounter } from './upload-proxy.js';
 
 /** Where a download of an image is served from: the sync service of a ready copy's manager (§2.6). */
 export interface DownloadSource {
   /** `host:port` of the manager's sync service. */
   syncAddress: string;
-  /** `/v1/files/<escaped file path>/download` */
-  path: string;
+  /** The file's path on the manager's disk. */
+  srcFilePath: string;
 }
 
 /**
@@ -42,7 +41,7 @@ export async function resolveDownload(service: BackingImageService, deps: Backin
     throw new ApiError(500, `failed to prepare the download of backing image ${name} on disk ${disk}: ${details}`, { cause: err });
   }
   if (!prepared.address) throw new ApiError(500, `the manager of disk ${disk} did not report its sync service address`);
-  return { syncAddress: prepared.address, path: `/v1/files/${encodeURIComponent(prepared.srcFilePath)}/download` };
+  return { syncAddress: prepared.address, srcFilePath: prepared.srcFilePath };
 }
 
 const PASSED_HEADERS = ['content-type', 'content-length', 'content-disposition', 'content-encoding'] as const;
@@ -61,23 +60,20 @@ export async function handleDownload(
   const name = req.params.id;
   const source = await resolveDownload(service, deps, name);
   const raw = req.query['raw'] === 'true' || req.query['forV2Creation'] === 'true';
-  const [host, port] = splitAddress(source.syncAddress);
   const abort = new AbortController();
   const onClose = (): void => abort.abort(new Error('the client went away during the download'));
   reply.raw.once('close', onClose);
-  const upstream = await new Promise<IncomingMessage>((resolve, reject) => {
-    const r = httpRequest({ host, port, method: 'GET', path: `${source.path}${raw ? '?forV2Creation=true' : ''}`, headers: authHeaders(deps.internalToken), signal: abort.signal }, resolve);
-    r.on('error', reject);
-    r.end();
-  }).catch((err: Error) => {
+  const sync = new SyncClient(source.syncAddress, { token: deps.internalToken });
+  let upstream: SyncDownload;
+  try {
+    upstream = await sync.download(source.srcFilePath, { raw, signal: abort.signal });
+  } catch (err) {
     reply.raw.off('close', onClose);
-    throw new ApiError(500, `cannot reach the sync service ${source.syncAddress} for the download of backing image ${name}: ${err.message}`, { cause: err });
-  });
-  if (upstream.statusCode !== 200) {
-    reply.raw.off('close', onClose);
-    const chunks: Buffer[] = [];
-    for await (const c of upstream) chunks.push(c as Buffer);
-    throw new ApiError(500, `download of backing image ${name} failed: the sync service answered ${upstream.statusCode}: ${Buffer.concat(chunks).toString('utf8').trim().slice(0, 500)}`);
+    sync.close();
+    if (err instanceof SyncClientError) {
+      throw new ApiError(500, `download of backing image ${name} failed: the sync service answered ${err.statusCode}: ${err.body.trim().slice(0, 500)}`);
+    }
+    throw new ApiError(500, `cannot reach the sync service ${source.syncAddress} for the download of backing image ${name}: ${(err as Error).message}`, { cause: err });
   }
   const counter = new ByteCounter();
   deps.observer?.transferStarted('download', name);
@@ -90,7 +86,7 @@ export async function handleDownload(
   }
   res.writeHead(200, headers);
   try {
-    await pipeline(upstream, counter, res);
+    await pipeline(upstream.body, counter, res);
     deps.observer?.transferFinished('download', name, 'succeeded', counter.bytes);
   } catch (err) {
     deps.observer?.transferFinished('download', name, abort.signal.aborted ? 'cancelled' : 'failed', counter.bytes);
@@ -98,6 +94,7 @@ export async function handleDownload(
     res.destroy();
   } finally {
     reply.raw.off('close', onClose);
+    sync.close();
   }
 }
 

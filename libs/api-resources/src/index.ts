@@ -1,12 +1,4 @@
-export * from './deps.js';
-export * from './errors.js';
-export * from './backing-images.js';
-export * from './backing-image-resources.js';
-export * from './upload-proxy.js';
-export * from './download-proxy.js';
-export * from './nodes.js';
-export * from './backup-targets.js';
-export * from './replicas.js';
-export * from './register.js';
-export { SECRET_SCHEMA, SecretService, checkSecretData, secretResource } from './secrets.js';
-export { EVENT_SCHEMA, eventResource, type EventSource } from './events.js';
+export { downloadUrlPolicyFor, annotationEndpoints } from './deps.js';
+export { registerBackingImageResources, type BackingImageApi, backingImageHttpPlugin } from './register.js';
+export { SecretService, secretResource } from './secrets.js';
+export { eventResource } from './events.js';

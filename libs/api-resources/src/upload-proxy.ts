@@ -1,7 +1,6 @@
-import { authHeaders } from '@bis/internal-auth';
-import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
-import { Transform, type Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+import type { IncomingHttpHeaders } from 'node:http';
+import { Transform } from 'node:stream';
+import { DataSourceClient, DataSourceHttpError, parseUploadProgress, type DataSourceAnswer } from '@bis/data-source-api';
 import { SettingName, type StoredBIDS } from '@bis/controllers';
 import { ApiError, type ApiContext } from '@bis/rest-api';
 import type { BackingImageService } from './backing-images.js';
@@ -26,58 +25,6 @@ export class ByteCounter extends Transform {
 
 /** Room for a multipart body's framing (boundaries, part headers, earlier skipped fields) beyond its declared size. */
 export const MULTIPART_SLACK_BYTES = 1 << 20;
-
-export interface UpstreamResponse {
-  status: number;
-  headers: IncomingHttpHeaders;
-  /** The body, at most 64 KiB of it (error texts and small JSON answers). */
-  text: string;
-}
-
-const MAX_ANSWER = 64 << 10;
-
-function readAnswer(res: IncomingMessage): Promise<UpstreamResponse> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let n = 0;
-    res.on('data', (c: Buffer) => {
-      if (n < MAX_ANSWER) chunks.push(c);
-      n += c.length;
-    });
-    res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8').slice(0, MAX_ANSWER) }));
-    res.on('error', reject);
-  });
-}
-
-/**
- * One HTTP exchange with a workload. A request body is streamed (never buffered); if the upstream answers before
- * the body is complete (an early rejection), the answer wins.
- */
-export function exchange(
-  address: string,
-  method: 'GET' | 'POST',
-  pathAndQuery: string,
-  signal: AbortSignal,
-  body?: { stream: Readable; headers: Record<string, string> },
-  token?: string,
-): Promise<UpstreamResponse> {
-  return new Promise<UpstreamResponse>((resolve, reject) => {
-    const [host, port] = splitAddress(address);
-    const headers = { ...(body?.headers ?? {}), ...authHeaders(token) };
-    const req = httpRequest({ host, port, method, path: pathAndQuery, headers, signal }, (res) => {
-      readAnswer(res).then(resolve, reject);
-    });
-    req.on('error', reject);
-    if (body) pipeline(body.stream, req).catch(reject);
-    else req.end();
-  });
-}
-
-export function splitAddress(address: string): [string, number] {
-  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(address);
-  if (!m) throw new Error(`invalid workload address ${JSON.stringify(address)}: expected host:port`);
-  return [m[1]!, Number(m[2])];
-}
 
 /** Forwards requests to the copy of the request's body headers that matter for the data source. */
 function bodyHeaders(h: IncomingHttpHeaders): Record<string, string> {
@@ -112,6 +59,10 @@ export class UploadProxy {
     return { address, bids };
   }
 
+  private client(address: string): DataSourceClient {
+    return new DataSourceClient(address, { token: this.deps.internalToken });
+  }
+
   private query(ctx: ApiContext): string {
     const u = ctx.request.url;
     const i = u.indexOf('?');
@@ -139,7 +90,7 @@ export class UploadProxy {
     return allowed;
   }
 
-  private async send(ctx: ApiContext, name: string, states: ReadonlySet<string>): Promise<UpstreamResponse> {
+  private async send(ctx: ApiContext, name: string, states: ReadonlySet<string>): Promise<DataSourceAnswer> {
     const limit = await this.bodyLimit(ctx);
     const { address } = await this.target(name, states);
     const q = ctx.request.query as Record<string, string | undefined>;
@@ -153,9 +104,9 @@ export class UploadProxy {
       if (!raw.complete) abort.abort(new Error('the client went away during the upload'));
     };
     raw.once('close', onClose);
-    let res: UpstreamResponse;
+    let res: DataSourceAnswer;
     try {
-      res = await exchange(address, 'POST', `/v1/file${this.query(ctx)}`, abort.signal, { stream: raw.pipe(counter), headers: bodyHeaders(raw.headers) }, this.deps.internalToken);
+      res = await this.client(address).postFile(this.query(ctx), raw.pipe(counter), bodyHeaders(raw.headers), abort.signal);
     } catch (err) {
       observer?.transferFinished('upload', name, abort.signal.aborted ? 'cancelled' : 'failed', counter.bytes);
       if (overflow) throw overflow;
@@ -163,7 +114,7 @@ export class UploadProxy {
     } finally {
       raw.off('close', onClose);
     }
-    const ok = res.status >= 200 && res.status < 300;
+    const ok = res.statusCode >= 200 && res.statusCode < 300;
     observer?.transferFinished('upload', name, ok ? 'succeeded' : 'failed', counter.bytes);
     if (!ok) throw upstreamError(name, res);
     return res;
@@ -182,9 +133,12 @@ export class UploadProxy {
   /** `?action=uploadOffset`: where a resumable upload continues. */
   async offset(ctx: ApiContext, name: string): Promise<{ size: number; offset: number }> {
     const { address } = await this.target(name, UPLOADING_STATES);
-    const res = await exchange(address, 'GET', '/v1/file?action=uploadOffset', ctx.signal, undefined, this.deps.internalToken);
-    if (res.status !== 200) throw upstreamError(name, res);
-    return progressOf(res);
+    try {
+      return await this.client(address).uploadOffset(ctx.signal);
+    } catch (err) {
+      if (err instanceof DataSourceHttpError) throw upstreamError(name, { statusCode: err.statusCode, body: err.body });
+      throw new ApiError(500, `cannot read the upload offset from the data source of backing image ${name}: ${(err as Error).message}`, { cause: err });
+    }
   }
 }
 
@@ -194,18 +148,16 @@ function bodyTooLarge(size: number, offset: number): string {
     : `the upload body is larger than its declared size of ${size} bytes`;
 }
 
-function progressOf(res: UpstreamResponse): { size: number; offset: number } {
+function progressOf(res: DataSourceAnswer): { size: number; offset: number } {
   try {
-    const v = JSON.parse(res.text) as { size?: unknown; offset?: unknown };
-    if (typeof v.size === 'number' && typeof v.offset === 'number') return { size: v.size, offset: v.offset };
+    return parseUploadProgress(res.body);
   } catch {
-    // reported below
+    throw new ApiError(500, `unexpected answer from the data source: ${res.body.slice(0, 200)}`);
   }
-  throw new ApiError(500, `unexpected answer from the data source: ${res.text.slice(0, 200)}`);
 }
 
 /** The data source's answer as a cattle error with the same status (Longhorn's reverse proxy passes it through). */
-function upstreamError(name: string, res: UpstreamResponse): ApiError {
-  const text = res.text.trim() || `status ${res.status}`;
-  return new ApiError(res.status >= 400 ? res.status : 500, `data source of backing image ${name}: ${text}`);
+function upstreamError(name: string, res: DataSourceAnswer): ApiError {
+  const text = res.body.slice(0, 64 << 10).trim() || `status ${res.statusCode}`;
+  return new ApiError(res.statusCode >= 400 ? res.statusCode : 500, `data source of backing image ${name}: ${text}`);
 }

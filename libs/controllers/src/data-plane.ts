@@ -4,6 +4,7 @@
  * manager's gRPC API and the data source's HTTP API.
  */
 import type { BackingImageResponse, BackupCreateRequest, BackupStatusResponse, FetchRequest, ListResponse, PrepareDownloadResponse, SyncRequest, VersionResponse } from '@bis/bimrpc';
+import type { DataSourceFileInfo } from '@bis/data-source-api';
 import type { BackingImageDataSource, BackingImageManager } from './kinds.js';
 
 /** Observed phase of a workload (Longhorn's pod phase + readiness, reduced). */
@@ -39,18 +40,7 @@ export interface ManagerApi {
   watch(onChange: () => void, onEnd: (err?: Error) => void): () => void;
 }
 
-/** `GET /v1/file` of the data source. */
-export interface DataSourceFileInfo {
-  state: string;
-  size: number;
-  progress: number;
-  currentChecksum: string;
-  message: string;
-  /** Our extension, only for a file zero-padded to a multiple of 512: its size and SHA-512 before the padding. */
-  unpaddedSize?: number;
-  unpaddedChecksum?: string;
-}
-
+/** The data source's HTTP API calls the controllers use (satisfied by `DataSourceClient` from `@bis/data-source-api`). */
 export interface DataSourceApi {
   get(): Promise<DataSourceFileInfo>;
 }

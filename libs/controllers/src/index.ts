@@ -1,33 +1,58 @@
-export * from './kinds.js';
-export * from './names.js';
-export * from './settings.js';
-export * from './backoff.js';
-export * from './events.js';
-export * from './topology.js';
-export * from './rules.js';
-export * from './status.js';
-export * from './data-plane.js';
-export * from './data-plane-adapters.js';
-export { Controller, DEFAULT_TIMING, isResponsibleFor, type ControllerContext, type ControllerTiming, type Logger } from './base-controller.js';
-export { BackingImageController } from './backing-image-controller.js';
-export { BackingImageDataSourceController, MAX_MONITOR_RETRY_COUNT } from './data-source-controller.js';
-export { BackingImageManagerController, MAX_MONITOR_RECEIVE_ERRORS } from './manager-controller.js';
-export { BackupBackingImageController, syncBackupTargetBackingImages } from './backup-controller.js';
-export { BackupTargetController, parseGoDuration } from './backup-target-controller.js';
-export { NodeController } from './node-controller.js';
-export * from './manager-api.js';
-export * from './actions.js';
-export { describeImageCopies, diskNamesByUUID } from './copies-text.js';
-export * from './controller-manager.js';
 export {
-  BACKUP_TARGET_CREDENTIAL_KEYS,
-  DatastoreSecretStore,
+  type BackingImage,
+  type BackingImageDataSource,
+  type BackingImageManager,
+  type BackupBackingImage,
+  type BackupTarget,
+  type Node,
+  BackingImageKind,
+  BackingImageDataSourceKind,
+  BackingImageManagerKind,
+  BackupBackingImageKind,
+  BackupTargetKind,
+  NodeKind,
+  ReplicaKind,
+  SettingKind,
+  type StoredBI,
+  type StoredBIDS,
+  type StoredBIM,
+  type StoredBBI,
+  type StoredNode,
+  type StoredReplica,
+} from './kinds.js';
+export { backingImageManagerName, dataSourceWorkloadName, replicaLabels, Annotation } from './names.js';
+export { SettingName, SettingsReader } from './settings.js';
+export { EventRecorder } from './events.js';
+export {
+  countCopies,
+  cleanupRefusal,
+  CLEANUP_NOT_ENOUGH_READY,
+  CLEANUP_NOT_ENOUGH_HANDLING,
+  CLEANUP_NOT_ENOUGH_FILES,
+} from './rules.js';
+export {
+  managerLaunchArgs,
+  type WorkloadStatus,
+  type ManagerApi,
+  type DataSourceApi,
+  DATA_SOURCE_CREDENTIAL_ENV,
+  type DataSourceLaunch,
+  type BackupTargetApi,
+  type ManagerLaunch,
+  type DataPlane,
+} from './data-plane.js';
+export { type Logger } from './base-controller.js';
+export { parseGoDuration } from './backup-target-controller.js';
+export { managerApiFromClient } from './manager-api.js';
+export { ActionError, type CreateBackingImageInput, BackingImageActions } from './actions.js';
+export { describeImageCopies, diskNamesByUUID } from './copies-text.js';
+export { type ControllerManagerOptions, ControllerManager } from './controller-manager.js';
+export {
   SecretKind,
   SecretNotFoundError,
   backupTargetCredential,
   decodeSecretData,
   encodeSecretData,
-  redactSecrets,
   type Secret,
   type SecretStore,
 } from './secrets.js';
@@ -41,3 +66,5 @@ export {
   type DiskErrorCode,
 } from './disk-errors.js';
 export { recordDiskHealth } from './disk-conditions.js';
+export { EventKind, eventLine, eventName, recordedEventOf, redactEventMessage, type EventQuery, type EventSink, type EventType, type InvolvedObject, type RecordedEvent } from './events.js';
+export { StoreEventRecorder } from './events.js';

@@ -4,35 +4,15 @@ import { once } from 'node:events';
 import path from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import type { InternalAuth } from '@bis/internal-auth';
-import { FileState } from '@bis/state-machine';
+import { FILE_MACHINE, FileEvent, FileState, transition } from '@bis/state-machine';
+import type { DataSourceFileInfo } from '@bis/data-source-api/contract';
 import { assertNoEscapingLinks, resolveDiskPath } from '@bis/disk-path';
 import { SyncFileNotFoundError, type FileInfo, type SyncService } from '@bis/sync-service/service';
 import { imageSizeLimit, SizeLimitError, type SizeLimitPolicy } from '@bis/file-sources/core';
 import { DEFAULT_EXPORT_RECEIVER_PORT, exportType, type DataSourceConfig } from './config.js';
 
-/** Longhorn's `api.DataSourceInfo` (JSON key order as Go emits it). */
-export interface DataSourceInfo {
-  sourceType: string;
-  parameters: Record<string, string>;
-  name: string;
-  diskUUID: string;
-  expectedChecksum: string;
-  filePath: string;
-  uuid: string;
-  size: number;
-  virtualSize: number;
-  realSize: number;
-  state: string;
-  progress: number;
-  processedSize: number;
-  modificationTime: string;
-  currentChecksum: string;
-  message: string;
-  sendingReference: number;
-  /** Our extension, only on a file zero-padded to a multiple of 512: its size and SHA-512 before the padding. */
-  unpaddedSize?: number;
-  unpaddedChecksum?: string;
-}
+/** What `GET /v1/file` answers: Longhorn's `api.DataSourceInfo`, defined by the API's contract. */
+export type DataSourceInfo = DataSourceFileInfo;
 
 export interface DataSourceOptions {
   config: DataSourceConfig;
@@ -93,7 +73,7 @@ export class DataSource {
   #resumable: ResumableUpload | undefined;
   #wholeUpload = false;
   /** A qcow2 export before its result is handed to the sync service: receive raw, then convert. */
-  #exportPhase: { state: string; progress: number; processed: number } | undefined;
+  #exportPhase: { state: FileState; progress: number; processed: number } | undefined;
   readonly #exportAbort = new AbortController();
   #exportWork: Promise<void> | undefined;
 
@@ -151,12 +131,12 @@ export class DataSource {
         const limit = await imageSizeLimit(this.filePath, this.#o.sizeLimit);
         if (size > limit.bytes) {
           const message = SizeLimitError.declared(limit, "the volume's size", size).message;
-          this.#frozen = { ...this.#local(FileState.Failed), size, virtualSize: size, message };
+          this.#frozen = { ...this.#local(), state: transition(FILE_MACHINE, FileState.New, FileEvent.Fail, this.#subject), size, virtualSize: size, message };
           this.#o.log?.(`export-from-volume refused: ${message}`);
           return;
         }
         if (exportType(c.parameters) === 'qcow2') {
-          this.#exportPhase = { state: FileState.Starting, progress: 0, processed: 0 };
+          this.#exportPhase = { state: transition(FILE_MACHINE, FileState.New, FileEvent.Prepared, this.#subject), progress: 0, processed: 0 };
           this.#exportWork = this.#exportQcow2(port, size);
         } else {
           await sync.receiveFromPeer({ ...base, size, port, fileType: 'raw' });
@@ -183,8 +163,11 @@ export class DataSource {
     const raw = `${this.filePath}.export-raw`;
     const qcow2 = `${this.filePath}.export-qcow2`;
     const signal = this.#exportAbort.signal;
-    const phase = (state: string, progress: number, processed: number): void => {
-      this.#exportPhase = { state, progress: Math.floor(progress), processed };
+    // bytes received or converted: the export phase moves on (starting → in-progress)
+    const phase = (progress: number, processed: number): void => {
+      const ex = this.#exportPhase;
+      if (!ex) return;
+      this.#exportPhase = { state: transition(FILE_MACHINE, ex.state, FileEvent.Progress, this.#subject), progress: Math.floor(progress), processed };
     };
     try {
       // the peer receiver is loaded only by an export data source
@@ -196,24 +179,25 @@ export class DataSource {
         size,
         signal,
         auth: this.#o.internalAuth,
-        onProgress: (n) => phase(FileState.InProgress, (n / size) * 80, n),
+        onProgress: (n) => phase((n / size) * 80, n),
       });
       try {
         await receiver.done;
       } finally {
         await receiver.closed;
       }
-      phase(FileState.InProgress, 80, size);
+      phase(80, size);
       const { convertRawToQcow2 } = await import('@bis/file-sources/qemu-img');
-      await convertRawToQcow2({ source: raw, dest: qcow2, signal, onProgress: (p) => phase(FileState.InProgress, 80 + p * 0.15, size) });
+      await convertRawToQcow2({ source: raw, dest: qcow2, signal, onProgress: (p) => phase(80 + p * 0.15, size) });
       await rm(raw, { force: true });
       const { size: qcow2Size } = await stat(qcow2);
       this.#exportPhase = undefined; // from here on the sync record reports the state
       await this.#o.sync.upload(this.#uploadParams(qcow2Size, createReadStream(qcow2, { highWaterMark: 1 << 20 })));
     } catch (e) {
-      if (this.#exportPhase && !this.#frozen) {
+      const ex = this.#exportPhase;
+      if (ex && !this.#frozen) {
         const message = signal.aborted ? 'the export was cancelled' : `failed to export the volume as qcow2: ${(e as Error).message}`;
-        this.#frozen = { ...this.#local(FileState.Failed), message };
+        this.#frozen = { ...this.#local(), state: transition(FILE_MACHINE, ex.state, FileEvent.Fail, this.#subject), message };
         this.#exportPhase = undefined;
       }
       this.#o.log?.(`export-from-volume (qcow2) failed: ${(e as Error).message}`);
@@ -234,7 +218,8 @@ export class DataSource {
       }
       if (Date.now() - started >= limit) {
         this.#stopWatchdog();
-        this.#frozen = { ...this.#current(), state: FileState.Failed, message: BEGIN_TIMEOUT_MESSAGE };
+        const cur = this.#current();
+        this.#frozen = { ...cur, state: transition(FILE_MACHINE, cur.state, FileEvent.Fail, this.#subject), message: BEGIN_TIMEOUT_MESSAGE };
         this.#resumable?.body.destroy(new Error(BEGIN_TIMEOUT_MESSAGE));
         this.#exportAbort.abort(new Error(BEGIN_TIMEOUT_MESSAGE));
         // Best effort: the file is already marked failed, and that failure is what is reported.
@@ -249,7 +234,12 @@ export class DataSource {
     this.#watchdog = undefined;
   }
 
-  #local(state: string): DataSourceInfo {
+  get #subject(): string {
+    return `data source ${this.#o.config.name}`;
+  }
+
+  /** The data source's own fields of its file info (the state comes from the export phase, or the sync record). */
+  #local(): Omit<DataSourceInfo, 'state'> {
     const c = this.#o.config;
     return {
       sourceType: c.sourceType,
@@ -262,7 +252,6 @@ export class DataSource {
       size: 0,
       virtualSize: 0,
       realSize: 0,
-      state,
       progress: 0,
       processedSize: 0,
       modificationTime: '',
@@ -278,22 +267,28 @@ export class DataSource {
     const ex = this.#exportPhase;
     if (ex) {
       const size = Number(c.parameters['volume-size']);
-      return { ...this.#local(ex.state), size, virtualSize: size, progress: ex.progress, processedSize: ex.processed };
+      // the export phase is the data source's own record of the file: its state is reported as it is
+      return { ...this.#local(), state: transition(FILE_MACHINE, ex.state, { reported: ex.state }, this.#subject), size, virtualSize: size, progress: ex.progress, processedSize: ex.processed };
     }
     let f: FileInfo;
     try {
       f = this.#o.sync.get(this.filePath);
     } catch (e) {
-      if (e instanceof SyncFileNotFoundError) return this.#local(c.sourceType === 'upload' ? FileState.Pending : '');
+      if (e instanceof SyncFileNotFoundError) {
+        // nothing processed yet: an upload data source waits for the upload (pending), the others have not begun ("")
+        const event = c.sourceType === 'upload' ? FileEvent.AwaitUpload : FileEvent.Retried;
+        return { ...this.#local(), state: transition(FILE_MACHINE, FileState.New, event, this.#subject) };
+      }
       throw e;
     }
-    const { sourceType, parameters, name } = this.#local('');
+    const { sourceType, parameters, name } = this.#local();
     return {
       sourceType,
       parameters,
       name,
       ...f,
-      state: f.state === FileState.Ready ? FileState.ReadyForTransfer : f.state,
+      // the sync service reports the file; a ready file of a data source waits for a manager to take it over
+      state: transition(FILE_MACHINE, f.state, { reported: f.state === FileState.Ready ? FileState.ReadyForTransfer : f.state }, this.#subject),
     };
   }
 
@@ -313,7 +308,7 @@ export class DataSource {
     }
     await this.#o.sync.forget(this.filePath);
     this.#transferred = true;
-    this.#frozen = { ...info, state: FileState.Ready };
+    this.#frozen = { ...info, state: transition(FILE_MACHINE, info.state, FileEvent.Transferred, this.#subject) };
   }
 
   #requireUpload(): void {

@@ -1,3 +1,3 @@
-export * from './config.js';
-export * from './data-source.js';
-export * from './routes.js';
+export { validateDataSourceConfig } from './config.js';
+export { DataSource } from './data-source.js';
+export { dataSourceRoutes } from './routes.js';

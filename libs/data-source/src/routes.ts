@@ -1,6 +1,8 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import multipart from '@fastify/multipart';
 import { Readable } from 'node:stream';
+// the contract alone: the data source process does not load the HTTP client (got)
+import { DATA_SOURCE_FILE_PATH, DataSourceAction } from '@bis/data-source-api/contract';
 import { DataSource, DataSourceError } from './data-source.js';
 
 export interface DataSourceRoutesOptions {
@@ -50,33 +52,33 @@ export const dataSourceRoutes: FastifyPluginAsync<DataSourceRoutesOptions> = asy
   await app.register(multipart, { limits: { fileSize: Number.MAX_SAFE_INTEGER, files: 1, parts: 100 } });
   app.addContentTypeParser('application/octet-stream', (_req, payload, done) => done(null, payload));
 
-  app.get('/v1/file', async (req, reply) => {
+  app.get(DATA_SOURCE_FILE_PATH, async (req, reply) => {
     try {
       const q = req.query as Record<string, string | undefined>;
-      if (q['action'] === 'uploadOffset') return reply.send(ds.uploadOffset());
+      if (q['action'] === DataSourceAction.UploadOffset) return reply.send(ds.uploadOffset());
       return reply.type('application/json').send(ds.info());
     } catch (e) {
       return sendError(reply, e);
     }
   });
 
-  app.post('/v1/file', async (req, reply) => {
+  app.post(DATA_SOURCE_FILE_PATH, async (req, reply) => {
     const q = req.query as Record<string, string | undefined>;
     try {
       switch (q['action']) {
-        case 'upload': {
+        case DataSourceAction.Upload: {
           const size = intParam(q, 'size');
           await ds.checkDeclaredSize(size);
           await ds.upload(size, await uploadBody(req));
           return reply.code(200).send();
         }
-        case 'uploadPart': {
+        case DataSourceAction.UploadPart: {
           const size = intParam(q, 'size');
           const offset = intParam(q, 'offset');
           if (!(req.body instanceof Readable)) throw new DataSourceError('uploadPart needs an application/octet-stream body', 400);
           return reply.send(await ds.uploadPart(size, offset, req.body));
         }
-        case 'transfer':
+        case DataSourceAction.Transfer:
           await ds.transfer();
           return reply.code(200).send();
         default:
@@ -87,7 +89,7 @@ export const dataSourceRoutes: FastifyPluginAsync<DataSourceRoutesOptions> = asy
     }
   });
 
-  app.delete('/v1/file', async (_req, reply) => {
+  app.delete(DATA_SOURCE_FILE_PATH, async (_req, reply) => {
     await ds.close();
     return reply.code(200).send();
   });

@@ -1,11 +1,41 @@
-export * from './types.js';
-export * from './errors.js';
-export * from './datastore.js';
-export { compileSelector, parseLabelSelector, isValidLabelKey, isValidLabelValue, LabelSelectorError, type CompiledSelector } from './label-selector.js';
-export { EmbeddedDatastore, type EmbeddedDatastoreOptions } from './embedded/embedded-store.js';
-export { StoreLogCorruptError } from './embedded/log-file.js';
-export { WorkQueue, ItemExponentialRateLimiter, type RateLimiterOptions, type WorkQueueMetrics } from './workqueue.js';
-export { RETRY_BOUNDS, retryDelay, seededRandom, PermanentError, isPermanentError, formatRetryDelay, type RetryBounds, type RandomSource } from './retry.js';
-export { ManualClock, systemClock, type Clock, type TimerHandle } from './clock.js';
-export { Informer, SharedInformers, objectKey, splitKey, sleep, type InformerHandler, type InformerOptions, type SharedInformerEventType, type SharedInformerHandler, type SharedInformersOptions } from './informer.js';
-export { Controller, type ControllerOptions, type ReconcileResult, type ControllerLogger, type ControllerMetrics } from './controller.js';
+export {
+  defineKind,
+  groupOf,
+  type ObjectMeta,
+  type KubeObject,
+  type Stored,
+  type ResourceKind,
+  type WatchEvent,
+  type LabelSelector,
+  type ListOptions,
+  type ListResult,
+  type WatchOptions,
+  type DeleteOptions,
+  FOREGROUND_FINALIZER,
+} from './types.js';
+export {
+  type StatusReason,
+  StatusError,
+  NotFoundError,
+  AlreadyExistsError,
+  ConflictError,
+  GoneError,
+  InvalidError,
+  isNotFound,
+  isAlreadyExists,
+  isConflict,
+} from './errors.js';
+export { type CreateOptions, type Datastore } from './datastore.js';
+export { EmbeddedDatastore } from './embedded/embedded-store.js';
+export { WorkQueue, type RateLimiterOptions, type WorkQueueMetrics } from './workqueue.js';
+export {
+  retryDelay,
+  seededRandom,
+  PermanentError,
+  isPermanentError,
+  formatRetryDelay,
+  type RetryBounds,
+  type RandomSource,
+} from './retry.js';
+export { SharedInformers } from './informer.js';
+export { Controller, type ControllerMetrics } from './controller.js';

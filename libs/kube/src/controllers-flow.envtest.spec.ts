@@ -1,3 +1,4 @@
+import { backupTargetOperations } from '@bis/backupstore';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -78,7 +79,7 @@ describeEnv('the controllers flow under the chart RBAC against a real API server
     };
     // The daemon's composition (apps/controller-manager/src/daemon.ts), every piece with the account's token.
     store = new KubeDatastore({ kubeConfig, defaultNamespace: NS });
-    dataPlane = new KubeDataPlane({
+    dataPlane = new KubeDataPlane({ backupTarget: backupTargetOperations,
       kubeConfig,
       settings: { namespace: NS, serviceAccountName: identity.serviceAccount },
       settingsProvider: podSettingsFromStore(store, NS),

@@ -1,3 +1,4 @@
+import { backupTargetOperations } from '@bis/backupstore';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -148,7 +149,7 @@ describe('KubeDataPlane sends the internal token (real servers on loopback)', ()
     await api.stop();
   });
   const plane = (internalToken?: string) => {
-    const dp = new KubeDataPlane({ kubeConfig: kubeConfigFor(api.url, api.token), settings: { namespace: NS, serviceAccountName: 'sa', internalTokenSecret: INTERNAL_TOKEN_SECRET }, managerImage: IMAGE, internalToken });
+    const dp = new KubeDataPlane({ backupTarget: backupTargetOperations, kubeConfig: kubeConfigFor(api.url, api.token), settings: { namespace: NS, serviceAccountName: 'sa', internalTokenSecret: INTERNAL_TOKEN_SECRET }, managerImage: IMAGE, internalToken });
     cleanups.push(() => dp.close());
     return dp;
   };
@@ -181,7 +182,7 @@ describe('KubeDataPlane sends the internal token (real servers on loopback)', ()
   it('creates pods with the token mount; the allow-unauthenticated-internal-calls setting adds the opt-in flag', async () => {
     const store = new KubeDatastore({ kubeConfig: kubeConfigFor(api.url, api.token), defaultNamespace: NS });
     cleanups.push(() => store.close());
-    const dp = new KubeDataPlane({
+    const dp = new KubeDataPlane({ backupTarget: backupTargetOperations,
       kubeConfig: kubeConfigFor(api.url, api.token),
       settings: { namespace: NS, serviceAccountName: 'sa', internalTokenSecret: INTERNAL_TOKEN_SECRET },
       settingsProvider: podSettingsFromStore(store, NS),

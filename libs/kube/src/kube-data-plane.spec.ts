@@ -1,3 +1,4 @@
+import { backupTargetOperations } from '@bis/backupstore';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -41,7 +42,7 @@ async function startInstance(api: KubeApiDouble, nodeID: string, ports?: { api: 
   const dir = await mkdtemp(path.join(os.tmpdir(), `kube-dp-${nodeID}-`));
   const disks = new NodeDiskReporter({ store, namespace: NS, nodeID, defaultDataPath: dir, intervalMs: 60_000 });
   await disks.start();
-  const dataPlane = new KubeDataPlane({
+  const dataPlane = new KubeDataPlane({ backupTarget: backupTargetOperations,
     kubeConfig: kc,
     settings: { namespace: NS, serviceAccountName: 'backing-image-system' },
     settingsProvider: podSettingsFromStore(store, NS),

@@ -1,8 +1,7 @@
+import { DataSourceClient } from '@bis/data-source-api';
 import type { V1Toleration } from '@kubernetes/client-node';
 import { ManagerClient } from '@bis/bimrpc';
 import {
-  backupstoreTargetApi,
-  httpDataSourceClient,
   SettingKind,
   managerApiFromClient,
   type BackingImageDataSource,
@@ -32,12 +31,14 @@ export interface KubeDataPlaneOptions extends KubePodRuntimeOptions {
    * data sources (HTTP). The pods get it from the Secret named in `settings.internalTokenSecret`.
    */
   internalToken?: string;
+  /** Backup-target operations (the composition root gives `backupTargetOperations` of `@bis/backupstore`). */
+  backupTarget: BackupTargetApi;
 }
 
 /**
  * The controllers' `DataPlane` on Kubernetes: manager and data-source pods through `KubePodRuntime`, a gRPC client
- * per manager pod at `<podIP>:8000`, the data source's HTTP API at `<podIP>:8000`, backup targets through
- * `@bis/backupstore` (Longhorn runs those through its engine binary in the manager container).
+ * per manager pod at `<podIP>:8000`, the data source's HTTP API at `<podIP>:8000`, backup targets through the
+ * operations it is given (Longhorn runs those through its engine binary in the manager container).
  */
 export class KubeDataPlane implements DataPlane {
   readonly pods: KubePodRuntime;
@@ -105,10 +106,12 @@ export class KubeDataPlane implements DataPlane {
   }
 
   dataSourceClient(address: string): DataSourceApi {
-    return httpDataSourceClient(address, this.opts.internalToken);
+    return new DataSourceClient(address, { token: this.opts.internalToken });
   }
 
-  readonly backupTarget: BackupTargetApi = backupstoreTargetApi;
+  get backupTarget(): BackupTargetApi {
+    return this.opts.backupTarget;
+  }
 
   onWorkloadChange(listener: (kind: 'manager' | 'data-source', name: string) => void): () => void {
     return this.pods.onWorkloadChange(listener);

@@ -1,3 +1,4 @@
+import { backupTargetOperations } from '@bis/backupstore';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -165,7 +166,7 @@ describe('NodeHealthMonitor against the Kubernetes API double', () => {
       const dir = await mkdtemp(path.join(os.tmpdir(), `node-health-${nodeID}-`));
       const disks = new NodeDiskReporter({ store, namespace: NS, nodeID, defaultDataPath: dir, intervalMs: 200 });
       await disks.start();
-      const dp = new KubeDataPlane({ kubeConfig: kc, settings: { namespace: NS, serviceAccountName: 'sa' }, managerImage: 'img', watchRetryMs: 50 });
+      const dp = new KubeDataPlane({ backupTarget: backupTargetOperations, kubeConfig: kc, settings: { namespace: NS, serviceAccountName: 'sa' }, managerImage: 'img', watchRetryMs: 50 });
       const cm = new ControllerManager({ store, dataPlane: dp, nodeID, namespace: NS, workers: 2, resyncMs: 300, timing: TIMING, log: quiet });
       await cm.start();
       const monitor = new NodeHealthMonitor({ kubeConfig: kc, store, namespace: NS, resyncMs: 60_000, watchRetryMs: 50, log: quiet });

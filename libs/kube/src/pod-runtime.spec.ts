@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
+import { backupTargetOperations } from '@bis/backupstore';
 import { defineKind, type KubeObject } from '@bis/datastore';
 import { eventually } from '@bis/datastore/testing';
 import { LONGHORN_API_VERSION, backingImageManagerName } from '@bis/crd-types';
@@ -140,7 +141,7 @@ describe('KubePodRuntime against the API double', () => {
 
   it('passes the scrub settings to the manager pod as daemon flags (as the standalone data plane does)', async () => {
     const bim = await createBim();
-    const dp = new KubeDataPlane({ kubeConfig: kubeConfigFor(api.url, api.token), settings: { namespace: NS, serviceAccountName: 'sa' }, managerImage: IMAGE });
+    const dp = new KubeDataPlane({ backupTarget: backupTargetOperations, kubeConfig: kubeConfigFor(api.url, api.token), settings: { namespace: NS, serviceAccountName: 'sa' }, managerImage: IMAGE });
     try {
       await dp.startManager(bim as unknown as Parameters<KubeDataPlane['startManager']>[0], { scrubIntervalSeconds: 86400, scrubBandwidth: 52428800 });
     } finally {

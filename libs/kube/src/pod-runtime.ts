@@ -1,3 +1,4 @@
+import { formatHostPort } from '@bis/net-address';
 import { CoreV1Api, Watch, type KubeConfig, type V1Pod, type V1Secret } from '@kubernetes/client-node';
 import { Component, LabelKey } from '@bis/crd-types';
 import { ApiAccess } from './api-access.js';
@@ -65,7 +66,7 @@ export function workloadStatusFromPod(
     const statuses = pod.status?.containerStatuses ?? [];
     const ready = statuses.length > 0 && statuses.every((c) => c.ready);
     // The API is reached at the pod IP; file transfers between managers use the storage network when there is one.
-    if (ready && ip) return { ...base, phase: 'ready', ip, address: `${hostPort(ip, ports.api)}`, syncAddress: hostPort(storageIPFromPod(pod), ports.sync) };
+    if (ready && ip) return { ...base, phase: 'ready', ip, address: formatHostPort(ip, ports.api), syncAddress: formatHostPort(storageIPFromPod(pod), ports.sync) };
     return { ...base, phase: 'not-ready', ip };
   }
   if (phase === 'Pending' || phase === undefined) return { ...base, phase: 'pending' };
@@ -73,7 +74,6 @@ export function workloadStatusFromPod(
   return { ...base, phase: 'failed', message: `pod ${pod.metadata?.name} is ${phase}${term ? ` (exit code ${term.exitCode}${term.reason ? `, ${term.reason}` : ''})` : ''}` };
 }
 
-const hostPort = (ip: string, port: number): string => (ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`);
 
 export interface KubePodRuntimeOptions {
   kubeConfig: KubeConfig;

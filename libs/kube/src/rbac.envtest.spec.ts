@@ -1,3 +1,5 @@
+import { backupTargetOperations } from '@bis/backupstore';
+import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
@@ -74,7 +76,7 @@ describeEnv('controllers with the chart RBAC against a real API server (envtest)
 
     saToken = token;
     saStore = new KubeDatastore({ kubeConfig: kc, defaultNamespace: NS });
-    dataPlane = new KubeDataPlane({
+    dataPlane = new KubeDataPlane({ backupTarget: backupTargetOperations,
       kubeConfig: kc,
       settings: { namespace: NS, serviceAccountName: sa.metadata.name },
       settingsProvider: podSettingsFromStore(saStore, NS),

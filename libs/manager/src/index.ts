@@ -1,5 +1,3 @@
-export * from './manager-service.js';
-export * from './convert.js';
-export * from './backups.js';
-export * from './disk-config.js';
-export * from './data-source-client.js';
+export { ManagerService } from './manager-service.js';
+export { type BackupRunner } from './backups.js';
+export { checkDiskConfig } from './disk-config.js';

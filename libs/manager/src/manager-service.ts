@@ -40,7 +40,7 @@ import {
   tmpPathOf,
 } from '@bis/sync-service';
 import { toBackingImageResponse } from './convert.js';
-import { getDataSourceFile, transferDataSourceFile } from './data-source-client.js';
+import { DataSourceClient } from '@bis/data-source-api';
 import { BackupTracker, type BackupRunner } from './backups.js';
 
 export interface ManagerServiceOptions {
@@ -258,14 +258,15 @@ export class ManagerService {
     let src = dst;
     if (req.dataSourceAddress) {
       const want = await this.#confined(spec.name, spec.uuid, 'data-source-file');
-      const ds = await getDataSourceFile(req.dataSourceAddress, this.#o.internalToken);
+      const dsClient = new DataSourceClient(req.dataSourceAddress, { token: this.#o.internalToken });
+      const ds = await dsClient.get();
       if (ds.filePath !== want || ds.uuid !== spec.uuid || (ds.state !== 'ready' && ds.state !== 'ready-for-transfer')) {
         throw new RpcError(
           status.FAILED_PRECONDITION,
           `invalid data source file ${ds.filePath} for fetch, uuid ${ds.uuid}, state ${ds.state}`,
         );
       }
-      await transferDataSourceFile(req.dataSourceAddress, this.#o.internalToken);
+      await dsClient.transfer();
       src = want;
     }
     await this.#o.sync.fetch({

@@ -1,17 +1,4 @@
-export * from './types.js';
-export { RotatingLogFile, type RotatingLogOptions } from './rotating-log.js';
-export { LocalProcessRuntime, type LocalProcessRuntimeOptions } from './local-process-runtime.js';
-export {
-  LIVENESS_FD_ENV,
-  endRecordedProcesses,
-  exitWithParent,
-  isProcessRunning,
-  procStat,
-  readProcessRecords,
-  type EndRecordedProcessesOptions,
-  type EndedProcess,
-  type ExitWithParentOptions,
-  type ProcessRecord,
-  type ProcStat,
-} from './process-lifecycle.js';
+export { type WorkloadStatus, type WorkloadRuntime } from './types.js';
+export { LocalProcessRuntime } from './local-process-runtime.js';
+export { endRecordedProcesses, exitWithParent } from './process-lifecycle.js';
 export { startModuleWorker } from './module-worker.js';

@@ -1,3 +1,1 @@
-export * from './standalone.js';
-export * from './process-data-plane.js';
-export * from './ports.js';
+export { checkRestExposure, startStandalone, type StandaloneHandle } from './standalone.js';

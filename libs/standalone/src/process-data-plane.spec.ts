@@ -1,3 +1,4 @@
+import { backupTargetOperations } from '@bis/backupstore';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
@@ -35,7 +36,7 @@ describe('ProcessDataPlane data sources', () => {
     const bin = path.join(dir, 'fake-data-source.cjs');
     await fsp.writeFile(bin, FAKE_DATA_SOURCE);
     runtime = new LocalProcessRuntime({ probeIntervalMs: 50, terminationGracePeriodMs: 2000 });
-    plane = new ProcessDataPlane({ runtime, binaries: { manager: bin, dataSource: bin }, nodeID: 'local', logsDir: path.join(dir, 'logs'), maxDataSources: 4 });
+    plane = new ProcessDataPlane({ runtime, backupTarget: backupTargetOperations, binaries: { manager: bin, dataSource: bin }, nodeID: 'local', logsDir: path.join(dir, 'logs'), maxDataSources: 4 });
   });
   afterEach(async () => {
     plane.close();

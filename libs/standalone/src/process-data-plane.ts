@@ -1,9 +1,8 @@
+import { DataSourceClient } from '@bis/data-source-api';
 import { appendFile, mkdir, open } from 'node:fs/promises';
 import path from 'node:path';
 import { ManagerClient } from '@bis/bimrpc';
 import {
-  backupstoreTargetApi,
-  httpDataSourceClient,
   dataSourceWorkloadName,
   managerApiFromClient,
   type BackingImageDataSource,
@@ -32,6 +31,8 @@ export interface DataPlaneBinaries {
 
 export interface ProcessDataPlaneOptions {
   runtime: WorkloadRuntime;
+  /** Backup-target operations (the composition root gives `backupTargetOperations` of `@bis/backupstore`). */
+  backupTarget: BackupTargetApi;
   binaries: DataPlaneBinaries;
   nodeID: string;
   logsDir: string;
@@ -297,10 +298,12 @@ export class ProcessDataPlane implements DataPlane {
   }
 
   dataSourceClient(address: string): DataSourceApi {
-    return httpDataSourceClient(address, this.o.internalAuth?.token);
+    return new DataSourceClient(address, { token: this.o.internalAuth?.token });
   }
 
-  readonly backupTarget: BackupTargetApi = backupstoreTargetApi;
+  get backupTarget(): BackupTargetApi {
+    return this.o.backupTarget;
+  }
 }
 
 /** The message of a JSON log line (`WARN message`), or the line itself when it is not one (e.g. a crash's stack). */

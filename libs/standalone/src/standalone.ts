@@ -1,3 +1,5 @@
+import { backupTargetOperations } from '@bis/backupstore';
+import { parseHostPort } from '@bis/net-address';
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, stat, statfs, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -134,10 +136,7 @@ export interface StandaloneHandle extends StandaloneSystem {
 }
 
 function parseListen(listen: string): { host: string; port: number } {
-  const i = listen.lastIndexOf(':');
-  const port = Number(listen.slice(i + 1));
-  if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`invalid --listen "${listen}": expected host:port`);
-  return { host: listen.slice(0, i).replace(/^\[|\]$/g, '') || '127.0.0.1', port };
+  return parseHostPort(listen, { what: '--listen', defaultHost: '127.0.0.1' });
 }
 
 /** Creates (or reuses) `<dataDir>/disks/disk-<i>` with its `longhorn-disk.cfg`. The UUID survives restarts. */
@@ -282,6 +281,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   const runtime = new LocalProcessRuntime({ probeIntervalMs: 200, terminationGracePeriodMs: 10_000, pidDir: processesDir });
   const dataPlane = new ProcessDataPlane({
     runtime,
+    backupTarget: backupTargetOperations,
     binaries: opts.binaries,
     nodeID: STANDALONE_NODE,
     logsDir,

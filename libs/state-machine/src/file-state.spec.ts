@@ -5,17 +5,17 @@ import { computeProgress } from './progress.js';
 // The expected outcome of every (state, event) pair, written out independently of the implementation's table.
 // '-' means the event is illegal in that state; "new" is the state "".
 // Columns: reuse-succeeded prepared progress processed processed-for-transfer transferred modified verified fail
-//          cleaned-up lost disk-unavailable found-corrupted source-gone deleted retried
+//          cleaned-up lost disk-unavailable found-corrupted source-gone deleted retried await-upload
 const EXPECTED: Record<string, string> = {
-  new: '- - - - - ready - - failed - unknown unknown failed failed failed new',
-  pending: 'ready starting - - - - - - failed - unknown unknown failed failed failed new',
-  starting: '- - in-progress - - - - - failed - unknown unknown failed failed failed -',
-  'in-progress': '- - in-progress ready ready-for-transfer - - - failed - unknown unknown failed failed failed -',
-  'ready-for-transfer': '- - - - - ready - - failed - unknown unknown failed failed failed -',
-  ready: '- - - - - ready unknown - - - unknown unknown failed failed failed -',
-  failed: '- - - - - - - - - failed-and-cleanup - unknown - - failed new',
-  'failed-and-cleanup': '- - - - - - - - - - - unknown - - - new',
-  unknown: '- - - - - - - ready failed - unknown unknown failed failed failed -',
+  new: '- starting - - - ready - - failed - unknown unknown failed failed failed new pending',
+  pending: 'ready starting - - - - - - failed - unknown unknown failed failed failed new -',
+  starting: '- - in-progress - - - - - failed - unknown unknown failed failed failed - -',
+  'in-progress': '- - in-progress ready ready-for-transfer - - - failed - unknown unknown failed failed failed - -',
+  'ready-for-transfer': '- - - - - ready - - failed - unknown unknown failed failed failed - -',
+  ready: '- - - - - ready unknown - - - unknown unknown failed failed failed - -',
+  failed: '- - - - - - - - - failed-and-cleanup - unknown - - failed new -',
+  'failed-and-cleanup': '- - - - - - - - - - - unknown - - - new -',
+  unknown: '- - - - - - - ready failed - unknown unknown failed failed failed - -',
 };
 const stateOf = (s: string): FileState => (s === 'new' ? '' : (s as FileState));
 
@@ -28,7 +28,7 @@ describe('file state machine', () => {
 
   const pairs = FILE_STATES.flatMap((s) => FILE_MACHINE.events.map((e, i) => [s, e, i] as const));
   it('covers all (state, event) pairs', () => {
-    expect(pairs).toHaveLength(9 * 16);
+    expect(pairs).toHaveLength(9 * 17);
     expect(Object.keys(EXPECTED).map(stateOf).sort()).toEqual([...FILE_STATES].sort());
   });
 

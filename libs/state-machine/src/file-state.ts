@@ -24,13 +24,16 @@ export const FILE_STATES: readonly FileState[] = Object.values(FileState);
 /**
  * What can happen to a file. Data plane:
  * - `reuse-succeeded`: the pending record found a valid existing file on disk (size, checksum) → ready.
- * - `prepared`: the pending record found nothing to reuse and cleaned the place → starting.
+ * - `prepared`: the pending record found nothing to reuse and cleaned the place, or a data source began processing
+ *   its file itself (the qcow2 export of a volume) → starting.
  * - `progress`: bytes were written (or a position was reached) → in-progress.
  * - `processed`: all bytes are in and the checksum matched → ready.
  * - `processed-for-transfer`: a data source finished its file; it waits for a manager to take it → ready-for-transfer.
  * - `modified`: a ready file changed or vanished on disk; it must be verified again → unknown.
  * - `verified`: the re-verification of an unknown file succeeded → ready.
  * - `fail`: anything went wrong (bad input, I/O, checksum, cancellation, timeout, the process could not start) → failed.
+ *
+ * - `await-upload`: an upload data source waits for its upload to begin → pending.
  *
  * Control plane:
  * - `transferred`: a manager took the data source's file over (BIDS `spec.fileTransferred`) → ready.
@@ -62,6 +65,7 @@ export const FileEvent = {
   SourceGone: 'source-gone',
   Deleted: 'deleted',
   Retried: 'retried',
+  AwaitUpload: 'await-upload',
 } as const;
 export type FileEvent = (typeof FileEvent)[keyof typeof FileEvent];
 export const FILE_EVENTS: readonly FileEvent[] = Object.values(FileEvent);
@@ -89,6 +93,8 @@ const whileAlive = {
 export const FILE_TRANSITIONS: { readonly [s in FileState]: Partial<Readonly<Record<FileEvent, FileState>>> } = {
   '': {
     ...whileAlive,
+    'await-upload': 'pending',
+    prepared: 'starting',
     transferred: 'ready',
     fail: 'failed',
     'source-gone': 'failed',

@@ -1,16 +1,8 @@
 import { describe, expect, it } from '@jest/globals';
-import {
-  BACKUP_MACHINE,
-  BACKUP_STATES,
-  IllegalTransitionError,
-  MANAGER_MACHINE,
-  MANAGER_STATES,
-  backupEventForProgress,
-  transition,
-  type BackupState,
-  type Machine,
-  type ManagerState,
-} from './index.js';
+import { BACKUP_MACHINE, BACKUP_STATES, IllegalTransitionError, MANAGER_MACHINE, MANAGER_STATES, backupEventForProgress, transition } from './index.js';
+import type { BackupState } from './backup-state.js';
+import type { Machine } from './machine.js';
+import type { ManagerState } from './manager-state.js';
 
 // Columns: workload-created, workload-pending, workload-ready, workload-not-ready, workload-missing,
 // workload-failed, disk-unavailable, stopped.

@@ -4,7 +4,7 @@ import { decodeSyncingFileConfig, encodeSyncingFileConfig } from './backing-cfg.
 import { PortAllocator, parsePortRange } from './port-allocator.js';
 import { IntervalSet } from './ssync/interval-set.js';
 import { backingFilePath, backingImageNameFromPath, dataSourceFilePath } from './layout.js';
-import { decodeFileId, encodeFileId } from './routes.js';
+import { decodeFileId, encodeFileId } from './sync-api.js';
 import { defaultRequestTimeoutMs } from './ssync/sender.js';
 
 describe('Go time.Time.String() formatting', () => {

@@ -13,7 +13,7 @@ import {
 } from '@bis/disk-path/testing';
 import { SyncService } from './sync-service.js';
 import { startSyncServer } from './server.js';
-import { encodeFileId } from './routes.js';
+import { encodeFileId } from './sync-api.js';
 
 /**
  * The sync HTTP service (`/v1/files`, real server on loopback) against the traversal table: every route that takes

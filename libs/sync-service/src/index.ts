@@ -1,28 +1,22 @@
-export * from './layout.js';
-export * from './go-time.js';
-export * from './backing-cfg.js';
-export * from './port-allocator.js';
-export * from './errors.js';
-export * from './file-util.js';
-export * from './syncing-file.js';
-export * from './sync-service.js';
-export * from './routes.js';
-export * from './server.js';
-export * from './sync-client.js';
-export * from './ssync/layout.js';
-export * from './ssync/interval-set.js';
-export * from './ssync/receiver.js';
-export * from './ssync/sender.js';
-export * from './chain-file.js';
 export {
-  TokenBucket,
-  CorruptionError,
-  ChainVerifyingStream,
-  ChecksumVerifyingStream,
-  verifyFileThrottled,
-  hashFileThrottled,
-  segmentMismatchText,
-  systemClock,
-  type ScrubClock,
-  type ThrottledVerifyOptions,
-} from './integrity.js';
+  backingImagesRoot,
+  backingImageDir,
+  backingFilePath,
+  diskTmpDir,
+  dataSourceFilePath,
+  tmpPathOf,
+  diskConfigPath,
+  backingImageNameFromPath,
+  DEFAULT_DISK_PATH,
+} from './layout.js';
+export { readSyncingFileConfig, writeSyncingFileConfig } from './backing-cfg.js';
+export { parsePortRange, PortAllocator } from './port-allocator.js';
+export { errorMessage, SyncInvalidArgumentError, SyncFileNotFoundError } from './errors.js';
+export { type FileInfo } from './syncing-file.js';
+export { type ScrubOptions, SyncService } from './sync-service.js';
+export { startSyncServer } from './server.js';
+export { SyncClientError, type SyncDownload, SyncClient } from './sync-client.js';
+export { encodeFileId } from './sync-api.js';
+export { type FileLayout } from './ssync/layout.js';
+export { sendFile } from './ssync/sender.js';
+export { SsyncSendError } from './ssync/sender.js';

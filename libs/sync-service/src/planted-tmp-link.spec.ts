@@ -6,7 +6,7 @@ import { createFileSources } from '@bis/file-sources';
 import { DISK_UUID, createSandbox, httpRequest, snapshotOutside, type Sandbox } from '@bis/disk-path/testing';
 import { SyncService } from './sync-service.js';
 import { startSyncServer } from './server.js';
-import { encodeFileId } from './routes.js';
+import { encodeFileId } from './sync-api.js';
 
 /**
  * The check-then-use race of path confinement: `file-path` is confined when the receive is launched, and the

@@ -5,6 +5,7 @@ import { Readable } from 'node:stream';
 import { isDiskPathError } from '@bis/disk-path';
 import { SyncServiceError, errorMessage } from './errors.js';
 import type { SyncService } from './sync-service.js';
+import { SYNC_FILES_PATH, SyncFileAction, SyncFilesAction, decodeFileId } from './sync-api.js';
 import type { DataEngine } from './syncing-file.js';
 
 export interface SyncRoutesOptions {
@@ -12,20 +13,6 @@ export interface SyncRoutesOptions {
 }
 
 type Query = Record<string, string | undefined>;
-
-/** Decodes a `/v1/files/{id}` segment like Go's `url.QueryUnescape` (`+` is a space; `%2F` a slash). */
-export function decodeFileId(segment: string): string {
-  try {
-    return decodeURIComponent(segment.replace(/\+/g, ' '));
-  } catch {
-    throw new SyncServiceError(`invalid file id ${segment}`, 400);
-  }
-}
-
-/** Encodes a file path as one URL segment like Go's `url.QueryEscape`. */
-export function encodeFileId(filePath: string): string {
-  return encodeURIComponent(filePath).replace(/%20/g, '+');
-}
 
 function rawFileId(req: FastifyRequest): string {
   const rawPath = (req.raw.url ?? '').split('?')[0]!;
@@ -90,9 +77,9 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
   });
   app.addContentTypeParser('*', (_req, payload, done) => done(null, payload));
 
-  app.get('/v1/files', async () => svc.list());
+  app.get(SYNC_FILES_PATH, async () => svc.list());
 
-  app.get('/v1/files/:id', async (req, reply) => {
+  app.get(`${SYNC_FILES_PATH}/:id`, async (req, reply) => {
     try {
       return svc.get(await fileIdFromRequest(req));
     } catch (err) {
@@ -100,7 +87,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
     }
   });
 
-  app.delete('/v1/files/:id', async (req, reply) => {
+  app.delete(`${SYNC_FILES_PATH}/:id`, async (req, reply) => {
     try {
       await svc.delete(await fileIdFromRequest(req));
       return reply.code(200).send();
@@ -130,18 +117,18 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
       return sendError(reply, err);
     }
   };
-  app.get('/v1/files/:id/download', { exposeHeadRoute: false }, download);
-  app.head('/v1/files/:id/download', download);
+  app.get(`${SYNC_FILES_PATH}/:id/download`, { exposeHeadRoute: false }, download);
+  app.head(`${SYNC_FILES_PATH}/:id/download`, download);
 
-  app.post('/v1/files/:id', async (req, reply) => {
+  app.post(`${SYNC_FILES_PATH}/:id`, async (req, reply) => {
     try {
       const q = req.query as Query;
       const id = await fileIdFromRequest(req);
       switch (q['action']) {
-        case 'forget':
+        case SyncFileAction.Forget:
           await svc.forget(id);
           break;
-        case 'sendToPeer':
+        case SyncFileAction.SendToPeer:
           await svc.sendToPeer(id, str(q, 'to-address'));
           break;
         default:
@@ -153,7 +140,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
     }
   });
 
-  app.post('/v1/files', async (req, reply) => {
+  app.post(SYNC_FILES_PATH, async (req, reply) => {
     try {
       const q = req.query as Query;
       const base = {
@@ -163,7 +150,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
         expectedChecksum: str(q, 'expected-checksum'),
       };
       switch (q['action']) {
-        case 'fetch':
+        case SyncFilesAction.Fetch:
           await svc.fetch({
             ...base,
             filePath: str(q, 'dst-file-path'),
@@ -171,10 +158,10 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
             size: int(q, 'size', true),
           });
           break;
-        case 'downloadFromURL':
+        case SyncFilesAction.DownloadFromURL:
           await svc.downloadFromURL({ ...base, url: str(q, 'url'), dataEngine: dataEngine(q) });
           break;
-        case 'receiveFromPeer':
+        case SyncFilesAction.ReceiveFromPeer:
           await svc.receiveFromPeer({
             ...base,
             fileType: str(q, 'file-type'),
@@ -183,7 +170,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
             dataEngine: dataEngine(q),
           });
           break;
-        case 'restoreFromBackupURL':
+        case SyncFilesAction.RestoreFromBackupURL:
           await svc.restoreFromBackupURL({
             ...base,
             backupUrl: str(q, 'backup-url'),
@@ -192,7 +179,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
             dataEngine: dataEngine(q),
           });
           break;
-        case 'cloneFromBackingImage':
+        case SyncFilesAction.CloneFromBackingImage:
           await svc.cloneFromBackingImage({
             ...base,
             backingImage: str(q, 'backing-image'),
@@ -202,7 +189,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
             dataEngine: dataEngine(q),
           });
           break;
-        case 'upload': {
+        case SyncFilesAction.Upload: {
           const size = int(q, 'size', true);
           const body = await uploadBody(req);
           await svc.upload({ ...base, size, body, dataEngine: dataEngine(q) });

@@ -1,7 +1,9 @@
 import { authHeaders } from '@bis/internal-auth';
+import { formatHostPort, parseHostPort } from '@bis/net-address';
+import got from 'got';
 import http from 'node:http';
 import type { Readable } from 'node:stream';
-import { encodeFileId } from './routes.js';
+import { SYNC_FILES_PATH, SyncFileAction, SyncFilesAction, syncFileDownloadPath, syncFilePath } from './sync-api.js';
 import type { FileInfo } from './syncing-file.js';
 
 /** An HTTP failure of the sync service, worded like Longhorn's Go client (clients match substrings in it). */
@@ -24,10 +26,18 @@ export interface SyncClientOptions {
 
 type Params = Record<string, string | number | undefined>;
 
-/** Typed HTTP client of a sync service (`/v1/files`), for peers and the control plane. */
+/** A download under way: the sync service's answer headers and the body stream. */
+export interface SyncDownload {
+  headers: http.IncomingHttpHeaders;
+  body: Readable;
+}
+
+/** Bodies pass as they are (a gzip download stays gzip); no retries: every call says itself what failed. */
+const client = got.extend({ retry: { limit: 0 }, throwHttpErrors: false, followRedirect: false, decompress: false });
+
+/** The one typed HTTP client of a sync service (`/v1/files`, see `sync-api.ts`), for peers and the control plane. */
 export class SyncClient {
-  readonly #host: string;
-  readonly #port: number;
+  readonly #base: string;
   readonly #short: number;
   readonly #auth: Record<string, string>;
   readonly #agent = new http.Agent({ keepAlive: true });
@@ -36,10 +46,8 @@ export class SyncClient {
     readonly address: string,
     opts: SyncClientOptions = {},
   ) {
-    const m = /^\[?([^\]]*?)\]?:(\d+)$/.exec(address.replace(/^https?:\/\//, ''));
-    if (!m) throw new Error(`invalid sync service address "${address}": expected host:port`);
-    this.#host = m[1] || '127.0.0.1';
-    this.#port = Number(m[2]);
+    const { host, port } = parseHostPort(address, { what: 'sync service address', defaultHost: '127.0.0.1', allowScheme: true });
+    this.#base = `http://${formatHostPort(host, port)}`;
     this.#short = opts.shortTimeoutMs ?? 10_000;
     this.#auth = authHeaders(opts.token);
   }
@@ -49,28 +57,28 @@ export class SyncClient {
   }
 
   async list(): Promise<Record<string, FileInfo>> {
-    return JSON.parse(await this.#text('GET', '/v1/files', {}, this.#short)) as Record<string, FileInfo>;
+    return JSON.parse(await this.#text('GET', SYNC_FILES_PATH, {}, this.#short)) as Record<string, FileInfo>;
   }
 
   async get(filePath: string): Promise<FileInfo> {
-    return JSON.parse(await this.#text('GET', `/v1/files/${encodeFileId(filePath)}`, {}, this.#short)) as FileInfo;
+    return JSON.parse(await this.#text('GET', syncFilePath(filePath), {}, this.#short)) as FileInfo;
   }
 
   async delete(filePath: string): Promise<void> {
-    await this.#text('DELETE', `/v1/files/${encodeFileId(filePath)}`, {}, this.#short);
+    await this.#text('DELETE', syncFilePath(filePath), {}, this.#short);
   }
 
   async forget(filePath: string): Promise<void> {
-    await this.#text('POST', `/v1/files/${encodeFileId(filePath)}`, { action: 'forget' }, this.#short);
+    await this.#text('POST', syncFilePath(filePath), { action: SyncFileAction.Forget }, this.#short);
   }
 
   async sendToPeer(filePath: string, toAddress: string): Promise<void> {
-    await this.#text('POST', `/v1/files/${encodeFileId(filePath)}`, { action: 'sendToPeer', 'to-address': toAddress });
+    await this.#text('POST', syncFilePath(filePath), { action: SyncFileAction.SendToPeer, 'to-address': toAddress });
   }
 
   async fetch(p: { srcFilePath: string; dstFilePath: string; uuid: string; diskUUID: string; expectedChecksum?: string; size: number }): Promise<void> {
-    await this.#text('POST', '/v1/files', {
-      action: 'fetch',
+    await this.#text('POST', SYNC_FILES_PATH, {
+      action: SyncFilesAction.Fetch,
       'src-file-path': p.srcFilePath,
       'dst-file-path': p.dstFilePath,
       uuid: p.uuid,
@@ -81,8 +89,8 @@ export class SyncClient {
   }
 
   async downloadFromURL(p: { filePath: string; uuid: string; url: string; diskUUID?: string; expectedChecksum?: string }): Promise<void> {
-    await this.#text('POST', '/v1/files', {
-      action: 'downloadFromURL',
+    await this.#text('POST', SYNC_FILES_PATH, {
+      action: SyncFilesAction.DownloadFromURL,
       'file-path': p.filePath,
       uuid: p.uuid,
       url: p.url,
@@ -92,8 +100,8 @@ export class SyncClient {
   }
 
   async receiveFromPeer(p: { filePath: string; uuid: string; size: number; port: number; diskUUID?: string; expectedChecksum?: string; fileType?: string }): Promise<void> {
-    await this.#text('POST', '/v1/files', {
-      action: 'receiveFromPeer',
+    await this.#text('POST', SYNC_FILES_PATH, {
+      action: SyncFilesAction.ReceiveFromPeer,
       'file-path': p.filePath,
       uuid: p.uuid,
       'disk-uuid': p.diskUUID,
@@ -107,9 +115,9 @@ export class SyncClient {
   async restoreFromBackupURL(p: { filePath: string; uuid: string; backupUrl: string; concurrentLimit: number; credential?: Record<string, string>; diskUUID?: string; expectedChecksum?: string }): Promise<void> {
     await this.#text(
       'POST',
-      '/v1/files',
+      SYNC_FILES_PATH,
       {
-        action: 'restoreFromBackupURL',
+        action: SyncFilesAction.RestoreFromBackupURL,
         'file-path': p.filePath,
         uuid: p.uuid,
         'backup-url': p.backupUrl,
@@ -125,9 +133,9 @@ export class SyncClient {
   async cloneFromBackingImage(p: { filePath: string; uuid: string; backingImage: string; backingImageUUID: string; encryption: string; credential?: Record<string, string>; diskUUID?: string; expectedChecksum?: string }): Promise<void> {
     await this.#text(
       'POST',
-      '/v1/files',
+      SYNC_FILES_PATH,
       {
-        action: 'cloneFromBackingImage',
+        action: SyncFilesAction.CloneFromBackingImage,
         'file-path': p.filePath,
         uuid: p.uuid,
         'backing-image': p.backingImage,
@@ -145,65 +153,52 @@ export class SyncClient {
   async upload(p: { filePath: string; uuid: string; size: number; body: Readable; diskUUID?: string; expectedChecksum?: string }): Promise<void> {
     await this.#text(
       'POST',
-      '/v1/files',
-      { action: 'upload', 'file-path': p.filePath, uuid: p.uuid, size: p.size, 'disk-uuid': p.diskUUID, 'expected-checksum': p.expectedChecksum },
+      SYNC_FILES_PATH,
+      { action: SyncFilesAction.Upload, 'file-path': p.filePath, uuid: p.uuid, size: p.size, 'disk-uuid': p.diskUUID, 'expected-checksum': p.expectedChecksum },
       undefined,
       p.body,
     );
   }
 
-  /** Opens the download stream (raw with `forV2Creation`, else gzip). */
-  download(filePath: string, opts: { raw?: boolean } = {}): Promise<http.IncomingMessage> {
+  /**
+   * Opens the download stream (raw with `raw`, else gzip, passed on compressed). Resolves once the answer's headers
+   * are in; an answer other than 200 rejects with {@link SyncClientError}. `signal` aborts the transfer.
+   */
+  download(filePath: string, opts: { raw?: boolean; signal?: AbortSignal } = {}): Promise<SyncDownload> {
     const q = opts.raw ? '?forV2Creation=true' : '';
+    const stream = client.stream(`${this.#base}${syncFileDownloadPath(filePath)}${q}`, {
+      agent: { http: this.#agent },
+      headers: this.#auth,
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
     return new Promise((resolve, reject) => {
-      const req = http.request(
-        { host: this.#host, port: this.#port, method: 'GET', path: `/v1/files/${encodeFileId(filePath)}/download${q}`, agent: this.#agent, headers: this.#auth },
-        (res) => {
-          if (res.statusCode === 200) return resolve(res);
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () => reject(new SyncClientError(res.statusCode ?? 0, Buffer.concat(chunks).toString('utf8'))));
-        },
-      );
-      req.on('error', reject);
-      req.end();
+      // stays attached: an error after the answer came is the reader's (its pipeline sees it too)
+      stream.on('error', reject);
+      stream.once('response', (res: http.IncomingMessage) => {
+        if (res.statusCode === 200) return resolve({ headers: res.headers, body: stream });
+        const chunks: Buffer[] = [];
+        stream.on('data', (c: Buffer) => chunks.push(c));
+        stream.on('end', () => reject(new SyncClientError(res.statusCode ?? 0, Buffer.concat(chunks).toString('utf8'))));
+      });
     });
   }
 
-  #text(method: string, path: string, params: Params, timeoutMs?: number, body?: string | Readable): Promise<string> {
+  async #text(method: 'GET' | 'POST' | 'DELETE', path: string, params: Params, timeoutMs?: number, body?: string | Readable): Promise<string> {
     const qs = new URLSearchParams();
     for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== '') qs.set(k, String(v));
-    const fullPath = qs.size > 0 ? `${path}?${qs.toString()}` : path;
-    return new Promise((resolve, reject) => {
-      const headers: http.OutgoingHttpHeaders = { ...this.#auth };
-      if (typeof body === 'string') {
-        headers['Content-Type'] = 'application/json';
-        headers['Content-Length'] = Buffer.byteLength(body);
-      } else if (body) headers['Content-Type'] = 'application/octet-stream';
-      const req = http.request(
-        {
-          host: this.#host,
-          port: this.#port,
-          method,
-          path: fullPath,
-          agent: this.#agent,
-          headers,
-          signal: timeoutMs ? AbortSignal.timeout(timeoutMs) : undefined,
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () => {
-            const text = Buffer.concat(chunks).toString('utf8');
-            if (res.statusCode === 200) resolve(text);
-            else reject(new SyncClientError(res.statusCode ?? 0, text));
-          });
-          res.on('error', reject);
-        },
-      );
-      req.on('error', reject);
-      if (body && typeof body !== 'string') body.pipe(req);
-      else req.end(body);
+    const url = `${this.#base}${path}${qs.size > 0 ? `?${qs.toString()}` : ''}`;
+    const headers: Record<string, string> = { ...this.#auth };
+    if (typeof body === 'string') headers['content-type'] = 'application/json';
+    else if (body) headers['content-type'] = 'application/octet-stream';
+    const res = await client(url, {
+      method,
+      headers,
+      agent: { http: this.#agent },
+      responseType: 'text',
+      ...(body !== undefined ? { body } : {}),
+      ...(timeoutMs ? { timeout: { request: timeoutMs } } : {}),
     });
+    if (res.statusCode !== 200) throw new SyncClientError(res.statusCode, res.body);
+    return res.body;
   }
 }

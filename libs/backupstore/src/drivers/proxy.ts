@@ -1,4 +1,5 @@
 import { isIP } from 'node:net';
+import { parseHostPort } from '@bis/net-address';
 import { BackupStoreError } from '../names.js';
 
 /** Longhorn's proxy credential keys (copied into the environment of its Go process; here they are passed per call). */
@@ -55,14 +56,15 @@ export function bypassesProxy(host: string, port: number, noProxy: string): bool
       continue;
     }
     let entryPort: number | undefined;
-    const m = /^(.*):(\d+)$/.exec(entry);
-    if (m && !entry.startsWith('[') && isIP(entry) !== 6) {
-      entry = m[1] as string;
-      entryPort = Number(m[2]);
-    } else if (/^\[.*\]:\d+$/.test(entry)) {
-      const i = entry.lastIndexOf(':');
-      entryPort = Number(entry.slice(i + 1));
-      entry = entry.slice(1, i - 1);
+    // `host:port` or `[ipv6]:port`; a bare IPv6 address or a name without a port has no port
+    if (entry.includes(':') && isIP(entry) !== 6) {
+      try {
+        const hp = parseHostPort(entry, { what: 'NO_PROXY entry' });
+        entry = hp.host;
+        entryPort = hp.port;
+      } catch {
+        // not host:port: compared as it is
+      }
     }
     entry = entry.replace(/^\[|\]$/g, '');
     if (entryPort !== undefined && entryPort !== port) continue;

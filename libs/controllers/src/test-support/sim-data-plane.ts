@@ -6,6 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { BackingImageResponse, ListResponse } from '@bis/bimrpc';
+import type { FileState } from '@bis/state-machine';
 import type { BackupTargetApi, DataPlane, DataSourceApi, DataSourceLaunch, ManagerApi, WorkloadStatus } from '../data-plane.js';
 import type { BackingImageDataSource, BackingImageManager } from '../kinds.js';
 
@@ -305,7 +306,26 @@ export class SimDataPlane implements DataPlane {
       get: async () => {
         const d = [...this.dataSources.values()].find((x) => x.address === address);
         if (!d) throw new Error(`connect ECONNREFUSED ${address}`);
-        return { state: d.state, size: d.size, progress: d.progress, currentChecksum: d.checksum, message: d.message };
+        return {
+          sourceType: '',
+          parameters: {},
+          name: '',
+          diskUUID: '',
+          expectedChecksum: '',
+          filePath: '',
+          uuid: '',
+          size: d.size,
+          virtualSize: 0,
+          realSize: 0,
+          // the simulation's states are the file machine's
+          state: d.state as FileState,
+          progress: d.progress,
+          processedSize: 0,
+          modificationTime: '',
+          currentChecksum: d.checksum,
+          message: d.message,
+          sendingReference: 0,
+        };
       },
     };
   }

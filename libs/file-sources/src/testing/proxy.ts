@@ -1,3 +1,4 @@
+import { parseHostPort } from '@bis/net-address';
 import { createServer, request, type Server } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 
@@ -49,8 +50,15 @@ export async function startTestProxy(): Promise<TestProxy> {
   server.on('connect', (req, client: Socket, head: Buffer) => {
     const target = req.url ?? '';
     requests.push({ method: 'CONNECT', target });
-    const i = target.lastIndexOf(':');
-    const upstream = connect(Number(target.slice(i + 1)), target.slice(0, i).replace(/^\[|\]$/g, ''), () => {
+    let host: string;
+    let port: number;
+    try {
+      ({ host, port } = parseHostPort(target, { what: 'CONNECT target' }));
+    } catch (e) {
+      client.end(`HTTP/1.1 400 Bad Request\r\n\r\n${(e as Error).message}\n`);
+      return;
+    }
+    const upstream = connect(port, host, () => {
       client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
       if (head.length > 0) upstream.write(head);
       upstream.pipe(client);

@@ -1,3 +1,4 @@
+import { parseHostPort } from '@bis/net-address';
 import http from 'node:http';
 import type net from 'node:net';
 import { promises as fsp } from 'node:fs';
@@ -162,9 +163,11 @@ export function planBySegments(
 }
 
 function parseAddress(toAddress: string): { host: string; port: number } {
-  const m = /^\[?([^\]]*?)\]?:(\d+)$/.exec(toAddress.trim());
-  if (!m || m[1] === '') throw new SsyncSendError(`invalid receiver address "${toAddress}": expected host:port`);
-  return { host: m[1]!, port: Number(m[2]) };
+  try {
+    return parseHostPort(toAddress, { what: 'receiver address' });
+  } catch (e) {
+    throw new SsyncSendError((e as Error).message);
+  }
 }
 
 const delay = (ms: number, signal?: AbortSignal) =>

@@ -1,0 +1,1 @@
+export { parseHostPort, formatHostPort, HostPortError, type HostPort, type ParseHostPortOptions } from './host-port.js';
