@@ -24,7 +24,7 @@ export const DAEMON_USAGE = `usage: controller-manager daemon --datastore kubern
        --backing-image-manager-image <image> [--listen 0.0.0.0:9500] [--service-account <sa>]
        [--default-settings <file>] [--default-data-path <dir>] [--log-format plain|json] [--kubeconfig <file>] [--disk-check-interval <seconds>]
        [--manager-pod-selector <label selector>] [--internal-token-secret <name>] [--internal-token-file <file>]
-       [--allow-unauthenticated-internal-calls]
+       [--allow-unauthenticated-internal-calls] [--allow-source-hosts <hosts or CIDRs, comma-separated>]
 
 Runs the controllers of one node in Kubernetes mode (the chart's DaemonSet): objects in the Kubernetes API, manager
 and data-source pods, this node's disks reported, every Longhorn node marked down or up from its Kubernetes node and
@@ -36,7 +36,8 @@ Internal calls (to manager and data-source pods) carry the system's internal tok
 when missing, mounted read-only into every manager and data-source pod. --internal-token-file reads the controller's
 copy of the token from a file instead (the Secret is then neither read nor created, and must hold the same token).
 --allow-unauthenticated-internal-calls (or the setting allow-unauthenticated-internal-calls=true) lets new pods also
-admit callers that send no token (Longhorn's Go components).`;
+admit callers that send no token (Longhorn's Go components). --allow-source-hosts lets download URLs reach these hosts
+although private (passed to the data-source pods; default: private, loopback and metadata addresses refused).`;
 
 export interface DaemonHandle {
   url: string;
@@ -108,6 +109,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         'internal-token-secret': { type: 'string', default: INTERNAL_TOKEN_SECRET },
         'internal-token-file': { type: 'string' },
         'allow-unauthenticated-internal-calls': { type: 'boolean', default: false },
+        'allow-source-hosts': { type: 'string', default: '' },
       },
       strict: true,
     }));
@@ -130,6 +132,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   if (!Number.isFinite(interval) || interval <= 0) return usage(`invalid --disk-check-interval "${values['disk-check-interval']}": seconds > 0`);
   const tokenSecret = values['internal-token-secret']!;
   if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(tokenSecret) || tokenSecret.length > 253) return usage(`invalid --internal-token-secret "${tokenSecret}": a Kubernetes object name`);
+  const allowSourceHosts = values['allow-source-hosts']!.split(',').map((h) => h.trim()).filter(Boolean);
   const listen = parseListen(values.listen!);
   const namespace = values.namespace!;
   const log = makeLogger(format, io);
@@ -153,7 +156,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const store = new KubeDatastore({ kubeConfig, defaultNamespace: namespace });
   const dataPlane = new KubeDataPlane({
     kubeConfig,
-    settings: { namespace, serviceAccountName: values['service-account']!, internalTokenSecret: tokenSecret, allowUnauthenticatedInternalCalls: allowUnauthenticated },
+    settings: { namespace, serviceAccountName: values['service-account']!, internalTokenSecret: tokenSecret, allowUnauthenticatedInternalCalls: allowUnauthenticated, allowSourceHosts },
     settingsProvider: podSettingsFromStore(store, namespace),
     managerImage: image,
     internalToken,
@@ -163,7 +166,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const health = new NodeHealthMonitor({ kubeConfig, store, namespace, managerPodSelector: values['manager-pod-selector'], log });
   const events = new EventRecorder(5000, (l) => log.info(l));
   const secrets = new KubeSecretStore({ kubeConfig, namespace });
-  const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events, secrets });
+  const controllers = new ControllerManager({ store, dataPlane, nodeID, namespace, log, events, secrets, allowSourceHosts });
   let app: FastifyInstance | undefined;
   const cleanup = async () => {
     await app?.close().catch(() => undefined);
@@ -184,7 +187,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         log.warn(`default setting ${name}=${value} not applied: ${(err as Error).message}`);
       }
     }
-    await settings.ensureDefaults();
+    await settings.ensureDefaults({ [SettingName.DefaultBackingImageManagerImage]: image }, (name, err) => log.warn(`default setting ${name} not created: ${err.message}`));
     await settings.set(SettingName.DefaultBackingImageManagerImage, image, { system: true });
     await disks.start();
     await health.start();
@@ -196,7 +199,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
       namespace,
       settings: new SettingsReader(store, namespace),
       endpoints: annotationEndpoints((address) => dataPlane.managerClient(address)),
-      downloadUrlPolicy: { allowedHosts: [] },
+      downloadUrlPolicy: { allowedHosts: allowSourceHosts.filter((h) => !h.includes('/')).map((h) => h.toLowerCase()) },
       internalToken,
     });
     app = Fastify({ logger: false, bodyLimit: 1 << 20 });
