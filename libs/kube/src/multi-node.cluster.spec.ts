@@ -267,6 +267,41 @@ describeCluster('multi-node cluster in network namespaces: controller-manager da
     expect(minReady).toBeGreaterThanOrEqual(1);
   }, 240_000);
 
+  it('cutting a node\'s link for 60 s, then restoring it: marked down, replenished elsewhere, back up, converged with no duplicate and no corrupt copy', async () => {
+    const before = await readyCopies('parrot');
+    const victim = before.map((c) => c.node).find((n) => n !== 'node-1')!;
+    const nodeReady = async (status: string): Promise<true | undefined> => {
+      const n = await get<LhNode>(`/apis/longhorn.io/v1beta2/namespaces/${NS}/nodes/${victim}`);
+      return n.status?.conditions?.find((c) => c.type === 'Ready')?.status === status ? true : undefined;
+    };
+    await cluster!.cutLink(victim);
+    const cutAt = Date.now();
+    try {
+      await eventually(() => nodeReady('False'), 60_000, `${victim} marked down while cut off`, () => state('parrot'));
+      await eventually(async () => {
+        const c = (await readyCopies('parrot')).filter((x) => x.node !== victim);
+        return c.length >= 3 ? c : undefined;
+      }, 120_000, `three ready copies of parrot off the cut ${victim}`, () => state('parrot'));
+    } finally {
+      // The cut lasts 60 s (the scenario), then the link comes back.
+      await sleep(Math.max(0, 60_000 - (Date.now() - cutAt)));
+      await cluster!.restoreLink(victim);
+    }
+    await eventually(() => nodeReady('True'), 90_000, `${victim} back up`, () => state('parrot'));
+    const copies = await eventually(async () => {
+      const c = await readyCopies('parrot');
+      return c.length >= 3 ? c : undefined;
+    }, 120_000, 'parrot converged', () => state('parrot'));
+    for (const c of copies) expect(await sha512File(c.file)).toBe(checksum);
+    // No duplicate: at most one directory of the image on any disk of any node.
+    const b = await bi('parrot');
+    for (const { dir } of (await diskIndex()).values()) {
+      const entries = await fsp.readdir(path.join(dir, 'backing-images')).catch(() => [] as string[]);
+      expect(entries.filter((e) => e.startsWith('parrot-')).length).toBeLessThanOrEqual(1);
+      for (const e of entries.filter((x) => x.startsWith('parrot-'))) expect(e).toBe(`parrot-${b.status?.uuid}`);
+    }
+  }, 420_000);
+
   it('killing a node: the node-health monitor marks it down and the copies are replenished on the others', async () => {
     const before = await readyCopies('parrot');
     const victim = before.map((c) => c.node).find((n) => n !== 'node-1')!;

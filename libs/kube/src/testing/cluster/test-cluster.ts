@@ -727,7 +727,9 @@ export class TestCluster {
   private async writeStatusIfChanged(pod: Pod, rp: RunningPod, s: { phase: string; reason?: string; message?: string; containerStatuses: ContainerStatusWire[] }): Promise<void> {
     const ready = s.containerStatuses.every((x) => x.ready);
     const key = JSON.stringify([s.phase, s.reason, ready, s.containerStatuses.map((x) => [x.restartCount, Object.keys(x.state ?? {})])]);
-    if (rp.lastStatus === key && pod.status?.podIP === rp.net.ip) return;
+    // Unchanged, unless somebody else (the node lifecycle controller) changed the Ready condition meanwhile.
+    const apiReady = pod.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
+    if (rp.lastStatus === key && pod.status?.podIP === rp.net.ip && apiReady === ready) return;
     const now = rfc3339();
     const prev = pod.status?.conditions ?? [];
     const cond = (type: string, status: boolean): Record<string, unknown> => {
