@@ -68,6 +68,12 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
     await fsp.rm(root, { recursive: true, force: true });
   });
 
+  it("starts with Longhorn's pod command line: the global --debug before the daemon command", async () => {
+    const d = await startDaemonProcess(await makeDisk(root, 'debug-first'), [], {}, { globalArgs: ['--debug'] });
+    daemons.push(d);
+    expect((await d.client.versionGet()).backingImageManagerApiVersion).toBe(3);
+  });
+
   it('refuses to start on a missing disk config or another disk UUID', async () => {
     const disk = await makeDisk(root, 'refuse', 'uuid-real');
     const mismatch = await runDaemonExpectingFailure(['--listen', '127.0.0.1:0', '--sync-listen', '127.0.0.1:0', '--disk-path', disk, '--disk-uuid', 'uuid-other']);

@@ -18,6 +18,9 @@ const USAGE = `usage: backing-image-manager daemon --listen <host:port> --sync-l
 environment: ${Object.values(LOCK_TIMING_ENV).join(', ')} (backupstore lock timing in ms; default Longhorn's)`;
 
 async function main(argv: string[]): Promise<number> {
+  // Longhorn's manager pod runs `backing-image-manager --debug daemon …`: the global flag comes before the command
+  // (accepted there as after it; the log has no separate debug level).
+  while (argv[0] === '--debug') argv = argv.slice(1);
   const [command, ...rest] = argv;
   if (argv.some((a) => a === '--help' || a === '-h') || command === 'help') {
     process.stdout.write(`${USAGE}\n`);

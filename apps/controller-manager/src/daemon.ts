@@ -49,7 +49,8 @@ copy of the token from a file instead (the Secret is then neither read nor creat
 admit callers that send no token (Longhorn's Go components).
 
 A download URL must name a public address: one that is loopback, private, link-local or otherwise internal is refused
-when the backing image is created, unless its host or a CIDR holding its address is in --allow-source-hosts.
+when the backing image is created, unless its host or a CIDR holding its address is in --allow-source-hosts (also
+passed to the data-source pods, whose downloads check the same list).
 
 What the controllers do and why something fails is recorded as Kubernetes Events on the involved object
 (\`kubectl describe lhbi <name>\`), also listed by the REST API at /v1/events.
@@ -185,7 +186,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   const dataPlane = new KubeDataPlane({
     kubeConfig,
     backupTarget: backupTargetOperations,
-    settings: { namespace, serviceAccountName: values['service-account']!, internalTokenSecret: tokenSecret, allowUnauthenticatedInternalCalls: allowUnauthenticated },
+    settings: { namespace, serviceAccountName: values['service-account']!, internalTokenSecret: tokenSecret, allowUnauthenticatedInternalCalls: allowUnauthenticated, allowSourceHosts },
     settingsProvider: podSettingsFromStore(store, namespace),
     managerImage: image,
     internalToken,
@@ -227,7 +228,7 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         log.warn(`default setting ${name}=${value} not applied: ${(err as Error).message}`);
       }
     }
-    await settings.ensureDefaults();
+    await settings.ensureDefaults({ [SettingName.DefaultBackingImageManagerImage]: image }, (name, err) => log.warn(`default setting ${name} not created: ${err.message}`));
     await settings.set(SettingName.DefaultBackingImageManagerImage, image, { system: true });
     await disks.start();
     await health.start();

@@ -117,6 +117,14 @@ describe('manager and data-source pods carry the internal token', () => {
       expect(pod.spec!.volumes!.some((v) => v.secret)).toBe(false);
     }
   });
+
+  it('passes the daemon\'s --allow-source-hosts to data-source pods only, and nothing without it', () => {
+    const s = { ...base, allowSourceHosts: ['10.213.0.1', 'mirror.internal', '10.0.0.0/8'] };
+    const cmd = dataSourcePodManifest(ds, s).spec!.containers[0]!.command!;
+    expect(cmd[cmd.indexOf('--allow-source-hosts') + 1]).toBe('10.213.0.1,mirror.internal,10.0.0.0/8');
+    expect(managerPodManifest(bim, s).spec!.containers[0]!.command).not.toContain('--allow-source-hosts');
+    expect(dataSourcePodManifest(ds, base).spec!.containers[0]!.command).not.toContain('--allow-source-hosts');
+  });
 });
 
 /** A data source's `GET /v1/file` on loopback, refusing callers as the data-source server does (`checkInternalCaller`). */

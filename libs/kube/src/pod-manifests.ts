@@ -42,6 +42,11 @@ export interface PodSettings {
   internalTokenSecret?: string;
   /** `--allow-unauthenticated-internal-calls`: the pods also admit callers that send no token (Longhorn's Go components). */
   allowUnauthenticatedInternalCalls?: boolean;
+  /**
+   * `--allow-source-hosts` of the data-source pods: host names, IPs or CIDRs a download may reach although private
+   * (an internal mirror). Empty: private, loopback and metadata addresses are refused.
+   */
+  allowSourceHosts?: readonly string[];
 }
 
 /** Where the internal token's Secret is mounted in manager and data-source pods. */
@@ -171,6 +176,7 @@ export function dataSourcePodManifest(ds: DataSourcePodInput, s: PodSettings): V
   if (ds.checksum) cmd.push('--checksum', ds.checksum);
   if (ds.maxImageSize !== undefined) cmd.push('--max-size', String(ds.maxImageSize));
   if (ds.storageReserved !== undefined) cmd.push('--storage-reserved', String(ds.storageReserved));
+  if (s.allowSourceHosts?.length) cmd.push('--allow-source-hosts', s.allowSourceHosts.join(','));
   const c = container(BIDS_CONTAINER, ds.image, cmd, s, [
     { name: 'disk-path', mountPath: '/data/' },
     { name: 'host-dev', mountPath: '/dev' },

@@ -100,6 +100,34 @@ describe('settings resource', () => {
     expect((await service.get('default-backing-image-manager-image'))?.value).toBe('bim:v1');
   });
 
+  it('ensureDefaults with onError reports a refused setting and still creates the others', async () => {
+    // A store that refuses empty values (as the 1.20 API server build of the tests does for custom resources).
+    const refusing = new Proxy(store, {
+      get(target, prop, receiver) {
+        if (prop === 'create') {
+          return async (kind: unknown, obj: { value?: string; metadata: { name: string } }) => {
+            if (obj.value === '') throw Object.assign(new Error(`Setting ${obj.metadata.name} is invalid: value: Invalid value: "null"`), { reason: 'Invalid' });
+            return (target.create as (k: unknown, o: unknown) => Promise<unknown>).call(target, kind, obj);
+          };
+        }
+        return Reflect.get(target, prop, receiver) as unknown;
+      },
+    });
+    const service = new SettingsService({ store: refusing, namespace: NS });
+    await expect(service.ensureDefaults()).rejects.toThrow(/Invalid value/);
+    const refused: string[] = [];
+    await service.ensureDefaults({ 'default-backing-image-manager-image': 'bim:v2' }, (name, err) => refused.push(`${name}: ${err.message}`));
+    expect(refused.length).toBeGreaterThan(0);
+    expect(refused.every((r) => /Invalid value/.test(r))).toBe(true);
+    expect(refused.some((r) => r.startsWith('default-backing-image-manager-image'))).toBe(false);
+    const { items } = await store.list(SettingKind, { namespace: NS });
+    expect(items.find((i) => i.metadata.name === 'default-backing-image-manager-image')?.value).toBe('bim:v2');
+    expect(items.find((i) => i.metadata.name === 'backing-image-recovery-wait-interval')?.value).toBe('300');
+    // A refused setting reads as its built-in default.
+    const name = refused[0]!.split(':')[0]!;
+    expect((await service.get(name))?.applied).toBe(false);
+  });
+
   it('works over a real listening server, including the /v1/ws list stream', async () => {
     await app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = app.server.address() as AddressInfo;

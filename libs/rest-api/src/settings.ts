@@ -121,8 +121,9 @@ export class SettingsService {
   /**
    * Creates a CR with the default value for every setting that has none (at controller-manager start). `initial`
    * replaces the built-in default of a setting created now (a deployment's own default); existing ones are kept.
+   * Without `onError` the first refused create is thrown.
    */
-  async ensureDefaults(initial: Partial<Record<SettingName, string>> = {}): Promise<void> {
+  async ensureDefaults(initial: Partial<Record<SettingName, string>> = {}, onError?: (name: SettingName, err: Error) => void): Promise<void> {
     for (const name of SETTING_NAMES) {
       try {
         await this.opts.store.create(SettingKind, {
@@ -132,7 +133,11 @@ export class SettingsService {
           value: initial[name] ?? settingDefaultValue(name),
         });
       } catch (err) {
-        if ((err as { reason?: string }).reason !== 'AlreadyExists') throw err;
+        if ((err as { reason?: string }).reason === 'AlreadyExists') continue;
+        // With `onError`, a setting the store refuses is reported and the others are still created (a missing
+        // setting reads as its built-in default).
+        if (!onError) throw err;
+        onError(name, err as Error);
       }
     }
   }

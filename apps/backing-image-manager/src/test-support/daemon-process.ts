@@ -47,7 +47,7 @@ export async function startDaemonProcess(
   disk: string,
   extraArgs: string[] = [],
   env: Record<string, string> = {},
-  opts: { token?: string } = {},
+  opts: { token?: string; globalArgs?: string[] } = {},
 ): Promise<DaemonProcess> {
   const range = `${nextRange}-${nextRange + 9}`;
   nextRange += 10;
@@ -55,6 +55,7 @@ export async function startDaemonProcess(
     process.execPath,
     [
       BIN,
+      ...(opts.globalArgs ?? []),
       'daemon',
       '--listen', '127.0.0.1:0',
       '--sync-listen', '127.0.0.1:0',

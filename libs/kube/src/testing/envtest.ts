@@ -272,10 +272,13 @@ function rawRequest(base: string, ca: string, method: string, apiPath: string, o
       {
         method,
         ca,
+        // One connection per request, with a Content-Length body: a long run of requests over Node's keep-alive
+        // agent ended with every request answered "400 Bad Request" by the 1.20 server.
+        agent: false,
         headers: {
           ...(opts.token ? { authorization: `Bearer ${opts.token}` } : {}),
           accept: opts.accept ?? 'application/json',
-          ...(payload !== undefined ? { 'content-type': opts.contentType ?? 'application/json' } : {}),
+          ...(payload !== undefined ? { 'content-type': opts.contentType ?? 'application/json', 'content-length': String(Buffer.byteLength(payload)) } : {}),
         },
       },
       (res) => {
