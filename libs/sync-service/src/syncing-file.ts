@@ -1,4 +1,4 @@
-import { FileLifecycle, FileState } from '@bis/state-machine';
+import { FILE_MACHINE, FileLifecycle, FileState, transition } from '@bis/state-machine';
 import type { ExpectedChecksum } from '@bis/file-sources/core';
 
 /** Longhorn's `api.FileInfo` (JSON key order as Go emits it). */
@@ -76,7 +76,8 @@ export class SyncingFile {
       size: l.size,
       virtualSize: this.virtualSize,
       realSize: this.realSize,
-      state: l.state,
+      // the file's lifecycle owns the state: the info mirrors it
+      state: transition(FILE_MACHINE, l.state, { reported: l.state }, this.filePath),
       progress: l.progress,
       processedSize: l.processedSize,
       modificationTime: this.modificationTime,

@@ -56,7 +56,7 @@ export function fullBackingImage(): BackingImage {
       realSize: 4194304,
       checksum: SHA512,
       diskFileStatusMap: {
-        'disk-uuid-1': { dataEngine: 'v1', state: 'ready', progress: 100, message: '', lastStateTransitionTime: NOW },
+        'disk-uuid-1': { dataEngine: 'v1', state: 'ready', progress: 100, message: '', lastStateTransitionTime: NOW, retryCount: 2, nextRetryAt: NOW },
       },
       diskLastRefAtMap: { 'disk-uuid-1': NOW },
       v2FirstCopyStatus: '',
@@ -91,6 +91,8 @@ export function fullBackingImageDataSource(): BackingImageDataSource {
       progress: 100,
       checksum: SHA512,
       message: '',
+      retryCount: 1,
+      nextRetryAt: NOW,
     },
   };
 }
@@ -123,6 +125,8 @@ export function fullBackingImageManager(): BackingImageManager {
           sendingReference: 1,
           senderManagerAddress: '10.1.0.6:8000',
           progress: 42,
+          retryCount: 3,
+          nextRetryAt: NOW,
         },
       },
       ip: '10.0.0.5',

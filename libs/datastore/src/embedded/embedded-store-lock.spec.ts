@@ -47,8 +47,8 @@ describe('EmbeddedDatastore directory lock', () => {
   });
 
   it('takes over the lock of a zombie holder (a crashed owner its parent has not reaped yet)', async () => {
-    // `sleep 0` ends but stays a zombie: its parent (exec'd into `sleep 30`) never waits for it.
-    const holder = spawn('sh', ['-c', 'sleep 0 & echo $!; exec sleep 30'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    // `sleep 2` (long enough for sh to exec first, so sh never reaps it) ends but stays a zombie: its parent (exec'd into `sleep 30`) never waits for it.
+    const holder = spawn('sh', ['-c', 'sleep 2 & echo $!; exec sleep 30'], { stdio: ['ignore', 'pipe', 'ignore'] });
     children.push(holder);
     const zombie = await new Promise<number>((r) => holder.stdout!.once('data', (d: Buffer) => r(Number(String(d).trim()))));
     await until('the holder to be a zombie', () => stateOf(zombie) === 'Z');
