@@ -79,7 +79,7 @@ describe('WireFormat (omitempty for the Longhorn kinds)', () => {
         message: '',
         apiVersion: 0,
         apiMinVersion: 0,
-        backingImageFileMap: { bi: { name: 'bi', uuid: 'u', state: '', message: '', currentChecksum: '', senderManagerAddress: '', size: 0, virtualSize: 0, realSize: 0, sendingReference: 0, progress: 0 } },
+        backingImageFileMap: { bi: { name: 'bi', uuid: 'u', state: '', message: '', currentChecksum: '', senderManagerAddress: '', size: 0, virtualSize: 0, realSize: 0, sendingReference: 0, progress: 0, nextRetryAt: '' } },
         diskScrub: { lastScrubTime: '', lastScrubResult: '', lastScrubMessage: '', lastScrubFiles: 0, scrubbing: '' },
       },
     };
