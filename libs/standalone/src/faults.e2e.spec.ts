@@ -161,7 +161,7 @@ const cases: FaultCase[] = [
     quick: true,
     boundMs: 180_000,
     async run(ctx, bound) {
-      const { data, sum } = imageBytes(24 * MiB, 1);
+      const { data, sum } = imageBytes(16 * MiB, 1);
       const origin = await startOrigin(data, { throttleMs: 4 });
       ctx.origins.push(origin);
       const sys = await inProcessSystem(ctx.dataDir, 2);
@@ -210,7 +210,7 @@ const cases: FaultCase[] = [
     quick: true,
     boundMs: 240_000,
     async run(ctx, bound) {
-      const { data, sum } = imageBytes(64 * MiB, 3);
+      const { data, sum } = imageBytes(32 * MiB, 3);
       const origin = await startOrigin(data);
       ctx.origins.push(origin);
       const sys = await inProcessSystem(ctx.dataDir, 3);
@@ -472,7 +472,7 @@ const cases: FaultCase[] = [
       ctx.cleanups.push(async () => {
         if (s3up) await closeS3(s3);
       });
-      const { data, sum } = imageBytes(128 * MiB, 11);
+      const { data, sum } = imageBytes(64 * MiB, 11);
       const origin = await startOrigin(data);
       ctx.origins.push(origin);
       const sys = await inProcessSystem(ctx.dataDir, 1);
@@ -484,14 +484,14 @@ const cases: FaultCase[] = [
       await createImage(sys, 'img', origin.url, sum, 1);
       await converged(sys, 'img', sum, 1, 120_000);
       const blocks = path.join(s3dir, bucket, 'backupstore', 'backing-images', 'blocks');
-      const k = Math.floor(between(ctx.r, 1, 40));
+      const k = Math.floor(between(ctx.r, 1, 24));
       expect((await a.call('POST', '/v1/backingimages/img?action=backupBackingImageCreate', {})).status).toBe(200);
       await until(`${k} blocks in the bucket`, async () => (await tmpFilesOrAll(blocks)).filter((f) => f.includes('.blk')).length >= k, 120_000, 20);
       await closeS3(s3);
       s3up = false;
       const n = (await tmpFilesOrAll(blocks)).filter((f) => f.includes('.blk')).length;
-      ctx.note(`S3 down after ${n} of 64 blocks (point ${k}) for 10 s`);
-      expect(n).toBeLessThan(64); // the outage is mid-backup
+      ctx.note(`S3 down after ${n} of 32 blocks (point ${k}) for 10 s`);
+      expect(n).toBeLessThan(32); // the outage is mid-backup
       const t = Date.now();
       await sleep(10_000);
       s3 = new S3rver({ port, address: '127.0.0.1', silent: true, directory: s3dir, configureBuckets: [{ name: bucket }] });
