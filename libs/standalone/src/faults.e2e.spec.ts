@@ -121,8 +121,13 @@ async function backupCompleted(sys: FaultSystem, image: string, boundMs: number,
 
 /** Creates a backup of a ready image on the current target and returns when it is Completed. */
 async function backupNow(sys: FaultSystem, image: string, boundMs: number): Promise<void> {
-  const r = await api(sys).call('POST', `/v1/backingimages/${image}?action=backupBackingImageCreate`, {});
-  if (r.status !== 200) throw new Error(`backup of ${image}: ${r.status} ${JSON.stringify(r.json)}`);
+  // right after a fault the copy may not be ready again yet: the create is refused with that reason until it is
+  await until(`the backup of ${image} accepted`, async () => {
+    const r = await api(sys).call('POST', `/v1/backingimages/${image}?action=backupBackingImageCreate`, {});
+    if (r.status === 200) return true;
+    if (/has no ready copy/.test(String(r.json['message']))) return undefined;
+    throw new Error(`backup of ${image}: ${r.status} ${JSON.stringify(r.json)}`);
+  }, boundMs, 500);
   await backupCompleted(sys, image, boundMs);
 }
 
@@ -131,7 +136,7 @@ async function deleteAndRestore(sys: FaultSystem, image: string): Promise<void> 
   const bbi = (await backupsOf(sys, image)).find((b) => b.state === 'Completed')!;
   expect((await api(sys).call('DELETE', `/v1/backingimages/${image}`)).status).toBe(200);
   await until(`${image} deleted`, async () => (await getImage(sys, image)) === undefined, 120_000);
-  const r = await api(sys).call('POST', `/v1/backupbackingimages/${bbi.name}?action=backupBackingImageRestore`, {});
+  const r = await api(sys).call('POST', `/v1/backupbackingimages/${bbi.name}?action=backupBackingImageRestore`, { dataEngine: 'v1' });
   if (r.status !== 200) throw new Error(`restore of ${bbi.name}: ${r.status} ${JSON.stringify(r.json)}`);
 }
 

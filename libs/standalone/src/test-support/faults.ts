@@ -471,7 +471,7 @@ export async function assertNoCorruptReadyCopy(sys: FaultSystem, images: Record<
  */
 export async function assertNoOrphanWhileRunning(sys: FaultSystem, disks: number): Promise<void> {
   await until('exactly one manager per disk, every data-plane process a child of the running controller', async () => {
-    const procs = await processesOf(sys.dataDir);
+    const procs = (await processesOf(sys.dataDir)).filter((p) => p.pid !== sys.controllerPid());
     const ours = new Set([sys.controllerPid(), ...procs.filter((p) => p.ppid === sys.controllerPid()).map((p) => p.pid)]);
     const strays = procs.filter((p) => !ours.has(p.ppid));
     const managers = procs.filter(isManager);
