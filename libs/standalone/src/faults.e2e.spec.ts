@@ -116,7 +116,11 @@ async function flipByte(f: string, offset: number): Promise<void> {
 }
 
 async function backupCompleted(sys: FaultSystem, image: string, boundMs: number, what = 'a Completed backup'): Promise<void> {
-  await until(`${image}: ${what} (bound ${boundMs / 1000} s)`, async () => (await backupsOf(sys, image)).some((b) => b.state === 'Completed'), boundMs, 300);
+  await until(`${image}: ${what} (bound ${boundMs / 1000} s)`, async () => {
+    const bs = await backupsOf(sys, image);
+    if (bs.some((b) => b.state === 'Completed')) return true;
+    throw new Error(`backups: ${JSON.stringify(bs.map((b) => [b.name, b.state, b.error]))}`); // the last one is reported on timeout
+  }, boundMs, 300);
 }
 
 /** Creates a backup of a ready image on the current target and returns when it is Completed. */
@@ -343,7 +347,7 @@ const cases: FaultCase[] = [
         await converged(sys, 'img', sum, 2, bound);
         if (phase === 'backup') {
           const state = await until('the backup to end', async () => (await backupsOf(sys, 'img')).find((x) => x.state === 'Completed' || x.state === 'Error'), bound, 500);
-          ctx.note(`backup after the restart: ${state.state}`);
+          ctx.note(`backup after the restart: ${state.state}${state.error ? ` (${state.error.slice(0, 80)})` : ''}`);
           if (state.state !== 'Completed') await backupNow(sys, 'img', bound);
         }
         return { sys, disks: 2, images: { img: sum }, convergeMs: Date.now() - t };
