@@ -1,5 +1,21 @@
 import { spawn } from 'node:child_process';
+import { accessSync, constants } from 'node:fs';
 import { SourceCancelledError, SourceError } from './errors.js';
+
+/** util-linux `setpriv`, which can start a program with a parent-death signal (`PR_SET_PDEATHSIG`). */
+const SETPRIV = '/usr/bin/setpriv';
+let setprivUsable: boolean | undefined;
+function hasSetpriv(): boolean {
+  if (setprivUsable === undefined) {
+    try {
+      accessSync(SETPRIV, constants.X_OK);
+      setprivUsable = true;
+    } catch {
+      setprivUsable = false;
+    }
+  }
+  return setprivUsable;
+}
 
 export interface ToolRun {
   /** The tool's stdout, as it arrives (e.g. progress lines). */
@@ -12,9 +28,13 @@ export interface ToolRun {
 }
 
 /**
- * Runs a system tool in its own process group, without a fixed time limit (a big image on a slow disk may take
- * long, longhorn#4471) but cancellable: on abort the whole group is killed. Resolves with stdout+stderr text on
- * exit 0; a missing tool or a non-zero exit becomes a {@link SourceError} naming the command.
+ * Runs a system tool without a fixed time limit (a big image on a slow disk may take long, longhorn#4471) but
+ * cancellable: on abort the tool is killed. Resolves with stdout+stderr text on exit 0; a missing tool or a non-zero
+ * exit becomes a {@link SourceError} naming the command.
+ *
+ * The tool never outlives the process that runs it: it stays in this process's group (so the group's SIGTERM, from a
+ * clean stop or from the liveness pipe, reaches it), and it is started through `setpriv --pdeathsig KILL` when
+ * util-linux's setpriv is there, so the kernel kills it when this process dies, also by `kill -9`.
  */
 export function runTool(cmd: string, args: readonly string[], o: ToolRun): Promise<string> {
   return new Promise<string>((resolve, reject) => {
@@ -22,7 +42,10 @@ export function runTool(cmd: string, args: readonly string[], o: ToolRun): Promi
       reject(new SourceCancelledError(o.signal.reason));
       return;
     }
-    const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+    const viaSetpriv = hasSetpriv();
+    const child = viaSetpriv
+      ? spawn(SETPRIV, ['--pdeathsig', 'KILL', '--', cmd, ...args], { stdio: ['pipe', 'pipe', 'pipe'] })
+      : spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'] });
     let output = '';
     const keep = (s: string): void => {
       output = (output + s).slice(-4000);
@@ -35,11 +58,7 @@ export function runTool(cmd: string, args: readonly string[], o: ToolRun): Promi
     child.stdin.on('error', () => undefined);
     child.stdin.end(o.input ?? '');
     const kill = (): void => {
-      try {
-        if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
-      } catch {
-        child.kill('SIGKILL');
-      }
+      child.kill('SIGKILL');
     };
     const onAbort = (): void => kill();
     o.signal?.addEventListener('abort', onAbort, { once: true });
@@ -55,6 +74,9 @@ export function runTool(cmd: string, args: readonly string[], o: ToolRun): Promi
       o.signal?.removeEventListener('abort', onAbort);
       if (o.signal?.aborted) reject(new SourceCancelledError(o.signal.reason));
       else if (code === 0) resolve(output);
+      // setpriv exits 127 when it cannot find the program: the same as spawn's ENOENT without it
+      else if (viaSetpriv && code === 127 && output.includes('failed to execute'))
+        reject(new SourceError(`${cmd} is not installed (Debian package ${o.packageName})`));
       else reject(new SourceError(`${cmd} ${args.join(' ')} failed (${code === null ? `signal ${sig}` : `exit code ${code}`}): ${output.trim()}`));
     });
   });
