@@ -1,3 +1,4 @@
+import { readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { BackingImageDataSourceKind, BackingImageKind, dataSourceWorkloadName } from '@bis/controllers';
@@ -112,5 +113,48 @@ describe('a delete right after a create finishes, for every source type', () => 
     expect((await call('POST', bbi.actions!['backupBackingImageRestore']!, { secret: '', secretNamespace: '', dataEngine: 'v1' })).status).toBe(200);
     expect((await call('DELETE', '/v1/backingimages/del-src')).status).toBe(200);
     await expectGone('del-src');
+  }, 240_000);
+});
+
+/** Directories and files named after the image anywhere under the data directory (copies, temporary files). */
+async function leftovers(name: string): Promise<string[]> {
+  const out: string[] = [];
+  const walk = async (dir: string): Promise<void> => {
+    for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
+      const p = path.join(dir, e.name);
+      if (e.name.startsWith(`${name}-`)) out.push(p);
+      else if (e.isDirectory()) await walk(p);
+    }
+  };
+  await walk(path.join(tmp.dir, 'data'));
+  return out;
+}
+
+describe('a delete at later moments of an image\'s life finishes and leaves nothing on the disks', () => {
+  type Moment = { label: string; reached: (bi: Json, dataSourceState: string) => boolean };
+  const copies = (bi: Json) => Object.values((bi['diskFileStatusMap'] ?? {}) as Record<string, { state: string }>);
+  const moments: Moment[] = [
+    { label: 'the first file is ready for transfer in the data source', reached: (_bi, ds) => ds === 'ready-for-transfer' || ds === 'ready' },
+    { label: 'the first copy is ready and the second one is syncing', reached: (bi) => readyCount(bi) === 1 && copies(bi).length === 2 },
+    { label: 'every copy is ready', reached: (bi) => readyCount(bi) === 2 },
+  ];
+  it.each(moments.map((m, i) => [m.label, m, i] as const))('download, deleted when %s', async (_label, m, i) => {
+    const name = `del-later-${i}`;
+    server.throttleMs = 2;
+    try {
+      expect((await call('POST', '/v1/backingimages', { name, sourceType: 'download', parameters: { url: server.url('src.raw') }, expectedChecksum: sum, minNumberOfCopies: 2 })).status).toBe(200);
+      await waitFor(`${name}: ${m.label}`, async () => {
+        const bi = (await call('GET', `/v1/backingimages/${name}`)).json;
+        const ds = await sys.store.get(BackingImageDataSourceKind, name, sys.namespace).then((b) => String(b.status?.currentState ?? ''), () => '');
+        return m.reached(bi, ds) ? true : undefined;
+      }, 90_000);
+    } finally {
+      server.throttleMs = 0;
+    }
+    expect((await call('DELETE', `/v1/backingimages/${name}`)).status).toBe(200);
+    await expectGone(name);
+    await waitFor(`${name}: no copy or temporary file left on the disks`, async () => ((await leftovers(name)).length === 0 ? true : undefined), 60_000).catch(async (err: Error) => {
+      throw new Error(`${err.message}: ${(await leftovers(name)).join(', ')}`);
+    });
   }, 240_000);
 });
