@@ -106,7 +106,8 @@ export class DataSourceClient {
       ...(o.timeoutMs ? { timeout: { request: o.timeoutMs } } : {}),
     });
     let tooLarge: Error | undefined;
-    req.on('downloadProgress', (p: { transferred: number }) => {
+    // `on` returns the request itself, which is awaited below
+    void req.on('downloadProgress', (p: { transferred: number }) => {
       if (p.transferred <= MAX_ANSWER_BYTES || tooLarge) return;
       tooLarge = new Error(`${method} ${this.#base}${DATA_SOURCE_FILE_PATH}${search}: the answer is larger than ${MAX_ANSWER_BYTES} bytes`);
       req.cancel();
