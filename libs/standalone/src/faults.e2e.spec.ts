@@ -251,8 +251,6 @@ const cases: FaultCase[] = [
     name: 'kill -9 of the manager mid-backup',
     quick: false,
     boundMs: 240_000,
-    knownFailure:
-      'the killed writer leaves its in-progress marker (backing-image.cfg without completeTime) in the backup store; the backup goes to Error (right), but the new backup that replaces it fails at once with "backup backing image img is still in progress in vfs://… (its marker was updated N s ago)" until the marker is 150 s old, and nothing retries it: it stays Error',
     async run(ctx, bound) {
       const { data, sum } = imageBytes(96 * MiB, 4);
       const origin = await startOrigin(data);

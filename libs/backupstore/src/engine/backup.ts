@@ -1,4 +1,5 @@
 import { promises as fs } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { getDataExtents, mapBlocks, type BlockMapping } from '@bis/block-mapping';
 import type { Sha512Chain } from '@bis/sha512-chain';
 import type { BackupProgressState } from '@bis/state-machine';
@@ -254,14 +255,11 @@ async function runBackup(
           };
         }
         // An in-progress marker: a live backup refreshes it every refresh interval; an old one is a leftover of a
-        // failed backup and is taken over (Longhorn would report success without uploading anything).
-        const age = Date.now() - (await driver.modificationTime(cfgPath, signal)).getTime();
-        if (age <= timing.durationMs) {
-          throw new BackupStoreError(
-            'InProgress',
-            `backup backing image ${opts.name} is still in progress in ${driver.url} (its marker was updated ${Math.round(age / 1000)} s ago)`,
-          );
-        }
+        // failed backup and is taken over (Longhorn would report success without uploading anything). A young one
+        // is watched until one of the two is clear: refreshed (a live writer: refused), or not refreshed until it is
+        // older than the lock duration (its writer died mid-backup, e.g. killed: taken over), so a backup that
+        // replaces one whose writer died completes without anybody waiting for the marker by hand.
+        await waitForStaleMarker(driver, cfgPath, opts.name, timing, signal);
       }
       const config: BackingImageBackupConfig = {
         name: opts.name,
@@ -618,3 +616,31 @@ async function readFully(fh: fs.FileHandle, target: Buffer, length: number, posi
   }
 }
 
+
+/**
+ * Returns once the in-progress marker at `cfgPath` is older than the lock duration without having been refreshed;
+ * throws `InProgress` as soon as it is refreshed (a live backup is writing it). Checks every quarter of the refresh
+ * interval, so a live writer is seen within about one refresh interval.
+ */
+async function waitForStaleMarker(
+  driver: BackupStoreDriver,
+  cfgPath: string,
+  name: string,
+  timing: { durationMs: number; refreshMs: number },
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  const first = (await driver.modificationTime(cfgPath, signal)).getTime();
+  const step = Math.max(10, Math.floor(timing.refreshMs / 4));
+  for (;;) {
+    const age = Date.now() - first;
+    if (age > timing.durationMs) return;
+    await sleep(Math.min(step, timing.durationMs - age + 1), undefined, signal ? { signal } : {});
+    const now = (await driver.modificationTime(cfgPath, signal)).getTime();
+    if (now !== first) {
+      throw new BackupStoreError(
+        'InProgress',
+        `backup backing image ${name} is still in progress in ${driver.url} (its marker was updated ${Math.max(0, Math.round((Date.now() - now) / 1000))} s ago)`,
+      );
+    }
+  }
+}

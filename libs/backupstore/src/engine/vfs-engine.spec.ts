@@ -176,12 +176,40 @@ describe('dedup, concurrency and idempotence', () => {
       name: 'stale', size: src.size, blockCount: 0, checksum: '', labels: null, compressionMethod: 'lz4',
       createdTime: '2026-01-01T00:00:00Z', completeTime: '', secret: '', secretNamespace: '', blocks: [],
     }, true));
-    await expect(createBackup({ target, name: 'stale', filePath: img, lockTiming: FAST_LOCKS })).rejects.toThrow(/still in progress/);
+    // a live writer refreshes its marker: refused as soon as a refresh is seen
+    const live = setInterval(() => {
+      const t = new Date();
+      void fs.utimes(cfg, t, t).catch(() => undefined); // the test ends the writer before removing the store
+    }, FAST_LOCKS.refreshMs / 2);
+    try {
+      await expect(createBackup({ target, name: 'stale', filePath: img, lockTiming: FAST_LOCKS })).rejects.toThrow(/still in progress/);
+    } finally {
+      clearInterval(live);
+    }
+    // an old marker (a writer that died long ago) is taken over at once
     const old = new Date(Date.now() - 10_000);
     await fs.utimes(cfg, old, old);
     const r = await createBackup({ target, name: 'stale', filePath: img, lockTiming: FAST_LOCKS });
     expect(r.alreadyExisted).toBe(false);
     expect(r.uploadedBlocks).toBe(1);
+  });
+
+  it('a young marker that nobody refreshes (its writer was killed) is waited out and taken over, not refused', async () => {
+    const { root, target } = await freshStore('dead-writer');
+    const img = path.join(work, 'dead-writer.img');
+    const src = await writeImage(img, [{ kind: 'data', seed: 22 }]);
+    const cfg = path.join(root, backingImageConfigPath('dead-writer'));
+    await fs.mkdir(path.dirname(cfg), { recursive: true });
+    await fs.writeFile(cfg, encodeBackingImageConfig({
+      name: 'dead-writer', size: src.size, blockCount: 0, checksum: '', labels: null, compressionMethod: 'lz4',
+      createdTime: '2026-01-01T00:00:00Z', completeTime: '', secret: '', secretNamespace: '', blocks: [],
+    }, true));
+    const writtenAt = (await fs.stat(cfg)).mtimeMs;
+    const r = await createBackup({ target, name: 'dead-writer', filePath: img, lockTiming: FAST_LOCKS });
+    expect(r.alreadyExisted).toBe(false);
+    expect(r.sha512).toBe(src.sha512);
+    // it was taken over only once the marker had gone stale: the new config was written after the lock duration
+    expect((await fs.stat(cfg)).mtimeMs - writtenAt).toBeGreaterThan(FAST_LOCKS.durationMs);
   });
 });
 
