@@ -1,4 +1,4 @@
-import { readdir } from 'node:fs/promises';
+import { readFile, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { BackingImageDataSourceKind, BackingImageKind, dataSourceWorkloadName } from '@bis/controllers';
@@ -157,4 +157,47 @@ describe('a delete at later moments of an image\'s life finishes and leaves noth
       throw new Error(`${err.message}: ${(await leftovers(name)).join(', ')}`);
     });
   }, 240_000);
+});
+
+describe('upload, clone and restore, deleted once their first copy is ready and a second one syncs', () => {
+  const syncing = (bi: Json) => readyCount(bi) >= 1 && Object.keys((bi['diskFileStatusMap'] ?? {}) as object).length === 2;
+
+  async function deleteWhen(name: string, reached: (bi: Json) => boolean): Promise<void> {
+    await waitFor(`${name}: first copy ready, second syncing`, async () => (reached((await call('GET', `/v1/backingimages/${name}`)).json) ? true : undefined), 120_000);
+    expect((await call('DELETE', `/v1/backingimages/${name}`)).status).toBe(200);
+    await expectGone(name);
+    await waitFor(`${name}: no copy or temporary file left on the disks`, async () => ((await leftovers(name)).length === 0 ? true : undefined), 60_000).catch(async (err: Error) => {
+      throw new Error(`${err.message}: ${(await leftovers(name)).join(', ')}`);
+    });
+  }
+
+  it('upload (the upload finished)', async () => {
+    const data = await readFile(path.join(tmp.dir, 'src.raw'));
+    expect((await call('POST', '/v1/backingimages', { name: 'del-up-later', sourceType: 'upload', parameters: {}, expectedChecksum: sum, minNumberOfCopies: 2 })).status).toBe(200);
+    await waitFor('upload accepted', async () => {
+      const form = new FormData();
+      form.append('chunk', new Blob([data]), 'src.raw');
+      const r = await fetch(`${sys.url}/v1/backingimages/del-up-later?action=upload&size=${data.length}`, { method: 'POST', body: form });
+      return r.status === 200 ? true : undefined;
+    }, 60_000);
+    await deleteWhen('del-up-later', (bi) => readyCount(bi) >= 1);
+  }, 240_000);
+
+  it('clone and restore', async () => {
+    expect((await call('POST', '/v1/backingimages', { name: 'del-later-src', sourceType: 'download', parameters: { url: server.url('src.raw') }, expectedChecksum: sum, minNumberOfCopies: 1 })).status).toBe(200);
+    const src = await waitReady('del-later-src');
+    expect((await call('POST', '/v1/backingimages', { name: 'del-clone-later', sourceType: 'clone', parameters: { 'backing-image': 'del-later-src' }, minNumberOfCopies: 2 })).status).toBe(200);
+    await deleteWhen('del-clone-later', syncing);
+
+    expect((await call('POST', src.actions!['backupBackingImageCreate']!, {})).status).toBe(200);
+    const bbi = await waitFor('backup completed', async () => {
+      const b = (await call('GET', '/v1/backupbackingimages')).json.data!.find((x) => x['backingImageName'] === 'del-later-src' || x['name'] === 'del-later-src');
+      return b && b['state'] === 'Completed' ? b : undefined;
+    }, 60_000);
+    expect((await call('DELETE', '/v1/backingimages/del-later-src')).status).toBe(200);
+    await expectGone('del-later-src');
+    // the restore creates an image with the backup's name and the default number of copies (2 disks here)
+    expect((await call('POST', bbi.actions!['backupBackingImageRestore']!, { secret: '', secretNamespace: '', dataEngine: 'v1' })).status).toBe(200);
+    await deleteWhen('del-later-src', (bi) => readyCount(bi) >= 1);
+  }, 300_000);
 });
