@@ -581,9 +581,11 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         (err: unknown) => {
           const message = errorMessage(err);
           this.#log(`failed to send ${filePath} to ${toAddress}: ${message}`);
-          // the receiver found the bytes do not match the chain (or the checksum): check this copy itself
-          // #verifyAfterUse() records its outcome on the file; nothing waits for it.
-          if (/mismatch|does not match|doesn't match/i.test(message) && !f.signal.aborted) void this.#verifyAfterUse(f, 'send');
+          // The receiver found the bytes do not match the chain (or the checksum), or it dropped the connection in the
+          // middle of a body (what a receiver that has failed the transfer does; the mismatch answer is then never
+          // read): check this copy itself. #verifyAfterUse() runs once at a time per copy, records its outcome on the
+          // file, and nothing waits for it.
+          if (SEND_FAILURE_TO_VERIFY.test(message) && !f.signal.aborted) void this.#verifyAfterUse(f, 'send');
         },
       )
       .finally(() => {
@@ -1185,6 +1187,9 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 
 /** The lazy computation of a ready file's chain for sending: one per file at a time, shared by concurrent sends. */
 type ChainJob = Promise<Sha512Chain | undefined>;
+
+/** Send failures after which the sender re-verifies its own copy (see `sendToPeer`). */
+const SEND_FAILURE_TO_VERIFY = /mismatch|does not match|doesn't match|ECONNRESET|EPIPE|socket hang up/i;
 
 function fromSource(r: SourceResult): WorkResult {
   // the chain recorded (or verified) in the pass that made the file: stored with it, so a send starts at once
