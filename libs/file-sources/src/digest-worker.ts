@@ -9,7 +9,7 @@
  */
 import { createHash, type Hash } from 'node:crypto';
 import { parentPort, workerData } from 'node:worker_threads';
-import { encodeChainParts, Sha512ChainRecorder } from '@bis/sha512-chain';
+import { encodeChainParts, Sha512ChainRecorder } from '@bis/sha512-chain/record';
 
 export interface DigestWorkerData {
   algorithms: string[];

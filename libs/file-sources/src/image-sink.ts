@@ -1,7 +1,7 @@
 import { rm, type FileHandle } from 'node:fs/promises';
 import { CREATE_NOFOLLOW, UPDATE_NOFOLLOW, openNoFollow } from './no-follow.js';
 import { assertChecksumMatches, type ExpectedChecksum } from './checksum.js';
-import { DEFAULT_CHAIN_SEGMENT, decodeChain, nativeSha512ChainAvailable } from '@bis/sha512-chain';
+import { DEFAULT_CHAIN_SEGMENT, decodeChain, nativeSha512ChainAvailable } from '@bis/sha512-chain/record';
 import { HashWorker } from './hash-worker.js';
 import { hasQcow2Magic, assertSafeQcow2, QCOW2_HEADER_PROBE_BYTES } from './qcow2.js';
 import type { ImageFormat, SourceResult } from './contract.js';

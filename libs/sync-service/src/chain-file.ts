@@ -1,12 +1,7 @@
 import { WRITE_NOFOLLOW } from '@bis/disk-path';
 import { promises as fsp } from 'node:fs';
-import {
-  computeFileChain,
-  decodeChain,
-  encodeChain,
-  nativeSha512ChainAvailable,
-  type Sha512Chain,
-} from '@bis/sha512-chain';
+// The narrow entry point: reading and writing chain files must not load what computing one needs (block mapping).
+import { decodeChain, encodeChain, nativeSha512ChainAvailable, type Sha512Chain } from '@bis/sha512-chain/record';
 import { ChecksumMismatchError, type ExpectedChecksum } from '@bis/file-sources/core';
 import { hashFile, type HashFileOptions } from './file-util.js';
 
@@ -92,6 +87,7 @@ export async function hashFileRecordingChain(filePath: string, opts: HashFileOpt
   if (!nativeSha512ChainAvailable() || (expected && expected.algorithm !== 'sha512')) {
     return { sha512: await hashFile(filePath, opts) };
   }
+  const { computeFileChain } = await import('@bis/sha512-chain');
   const chain = await computeFileChain(filePath, { signal: opts.signal, onProgress: opts.onProgress });
   if (expected && expected.value !== chain.checksum) throw new ChecksumMismatchError(expected.text, chain.checksum);
   return { sha512: chain.checksum, chain };
