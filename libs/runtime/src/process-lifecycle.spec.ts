@@ -41,7 +41,8 @@ describe('procStat / isProcessRunning', () => {
     expect(procStat(0)).toBeUndefined();
 
     // `sleep 0` becomes a zombie: its parent (exec'd into `sleep 30`) never waits for it.
-    const holder = spawn('sh', ['-c', 'sleep 0 & echo $!; exec sleep 30'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    // (`sleep 2`: long enough for sh to exec first, so sh never reaps it)
+    const holder = spawn('sh', ['-c', 'sleep 2 & echo $!; exec sleep 30'], { stdio: ['ignore', 'pipe', 'ignore'] });
     try {
       const zombie = await new Promise<number>((r) => holder.stdout!.once('data', (d: Buffer) => r(Number(String(d).trim()))));
       await until('the zombie', () => procStat(zombie)?.state === 'Z');
@@ -62,7 +63,11 @@ describe('liveness pipe: children end with their parent', () => {
   beforeEach(async () => {
     dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'bis-liveness-'));
   });
+  // Parents a test started: killed after each test, so that a failing test cannot leave them (and their children,
+  // which end with them) running and keep jest from exiting.
+  const parents: ChildProcess[] = [];
   afterEach(async () => {
+    for (const p of parents.splice(0)) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
     await fsp.rm(dir, { recursive: true, force: true });
   });
 
@@ -72,6 +77,7 @@ describe('liveness pipe: children end with their parent', () => {
       stdio: ['ignore', 'pipe', 'inherit'],
       env: { ...process.env, NODE_OPTIONS: '' },
     });
+    parents.push(parent);
     const { pids } = await firstJsonLine<{ pids: number[] }>(parent);
     expect(pids).toHaveLength(2);
     // Each child printed its own pid, its grandchild's and whether it watches the pipe.
@@ -79,7 +85,7 @@ describe('liveness pipe: children end with their parent', () => {
       const file = path.join(dir, 'logs', `child-${i}.log`);
       let info: { watching: boolean; pid: number; grandchild: number } | undefined;
       await until(`child ${i} to start`, async () => {
-        const line = (await fsp.readFile(file, 'utf8').catch(() => '')).split('\n').find((l) => l.startsWith('{'));
+        const line = (await fsp.readFile(file, 'utf8').catch(() => '')).split('\n').find((l) => l.startsWith('{') && l.includes('"watching"')); // the runtime's own log lines are JSON too
         info = line ? JSON.parse(line) : undefined;
         return !!info;
       });
