@@ -195,9 +195,48 @@ interface Kept {
  * object and the newest `total` in all. Written in the background, one at a time, in the order recorded; a repeat of
  * an object's last event updates that event's count and lastTimestamp instead of adding one.
  */
-export class StoreEventRecorder implements EventSink {
+/**
+ * What every sink that keeps events somewhere shares: each event is logged at once and written in the background,
+ * one at a time and in order, at most `maxPending` waiting (more are logged only); a failed write is logged, never
+ * thrown. `flush` waits for what was recorded so far.
+ */
+export abstract class QueuedEventSink<Time> implements EventSink {
   private chain: Promise<void> = Promise.resolve();
   private pending = 0;
+
+  constructor(
+    private readonly queue: { maxPending?: number; log?: (line: string, type: EventType) => void },
+    /** How a failed write is described ("stored", "written"). */
+    private readonly done: string,
+  ) {}
+
+  /** The event's time, taken when it is recorded. */
+  protected abstract stamp(): Time;
+  protected abstract write(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string, time: Time): Promise<void>;
+  abstract list(q?: EventQuery): Promise<RecordedEvent[]>;
+
+  record(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string): void {
+    message = redactEventMessage(message);
+    this.queue.log?.(eventLine(type, reason, obj, message), type);
+    if (this.pending >= (this.queue.maxPending ?? 1000)) return;
+    this.pending++;
+    const time = this.stamp();
+    this.chain = this.chain
+      .then(() => this.write(source, obj, type, reason, message, time))
+      .catch((err: unknown) =>
+        this.queue.log?.(`event ${reason} on ${obj.kind}/${obj.metadata.name} not ${this.done}: ${err instanceof Error ? err.message : String(err)}`, 'Warning'),
+      )
+      .finally(() => {
+        this.pending--;
+      });
+  }
+
+  flush(): Promise<void> {
+    return this.chain;
+  }
+}
+
+export class StoreEventRecorder extends QueuedEventSink<string> {
   private seq = 0;
   /** Kept events, oldest first (loaded from the store on the first write). */
   private kept?: Kept[];
@@ -208,30 +247,17 @@ export class StoreEventRecorder implements EventSink {
   private readonly now: () => Date;
 
   constructor(private readonly opts: StoreEventRecorderOptions) {
+    super(opts, 'stored');
     this.perObject = opts.perObject ?? 50;
     this.total = opts.total ?? 5000;
     this.now = opts.now ?? (() => new Date());
   }
 
-  record(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string): void {
-    message = redactEventMessage(message);
-    this.opts.log?.(eventLine(type, reason, obj, message), type);
-    if (this.pending >= (this.opts.maxPending ?? 1000)) return;
-    this.pending++;
-    const time = this.now().toISOString();
-    this.chain = this.chain
-      .then(() => this.write(source, obj, type, reason, message, time))
-      .catch((err: unknown) => this.opts.log?.(`event ${reason} on ${obj.kind}/${obj.metadata.name} not stored: ${err instanceof Error ? err.message : String(err)}`, 'Warning'))
-      .finally(() => {
-        this.pending--;
-      });
+  protected stamp(): string {
+    return this.now().toISOString();
   }
 
-  flush(): Promise<void> {
-    return this.chain;
-  }
-
-  async list(q: EventQuery = {}): Promise<RecordedEvent[]> {
+  override async list(q: EventQuery = {}): Promise<RecordedEvent[]> {
     await this.flush();
     const { items } = await this.opts.store.list(EventKind, { namespace: this.opts.namespace });
     return items
@@ -249,7 +275,7 @@ export class StoreEventRecorder implements EventSink {
     return this.kept;
   }
 
-  private async write(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string, time: string): Promise<void> {
+  protected async write(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string, time: string): Promise<void> {
     const { store, namespace } = this.opts;
     const key = `${obj.kind}/${obj.metadata.name}`;
     const kept = await this.loadKept();

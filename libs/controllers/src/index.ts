@@ -68,3 +68,4 @@ export {
 export { recordDiskHealth } from './disk-conditions.js';
 export { EventKind, eventLine, eventName, recordedEventOf, redactEventMessage, type EventQuery, type EventSink, type EventType, type InvolvedObject, type RecordedEvent } from './events.js';
 export { StoreEventRecorder } from './events.js';
+export { QueuedEventSink } from './events.js';

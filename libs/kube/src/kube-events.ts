@@ -1,11 +1,9 @@
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type CoreV1Event, type KubeConfig } from '@kubernetes/client-node';
 import {
-  eventLine,
   eventName,
+  QueuedEventSink,
   recordedEventOf,
-  redactEventMessage,
   type EventQuery,
-  type EventSink,
   type EventType,
   type InvolvedObject,
   type RecordedEvent,
@@ -31,40 +29,25 @@ export interface KubeEventRecorderOptions {
  * `lastTimestamp` (the event correlator's aggregation); the API server's event TTL bounds their retention. Written in
  * the background in the order recorded; a failed write is logged, never thrown.
  */
-export class KubeEventRecorder implements EventSink {
+export class KubeEventRecorder extends QueuedEventSink<Date> {
   private readonly core: CoreV1Api;
   private readonly access: ApiAccess;
-  private chain: Promise<void> = Promise.resolve();
-  private pending = 0;
   private seq = 0;
   private readonly last = new Map<string, { name: string; type: EventType; reason: string; message: string; count: number }>();
   private readonly now: () => Date;
 
   constructor(private readonly opts: KubeEventRecorderOptions) {
+    super(opts, 'written');
     this.core = opts.kubeConfig.makeApiClient(CoreV1Api);
     this.access = opts.access ?? new ApiAccess();
     this.now = opts.now ?? (() => new Date());
   }
 
-  record(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string): void {
-    message = redactEventMessage(message);
-    this.opts.log?.(eventLine(type, reason, obj, message), type);
-    if (this.pending >= (this.opts.maxPending ?? 1000)) return;
-    this.pending++;
-    const time = this.now();
-    this.chain = this.chain
-      .then(() => this.write(source, obj, type, reason, message, time))
-      .catch((err: unknown) => this.opts.log?.(`event ${reason} on ${obj.kind}/${obj.metadata.name} not written: ${err instanceof Error ? err.message : String(err)}`, 'Warning'))
-      .finally(() => {
-        this.pending--;
-      });
+  protected stamp(): Date {
+    return this.now();
   }
 
-  flush(): Promise<void> {
-    return this.chain;
-  }
-
-  async list(q: EventQuery = {}): Promise<RecordedEvent[]> {
+  override async list(q: EventQuery = {}): Promise<RecordedEvent[]> {
     await this.flush();
     this.access.require('', 'events', 'list');
     const selector = [q.kind ? `involvedObject.kind=${q.kind}` : '', q.name ? `involvedObject.name=${q.name}` : '', q.reason ? `reason=${q.reason}` : ''].filter(Boolean).join(',');
@@ -88,7 +71,7 @@ export class KubeEventRecorder implements EventSink {
       .sort((a, b) => a.time.localeCompare(b.time));
   }
 
-  private async write(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string, time: Date): Promise<void> {
+  protected async write(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string, time: Date): Promise<void> {
     const namespace = this.opts.namespace;
     const key = `${obj.kind}/${obj.metadata.name}`;
     const last = this.last.get(key);
