@@ -1,4 +1,5 @@
 import { isAlreadyExists, type Stored } from '@bis/datastore';
+import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { changed, clone, errMessage, getOrUndefined, listManagers, nodeDownChecker } from './common.js';
 import { EventSource } from './events.js';
@@ -22,6 +23,16 @@ interface BackupMonitor {
   credential: Record<string, string>;
 }
 
+/**
+ * How long a new backup waits for a manager with a ready copy of its image before it fails. Right after a restart
+ * the managers are not running yet (or have not listed their files): the image has a ready copy (the API checked),
+ * only its manager is not back. Retries back off (1 s doubling to 15 s, jittered) within the window.
+ */
+export const BACKUP_MANAGER_WAIT_MS = 120_000;
+
+/** Thrown when no running manager holds a ready copy of the image yet. */
+class NoReadyManager extends Error {}
+
 const targetAvailable = (t: BackupTarget | undefined) => !!t && !t.metadata.deletionTimestamp && !!t.spec?.backupTargetURL && !!t.status?.available;
 
 /** Longhorn's BackupBackingImage controller (§3.4) plus the backup-target sync of BBIs. */
@@ -29,6 +40,8 @@ export class BackupBackingImageController extends Controller {
   readonly name = 'backup-backing-image';
   /** BBI keys are requeued without limit. */
   private readonly monitors = new Map<string, BackupMonitor>();
+  /** Per backup: the waits for a ready manager (the project's one retry policy). */
+  private readonly managerWait = new Backoff(1000, 15_000, () => this.ctx.now().getTime());
 
   constructor(ctx: ControllerContext) {
     super(ctx);
@@ -106,7 +119,7 @@ export class BackupBackingImageController extends Controller {
             (m) => !m.metadata.deletionTimestamp && !!bi.spec?.diskFileSpecMap?.[m.spec?.diskUUID ?? ''] && m.status?.backingImageFileMap?.[biName]?.uuid === bi.status?.uuid && m.status?.backingImageFileMap?.[biName]?.state === 'ready' && m.status?.currentState === 'running',
           );
           const address = bim?.metadata.annotations?.[Annotation.Address];
-          if (!bim || !address) throw new Error(`failed to find a ready backing image manager holding backing image ${biName}`);
+          if (!bim || !address) throw new NoReadyManager(`failed to find a ready backing image manager holding backing image ${biName}`);
           const compression = await this.ctx.settings.get(SettingName.BackupCompressionMethod);
           const concurrentLimit = await this.ctx.settings.int(SettingName.BackupConcurrentLimit);
           if (state === '') {
@@ -122,13 +135,29 @@ export class BackupBackingImageController extends Controller {
               parameters: { secret: bi.spec?.secret ?? '', 'secret-namespace': bi.spec?.secretNamespace ?? '' },
             });
           }
+          this.managerWait.reset(name);
+          status.error = '';
           status.managerAddress = address;
           status.compressionMethod = compression as BackupBackingImageStatus['compressionMethod'];
           mon = this.startMonitor(name, address, biName, credential);
         } catch (err) {
+          const since = Date.parse(bbi.metadata.creationTimestamp ?? '') || this.ctx.now().getTime();
+          if (err instanceof NoReadyManager && this.ctx.now().getTime() - since < BACKUP_MANAGER_WAIT_MS) {
+            // Transient (a manager restarting): the backup stays new, says why, and is tried again with backoff.
+            this.managerWait.next(name);
+            const delay = this.managerWait.get(name);
+            const attempt = this.managerWait.attempts(name);
+            status.error = `${err.message}; attempt ${attempt}, next attempt at ${rfc3339(new Date(this.ctx.now().getTime() + delay))} (the backup fails if none is ready ${BACKUP_MANAGER_WAIT_MS / 1000} s after its creation)`;
+            if (attempt === 1) this.ctx.log.info(`backup ${name}: ${status.error}`);
+            this.queue.addAfter(name, delay);
+            return;
+          }
+          this.managerWait.reset(name);
           status.error = redactSecrets(errMessage(err), credential);
           status.state = transition(BACKUP_MACHINE, state, 'error', `backup ${name}`);
           status.lastSyncedAt = rfc3339(this.ctx.now());
+          this.ctx.log.warn(`backup ${name} of backing image ${biName} failed: ${status.error}`);
+          this.ctx.events.record(EventSource.BackupBackingImage, { kind: 'BackingImage', metadata: { name: biName, namespace } }, 'Warning', 'Error', `Backup of backing image ${biName} failed: ${status.error}`);
           return;
         }
       }

@@ -254,6 +254,37 @@ describe('backing image controllers over the embedded store', () => {
     await expect(h.cm.actions.restoreBackup(bbi.metadata.name, { dataEngine: 'v1' })).rejects.toThrow('backing image orig already exists');
   });
 
+  it('a backup created while the only manager holding the image restarts waits for it (status says why) and completes', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    await h.store.create(BackupTargetKind, { apiVersion: LONGHORN_API_VERSION, kind: 'BackupTarget', metadata: { name: 'default', namespace: NS }, spec: { backupTargetURL: 'vfs:///backups', pollInterval: '1s' } });
+    await waitFor('backup target available', async () => (await h!.store.get(BackupTargetKind, 'default', NS)).status?.available);
+    await h.cm.actions.create({ name: 'held', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
+    await waitReady('held', 1);
+    const [holder] = [...h.sim.managers.values()].filter((m) => m.files.has('held'));
+    expect(holder).toBeDefined();
+    // The manager goes away (as after a restart) and the backup object is created at once, before it is back.
+    h.sim.kill(holder!.name);
+    const bbi = await h.store.create(BackupBackingImageKind, {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'BackupBackingImage',
+      metadata: { name: 'held-bak', namespace: NS, labels: { 'backup-target': 'default' } },
+      spec: { userCreated: true, backingImage: 'held', backupTargetName: 'default', labels: {} },
+    });
+    const waited = await waitFor('the backup says it waits for a ready manager', async () => {
+      const b = await h!.store.get(BackupBackingImageKind, bbi.metadata.name, NS);
+      return b.status?.error?.includes('failed to find a ready backing image manager holding backing image held; attempt') ? b : undefined;
+    });
+    expect(waited.status?.state ?? '').toBe('');
+    const done = await waitFor('backup completed once the manager is back', async () => {
+      const b = await h!.store.get(BackupBackingImageKind, bbi.metadata.name, NS);
+      if (b.status?.state === 'Error') throw new Error(`backup failed: ${b.status.error}`);
+      return b.status?.state === 'Completed' ? b : undefined;
+    }, 30_000);
+    expect(done.status?.checksum).toBe(sum);
+    expect(done.status?.error ?? '').toBe('');
+  });
+
   it('defers data sources beyond the data plane capacity and still converges every image', async () => {
     h = await startHarness();
     h.sim.maxDataSources = 1;
