@@ -80,6 +80,17 @@ describe('manager gRPC: path confinement', () => {
     await expect(fsp.stat(entry)).rejects.toThrow('ENOENT');
   });
 
+  it('a Delete also removes the data source\'s file set in <disk>/tmp (an image deleted before its first file was fetched), nothing of other images', async () => {
+    const tmp = path.join(s.root, 'tmp');
+    await fsp.mkdir(tmp, { recursive: true });
+    const mine = ['ds-u2', 'ds-u2.tmp', 'ds-u2.cfg', 'ds-u2.sha512chain', 'ds-u2.tmp.qcow2tmp'];
+    const others = ['ds-u3', 'ds-u3.cfg', 'ds-u2x', 'other-u2'];
+    const planted = await fsp.readdir(tmp); // the sandbox's own entries stay too
+    for (const f of [...mine, ...others]) await fsp.writeFile(path.join(tmp, f), f);
+    await client.delete('ds', 'u2');
+    expect((await fsp.readdir(tmp)).sort()).toEqual([...others, ...planted].sort());
+  });
+
   it('refuses every traversal attempt on every RPC, before anything changes', async () => {
     const cases = traversalCases(s);
     expect(cases.length).toBeGreaterThanOrEqual(25);

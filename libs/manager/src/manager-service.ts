@@ -37,7 +37,7 @@ import {
   SyncService,
   backingImageNameFromPath,
   errorMessage,
-  tmpPathOf,
+  removeFileSet,
 } from '@bis/sync-service';
 import { toBackingImageResponse } from './convert.js';
 import { DataSourceClient } from '@bis/data-source-api';
@@ -236,16 +236,18 @@ export class ManagerService {
     // every path is confined before anything is removed
     const filePath = await this.#confined(req.name, req.uuid);
     const entryDir = await this.#confined(req.name, req.uuid, 'backing-dir');
-    const dataSourceTmp = tmpPathOf(await this.#confined(req.name, req.uuid, 'data-source-file'));
+    const dataSourceFile = await this.#confined(req.name, req.uuid, 'data-source-file');
     let failure: unknown;
     try {
       await this.#o.sync.delete(filePath);
     } catch (err) {
       failure = err;
     }
-    // Always, like Longhorn: remove the directory and a data-source leftover in <disk>/tmp.
+    // Always, like Longhorn: remove the directory and the data source's leftovers in <disk>/tmp. FIX: Longhorn removes
+    // only `<disk>/tmp/<name>-<uuid>.tmp`; an image deleted while its data source was ready-for-transfer (the file not
+    // yet fetched) left `<disk>/tmp/<name>-<uuid>` and its `.cfg` there for good. The whole set goes here.
     await fsp.rm(entryDir, { recursive: true, force: true });
-    await fsp.rm(dataSourceTmp, { force: true });
+    await removeFileSet(dataSourceFile);
     if (failure) throw failure;
     return {};
   }

@@ -10,6 +10,7 @@ export {
   DEFAULT_DISK_PATH,
 } from './layout.js';
 export { readSyncingFileConfig, writeSyncingFileConfig } from './backing-cfg.js';
+export { removeFileSet } from './chain-path.js';
 export { parsePortRange, PortAllocator } from './port-allocator.js';
 export { errorMessage, SyncInvalidArgumentError, SyncFileNotFoundError } from './errors.js';
 export { type FileInfo } from './syncing-file.js';

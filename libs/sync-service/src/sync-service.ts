@@ -22,7 +22,7 @@ import { DEFAULT_DISK_PATH, backingImageNameFromPath, cfgPathOf, tmpPathOf } fro
 import { SyncingFile, type DataEngine, type FileInfo } from './syncing-file.js';
 import type { SendFileOptions } from './ssync/sender.js';
 import type { Sha512Chain } from '@bis/sha512-chain';
-import { chainPathOf, removeChainFile } from './chain-path.js';
+import { chainPathOf, removeChainFile, removeFileSet } from './chain-path.js';
 import { loadBlockMapping, loadChainFile, loadQemuImg, loadSha512Chain, loadSsyncReceiver, loadSsyncSender } from './lazy-modules.js';
 import type { FileLayoutProvider, HolePuncher } from './ssync/layout.js';
 import { READ_NOFOLLOW, WRITE_NOFOLLOW, assertNoEscapingLinks, normalizeRoot, resolveDiskPath, type DiskFileKind } from '@bis/disk-path';
@@ -630,10 +630,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     this.#files.delete(filePath);
     f.controller.abort(new SyncServiceError('the file was deleted'));
     await f.task;
-    await removeFile(filePath);
-    await removeFile(tmpPathOf(filePath));
-    await removeFile(cfgPathOf(filePath));
-    await removeChainFile(filePath);
+    await removeFileSet(filePath);
     this.#changed(f);
   }
 
