@@ -1,1 +1,1 @@
-export * from './cli.js';
+export { runDataSourceCli } from './cli.js';

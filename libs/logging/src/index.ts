@@ -1,1 +1,1 @@
-export * from './logger.js';
+export { createLogger, lineStream, messageLog, type CreateLoggerOptions, type Logger, type LogLevel, type RootLogger } from './logger.js';

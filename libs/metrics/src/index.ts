@@ -1,3 +1,3 @@
-export * from './metrics.js';
-export * from './plugin.js';
-export * from './activity-observer.js';
+export { BackingImageMetrics, type BackingImageMetricsOptions, type FailureKind, type TransferDirection } from './metrics.js';
+export { metricsPlugin, type MetricsPluginOptions } from './plugin.js';
+export { ActivityObserver, type ActivityObserverOptions } from './activity-observer.js';
