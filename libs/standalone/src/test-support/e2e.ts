@@ -102,7 +102,7 @@ export async function tempDir(prefix: string): Promise<{ dir: string; remove(): 
   return { dir, remove: () => rm(dir, { recursive: true, force: true }) };
 }
 
-/** Polls `fn` until it returns a truthy value; fails with the last value after `timeoutMs`. */
-export function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 30_000): Promise<NonNullable<T>> {
-  return pollUntil(what, fn, timeoutMs, 100);
+/** Polls `fn` (every `intervalMs`, default 100) until it returns a truthy value; fails with the last value after `timeoutMs`. */
+export function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 30_000, intervalMs = 100): Promise<NonNullable<T>> {
+  return pollUntil(what, fn, timeoutMs, intervalMs);
 }
