@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { parse as parseYaml } from 'yaml';
 import { KubeConfig } from '@kubernetes/client-node';
-import { ControllerManager, SettingName, SettingsReader } from '@bis/controllers';
+import { ControllerManager, ensureDefaultBackupTarget, SettingName, SettingsReader } from '@bis/controllers';
 import { createLogger, lineStream, type RootLogger } from '@bis/logging';
 import { ActivityObserver, BackingImageMetrics, metricsPlugin } from '@bis/metrics';
 import { readTokenFile } from '@bis/internal-auth';
@@ -34,6 +34,7 @@ export const DAEMON_USAGE = `usage: controller-manager daemon --datastore kubern
        [--manager-pod-selector <label selector>] [--internal-token-secret <name>] [--internal-token-file <file>]
        [--allow-unauthenticated-internal-calls] [--ui-dir <dir>]
        [--allow-source-hosts <hosts or CIDRs, comma-separated>]
+       [--default-backup-target <url>] [--default-backup-target-credential-secret <name>] [--default-backupstore-poll-interval <seconds>]
 
 Runs the controllers of one node in Kubernetes mode (the chart's DaemonSet): objects in the Kubernetes API, manager
 and data-source pods, this node's disks reported, every Longhorn node marked down or up from its Kubernetes node and
@@ -51,6 +52,10 @@ admit callers that send no token (Longhorn's Go components).
 A download URL must name a public address: one that is loopback, private, link-local or otherwise internal is refused
 when the backing image is created, unless its host or a CIDR holding its address is in --allow-source-hosts (also
 passed to the data-source pods, whose downloads check the same list).
+
+The backup target "default" is created at the first start with --default-backup-target (default empty: no target
+yet), --default-backup-target-credential-secret (a Secret of --namespace) and --default-backupstore-poll-interval
+(default 300), the chart's defaultBackupStore values; once it exists, what the user sets is kept.
 
 What the controllers do and why something fails is recorded as Kubernetes Events on the involved object
 (\`kubectl describe lhbi <name>\`), also listed by the REST API at /v1/events.
@@ -135,6 +140,9 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
         'allow-unauthenticated-internal-calls': { type: 'boolean', default: false },
         'ui-dir': { type: 'string', default: defaultUiDir() },
         'allow-source-hosts': { type: 'string', default: '' },
+        'default-backup-target': { type: 'string', default: '' },
+        'default-backup-target-credential-secret': { type: 'string', default: '' },
+        'default-backupstore-poll-interval': { type: 'string', default: '300' },
       },
       strict: true,
     }));
@@ -159,6 +167,11 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
   if (!Number.isFinite(interval) || interval <= 0) return usage(`invalid --disk-check-interval "${values['disk-check-interval']}": seconds > 0`);
   const tokenSecret = values['internal-token-secret']!;
   if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(tokenSecret) || tokenSecret.length > 253) return usage(`invalid --internal-token-secret "${tokenSecret}": a Kubernetes object name`);
+  const pollSeconds = Number(values['default-backupstore-poll-interval']);
+  if (!Number.isInteger(pollSeconds) || pollSeconds < 0) return usage(`invalid --default-backupstore-poll-interval "${values['default-backupstore-poll-interval']}": whole seconds >= 0`);
+  const credentialSecret = values['default-backup-target-credential-secret']!;
+  if (credentialSecret && (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(credentialSecret) || credentialSecret.length > 253)) return usage(`invalid --default-backup-target-credential-secret "${credentialSecret}": a Kubernetes object name`);
+  const defaultBackupTarget = { backupTargetURL: values['default-backup-target']!, credentialSecret, pollInterval: goDuration(pollSeconds) };
   const allowSourceHosts = values['allow-source-hosts']!.split(',').map((s) => s.trim()).filter(Boolean);
   const listen = parseListen(values.listen!);
   const namespace = values.namespace!;
@@ -230,6 +243,9 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     }
     await settings.ensureDefaults({ [SettingName.DefaultBackingImageManagerImage]: image }, (name, err) => log.warn(`default setting ${name} not created: ${err.message}`));
     await settings.set(SettingName.DefaultBackingImageManagerImage, image, { system: true });
+    if (await ensureDefaultBackupTarget(store, namespace, defaultBackupTarget)) {
+      log.info(`created the backup target default (${defaultBackupTarget.backupTargetURL || 'no URL yet'}, poll interval ${defaultBackupTarget.pollInterval})`);
+    }
     await disks.start();
     await health.start();
     await observer.start();
@@ -266,4 +282,12 @@ export async function runDaemonCli(argv: readonly string[], io: CliIo): Promise<
     await cleanup();
     throw err;
   }
+}
+
+/** Seconds as a Go duration string, as Longhorn writes a poll interval (300 → `5m0s`, 0 → `0s`). */
+function goDuration(seconds: number): string {
+  const h = Math.floor(seconds / 3600);
+  const m = Math.floor((seconds % 3600) / 60);
+  const sec = seconds % 60;
+  return h ? `${h}h${m}m${sec}s` : m ? `${m}m${sec}s` : `${sec}s`;
 }

@@ -1,3 +1,5 @@
+import { LONGHORN_API_VERSION } from '@bis/crd-types';
+import { isAlreadyExists, type Datastore } from '@bis/datastore';
 import { Controller, type ControllerContext } from './base-controller.js';
 import { errMessage, getOrUndefined } from './common.js';
 import { syncBackupTargetBackingImages } from './backup-controller.js';
@@ -16,6 +18,35 @@ export function parseGoDuration(s: string): number | undefined {
     consumed += m[0].length;
   }
   return consumed === s.length && consumed > 0 ? total : undefined;
+}
+
+/** The default backup target's spec as a deployment configures it (Longhorn's `longhorn-default-resource`). */
+export interface DefaultBackupTargetSpec {
+  backupTargetURL: string;
+  credentialSecret: string;
+  /** A Go duration, e.g. `5m0s`. */
+  pollInterval: string;
+}
+
+/**
+ * Creates the backup target `default` with the deployment's spec when it does not exist yet (Longhorn's manager does
+ * this from `longhorn-default-resource`). An existing target is kept as the user last set it (URL, credential secret,
+ * poll interval): a restart, or another node starting at the same moment, changes nothing. Returns whether it created it.
+ */
+export async function ensureDefaultBackupTarget(store: Datastore, namespace: string, spec: DefaultBackupTargetSpec): Promise<boolean> {
+  if (await getOrUndefined(store.get(BackupTargetKind, 'default', namespace))) return false;
+  try {
+    await store.create(BackupTargetKind, {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'BackupTarget',
+      metadata: { name: 'default', namespace },
+      spec: { ...spec },
+    });
+    return true;
+  } catch (err) {
+    if (isAlreadyExists(err)) return false;
+    throw err;
+  }
 }
 
 /** Polls each backup target: availability (`status.available`) and the BBIs of the backups it holds. */

@@ -42,7 +42,7 @@ export {
   type DataPlane,
 } from './data-plane.js';
 export { type Logger } from './base-controller.js';
-export { parseGoDuration } from './backup-target-controller.js';
+export { ensureDefaultBackupTarget, parseGoDuration, type DefaultBackupTargetSpec } from './backup-target-controller.js';
 export { managerApiFromClient } from './manager-api.js';
 export { ActionError, type CreateBackingImageInput, BackingImageActions } from './actions.js';
 export { describeImageCopies, diskNamesByUUID } from './copies-text.js';

@@ -5,9 +5,9 @@ import { mkdir, readFile, stat, statfs, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import {
-  BackupTargetKind,
   ControllerManager,
   DISK_HEALTHY_CONDITION,
+  ensureDefaultBackupTarget,
   NodeKind,
   StoreEventRecorder,
   type EventSink,
@@ -226,24 +226,6 @@ async function measureDisks(store: EmbeddedDatastore, disks: readonly Standalone
 }
 
 /**
- * Creates the default backup target with the command line's URL when it does not exist yet. An existing target is
- * kept as the user last set it (URL, credential secret, poll interval): a restart changes nothing.
- */
-async function ensureBackupTarget(store: EmbeddedDatastore, url: string): Promise<void> {
-  try {
-    await store.get(BackupTargetKind, 'default', STANDALONE_NAMESPACE);
-  } catch (err) {
-    if (!isNotFound(err)) throw err;
-    await store.create(BackupTargetKind, {
-      apiVersion: LONGHORN_API_VERSION,
-      kind: 'BackupTarget',
-      metadata: { name: 'default', namespace: STANDALONE_NAMESPACE },
-      spec: { backupTargetURL: url, credentialSecret: '', pollInterval: '5m0s' },
-    });
-  }
-}
-
-/**
  * Starts the whole system on this machine: the embedded store under `<dataDir>/store`, one node with `disks` disk
  * directories under `<dataDir>/disks`, a filesystem backup target under `<dataDir>/backups`, the controllers, the
  * data-plane processes (logs under `<dataDir>/logs`, pid records under `<dataDir>/processes`) and the REST API.
@@ -313,7 +295,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     await settings.set(SettingName.DefaultBackingImageManagerImage, STANDALONE_MANAGER_IMAGE, { system: true });
     await ensureNode(store, disks);
     const backupTargetURL = `vfs://${backupsDir}`;
-    await ensureBackupTarget(store, backupTargetURL);
+    await ensureDefaultBackupTarget(store, STANDALONE_NAMESPACE, { backupTargetURL, credentialSecret: '', pollInterval: '5m0s' });
 
     const log = opts.log;
     // Kept in the store: they survive restarts; the newest 50 per object and 5000 in all are kept.

@@ -88,6 +88,9 @@ describe('chart charts/backing-image-system', () => {
     expect(ds.spec.template.spec.priorityClassName).toBe('backing-image-system-critical');
     // Internal calls need the token by default: no opt-in flag.
     expect(c.command).not.toContain('--allow-unauthenticated-internal-calls');
+    expect(c.command).not.toContain('--allow-source-hosts');
+    expect(c.command).not.toContain('--default-backup-target');
+    expect(c.command[c.command.indexOf('--default-backupstore-poll-interval') + 1]).toBe('300');
   });
 
   it('probes the controller-manager with GET /v1/healthz (readiness and liveness) and sets resources by default', async () => {
@@ -196,6 +199,11 @@ describe('chart charts/backing-image-system', () => {
     const pod = ds.spec.template.spec;
     expect(pod.containers[0].image).toBe('registry.example.com/bis/controller-manager:1.2.3');
     expect(pod.containers[0].command).toContain('registry.example.com/bis/backing-image-manager:1.2.3');
+    const cmd = pod.containers[0].command;
+    expect(cmd[cmd.indexOf('--allow-source-hosts') + 1]).toBe('images.internal.example,10.20.0.0/16');
+    expect(cmd[cmd.indexOf('--default-backup-target') + 1]).toBe('s3://backups@us-east-1/cluster-a/');
+    expect(cmd[cmd.indexOf('--default-backup-target-credential-secret') + 1]).toBe('s3-credentials');
+    expect(cmd[cmd.indexOf('--default-backupstore-poll-interval') + 1]).toBe('600');
     expect(pod.tolerations).toHaveLength(2);
     expect(pod.nodeSelector).toEqual({ storage: 'true', role: 'storage' });
     expect(pod.containers[0].resources).toEqual({ requests: { cpu: '100m', memory: '256Mi' }, limits: { memory: '1Gi' } });

@@ -181,6 +181,7 @@ const FUNCS: Record<string, (...a: Value[]) => Value> = {
   trunc: (n, s) => String(s).slice(0, Number(n)),
   trimSuffix: (suf, s) => (String(s).endsWith(String(suf)) ? String(s).slice(0, -String(suf).length) : String(s)),
   replace: (a, b, s) => String(s).split(String(a)).join(String(b)),
+  join: (sep, l) => (Array.isArray(l) ? l.map((x) => String(x ?? '')).join(String(sep)) : String(l ?? '')),
 };
 
 interface Scope {
