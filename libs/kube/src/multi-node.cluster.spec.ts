@@ -1,41 +1,19 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, promises as fsp } from 'node:fs';
+import { promises as fsp } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { parseAllDocuments } from 'yaml';
-import { renderChart } from './chart/render-chart.js';
-import { applyObject, chartDir, installChartIdentity, repoRoot, type Obj } from './test-support/chart-rbac.js';
-import { ControlPlane, envtestAssets, installCrds } from './testing/envtest.js';
-import { TestCluster, clusterNetworkSupport } from './testing/cluster/index.js';
+import { ChartCluster, NS, clusterSkipReason, eventually, sha512File, sleep, type LhNode } from './test-support/chart-cluster.js';
 
 /**
- * The Kubernetes mode end to end on a multi-node cluster in network namespaces: a real kube-apiserver (envtest), the
- * chart's CRDs, RBAC, ConfigMap, PriorityClass, Service and DaemonSet applied, and `TestCluster` playing kubelets,
- * scheduler, DaemonSet and node lifecycle controllers on 3 nodes × 2 disks. Every process is one of our built apps:
- * `controller-manager daemon` (one DaemonSet pod per node, with its ServiceAccount token), the backing-image-manager
- * and data-source pods it creates, each pod in its own network and mount namespace.
+ * The Kubernetes mode end to end on a multi-node cluster in network namespaces (3 nodes × 2 disks): the chart applied
+ * to a real kube-apiserver, `TestCluster` playing the kubelets (see `ChartCluster`).
  */
-const NS = 'longhorn-system';
-const CM_IMAGE = 'backing-image-system/controller-manager:0.1.0';
-const BIM_IMAGE = 'backing-image-system/backing-image-manager:0.1.0';
-const DATA_PATH = '/var/lib/longhorn/';
-const DISK2_PATH = '/var/lib/longhorn-disk-2/';
 const NODES = ['node-1', 'node-2', 'node-3'];
-const bins = {
-  cm: path.join(repoRoot, 'apps/controller-manager/bin/controller-manager.js'),
-  bim: path.join(repoRoot, 'apps/backing-image-manager/bin/backing-image-manager.js'),
-  bids: path.join(repoRoot, 'apps/backing-image-data-source/bin/backing-image-data-source.js'),
-};
-const builtDist = ['apps/controller-manager/dist/main.js', 'apps/backing-image-manager/dist/main.js', 'apps/backing-image-data-source/dist/main.js'];
 
 function skipReason(): string | undefined {
-  const assets = envtestAssets();
-  if (!assets.dir) return assets.reason;
-  const net = clusterNetworkSupport();
-  if (!net.ok) return net.reason;
-  const missing = builtDist.filter((f) => !existsSync(path.join(repoRoot, f)));
-  if (missing.length) return `the apps are not built (${missing.join(', ')}): run npx nx run-many -t build first`;
+  const r = clusterSkipReason();
+  if (r) return r;
   if (process.env['BIS_CLUSTER_TESTS'] !== '1') return 'BIS_CLUSTER_TESTS=1 is not set (the multi-node suite takes 2 to 10 minutes on a loaded 2-core machine)';
   return undefined;
 }
@@ -43,114 +21,27 @@ const reason = skipReason();
 if (reason) console.warn(`multi-node.cluster.spec.ts skipped: ${reason}`);
 const describeCluster = reason ? describe.skip : describe;
 
-type LhNode = { metadata: { name: string; resourceVersion: string }; spec: { disks: Record<string, { path: string; allowScheduling: boolean; tags?: string[] }>; tags?: string[] }; status?: { diskStatus?: Record<string, { diskUUID?: string; conditions?: { type: string; status: string }[] }>; conditions?: { type: string; status: string; reason?: string }[] } };
-type BI = { metadata: { name: string }; status?: { uuid?: string; diskFileStatusMap?: Record<string, { state: string; progress?: number; message?: string }> }; spec?: { diskFileSpecMap?: Record<string, unknown> } };
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-async function eventually<T>(fn: () => Promise<T | undefined>, timeoutMs: number, what: string, detail?: () => Promise<string>): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${(last as Error).message})` : ''}${detail ? `\n${await detail()}` : ''}`);
-    await sleep(250);
-  }
-}
-
 describeCluster('multi-node cluster in network namespaces: controller-manager daemon, managers and data sources as pods (3 nodes × 2 disks)', () => {
-  let cp: ControlPlane | undefined;
-  let cluster: TestCluster | undefined;
+  let cc: ChartCluster | undefined;
   let origin: http.Server | undefined;
   let originUrl = '';
   const image = Buffer.concat([randomBytes(3 << 20), Buffer.alloc(2 << 20), randomBytes(3 << 20)]);
   const checksum = createHash('sha512').update(image).digest('hex');
-  const clusterLog: string[] = [];
 
-  const get = async <T>(p: string): Promise<T> => {
-    const res = await cp!.request('GET', p);
-    if (res.status !== 200) throw new Error(`GET ${p}: HTTP ${res.status}`);
-    return res.body as T;
-  };
-  const lhNodes = async (): Promise<LhNode[]> => (await get<{ items: LhNode[] }>(`/apis/longhorn.io/v1beta2/namespaces/${NS}/nodes`)).items;
-  const bi = (name: string): Promise<BI> => get<BI>(`/apis/longhorn.io/v1beta2/namespaces/${NS}/backingimages/${name}`);
-  /** diskUUID → { node, host path of the disk as this process sees it }. */
-  const diskIndex = async (): Promise<Map<string, { node: string; dir: string; name: string }>> => {
-    const out = new Map<string, { node: string; dir: string; name: string }>();
-    for (const n of await lhNodes()) {
-      for (const [diskName, st] of Object.entries(n.status?.diskStatus ?? {})) {
-        const p = n.spec.disks[diskName]?.path;
-        if (st.diskUUID && p) out.set(st.diskUUID, { node: n.metadata.name, dir: cluster!.node(n.metadata.name).hostPath(p), name: diskName });
-      }
-    }
-    return out;
-  };
-  const readyCopies = async (name: string): Promise<{ disk: string; node: string; file: string }[]> => {
-    const b = await bi(name);
-    const idx = await diskIndex();
-    return Object.entries(b.status?.diskFileStatusMap ?? {})
-      .filter(([, s]) => s.state === 'ready')
-      .map(([disk]) => ({ disk, node: idx.get(disk)?.node ?? '?', file: path.join(idx.get(disk)?.dir ?? '/nonexistent', 'backing-images', `${name}-${b.status?.uuid ?? ''}`, 'backing') }));
-  };
-  const sha512File = async (file: string): Promise<string> => createHash('sha512').update(await fsp.readFile(file)).digest('hex');
-  const daemonUrl = async (node: string): Promise<string> => {
-    const pods = (await get<{ items: { metadata: { name: string }; spec: { nodeName: string }; status: { podIP?: string; conditions?: { type: string; status: string }[] } }[] }>(`/api/v1/namespaces/${NS}/pods?labelSelector=app%3Dbacking-image-system-manager`)).items;
-    const p = pods.find((x) => x.spec.nodeName === node && x.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'));
-    if (!p?.status.podIP) throw new Error(`no ready controller-manager pod on ${node}`);
-    return `http://${p.status.podIP}:9500`;
-  };
-  const state = async (name: string): Promise<string> => {
-    const b = await bi(name).catch(() => undefined);
-    const idx = await diskIndex().catch(() => new Map<string, { node: string; dir: string; name: string }>());
-    const pods = (await get<{ items: { metadata: { name: string }; spec: { nodeName: string }; status: { phase: string } }[] }>(`/api/v1/namespaces/${NS}/pods`).catch(() => ({ items: [] }))).items;
-    const copies = Object.entries(b?.status?.diskFileStatusMap ?? {}).map(([d, s]) => `${idx.get(d)?.node ?? '?'}/${d.slice(0, 8)}=${s.state}${s.message ? `(${s.message})` : ''}`);
-    return `copies of ${name}: ${copies.join(', ') || 'none'}\npods: ${pods.map((p) => `${p.metadata.name}@${p.spec.nodeName}:${p.status.phase}`).join(', ')}\ncluster log tail:\n${clusterLog.slice(-15).join('\n')}`;
-  };
-  const patchNode = async (name: string, spec: Record<string, unknown>): Promise<void> => {
-    const res = await cp!.request('PATCH', `/apis/longhorn.io/v1beta2/namespaces/${NS}/nodes/${name}`, { body: { spec }, contentType: 'application/merge-patch+json' });
-    if (res.status !== 200) throw new Error(`patch node ${name}: HTTP ${res.status} ${JSON.stringify(res.body)}`);
-  };
-  const nodeOfDisks = async (name: string): Promise<string[]> => {
-    const b = await bi(name);
-    const idx = await diskIndex();
-    return Object.keys(b.spec?.diskFileSpecMap ?? {}).map((d) => idx.get(d)?.node ?? '?');
-  };
-  const createImage = async (node: string, body: Record<string, unknown>): Promise<void> => {
-    const res = await fetch(`${await daemonUrl(node)}/v1/backingimages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    if (res.status >= 300) throw new Error(`POST /v1/backingimages: HTTP ${res.status} ${await res.text()}`);
-  };
+  const get = <T>(p: string): Promise<T> => cc!.get<T>(p);
+  const bi = (name: string) => cc!.bi(name);
+  const diskIndex = () => cc!.diskIndex();
+  const readyCopies = (name: string) => cc!.readyCopies(name);
+  const state = (name: string) => cc!.state(name);
+  const patchNode = (name: string, spec: Record<string, unknown>) => cc!.patchNode(name, spec);
+  const nodeOfDisks = (name: string) => cc!.nodeOfDisks(name);
+  const createImage = (node: string, body: Record<string, unknown>) => cc!.createImage(node, body);
 
   beforeAll(async () => {
-    cp = await ControlPlane.start();
-    await installChartIdentity(cp, NS);
-    // Longhorn's Replica CRD (Longhorn installs it, the chart does not): a schema-less stand-in.
-    await installCrds(cp, [
-      {
-        apiVersion: 'apiextensions.k8s.io/v1',
-        kind: 'CustomResourceDefinition',
-        metadata: { name: 'replicas.longhorn.io' },
-        spec: {
-          group: 'longhorn.io',
-          scope: 'Namespaced',
-          names: { plural: 'replicas', singular: 'replica', kind: 'Replica', listKind: 'ReplicaList' },
-          versions: [{ name: 'v1beta2', served: true, storage: true, subresources: { status: {} }, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
-        },
-      },
-    ]);
-    cluster = await TestCluster.start({
-      controlPlane: cp,
-      nodes: NODES.map((name) => ({ name })),
-      images: { [CM_IMAGE]: { 'controller-manager': bins.cm }, [BIM_IMAGE]: { 'backing-image-manager': bins.bim, 'backing-image-data-source': bins.bids } },
-      daemonSetNamespaces: [NS],
-      nodeMonitorGracePeriodMs: 6000,
-      log: (l) => clusterLog.push(l),
-    });
-
-    // The origin of the downloads, on the bridge address (reachable from every pod, nothing else).
+    // The origin of the downloads, on the bridge address (reachable from every pod, nothing else), allowed as a
+    // download source through the chart's allowSourceHosts.
+    cc = await ChartCluster.start({ nodes: NODES, secondDisk: true, allowHostAddress: true });
+    const hostAddress = cc.cluster.hostAddress;
     origin = http.createServer((req, res) => {
       if (req.url !== '/parrot.raw') {
         res.writeHead(404).end();
@@ -159,56 +50,16 @@ describeCluster('multi-node cluster in network namespaces: controller-manager da
       res.writeHead(200, { 'content-length': image.length, 'content-type': 'application/octet-stream' });
       res.end(image);
     });
-    await new Promise<void>((r) => origin!.listen(0, cluster!.hostAddress, () => r()));
-    originUrl = `http://${cluster.hostAddress}:${(origin.address() as AddressInfo).port}`;
-
-    // The chart, rendered with its defaults and applied; the DaemonSet gets the origin as an allowed source host
-    // (a private address) and the second disk's host path, as an operator adding a disk does.
-    const objs: Obj[] = [];
-    for (const text of (await renderChart(chartDir, { dataPath: DATA_PATH, defaultSettings: { backingImageCleanupWaitInterval: 1, backingImageRecoveryWaitInterval: 1 } }, { name: 'backing-image-system', namespace: NS })).values()) {
-      for (const d of parseAllDocuments(text)) {
-        const o = d.toJS() as Obj | null;
-        if (o && ['ConfigMap', 'PriorityClass', 'Service', 'DaemonSet'].includes(o.kind)) objs.push(o);
-      }
-    }
-    for (const o of objs) {
-      if (o.kind === 'DaemonSet') {
-        const spec = (o as unknown as { spec: { template: { spec: { containers: { command: string[]; volumeMounts: unknown[] }[]; volumes: unknown[] } } } }).spec.template.spec;
-        spec.containers[0]!.command.push('--allow-source-hosts', cluster.hostAddress, '--disk-check-interval', '2');
-        spec.containers[0]!.volumeMounts.push({ name: 'disk-2', mountPath: DISK2_PATH });
-        spec.volumes.push({ name: 'disk-2', hostPath: { path: DISK2_PATH, type: 'DirectoryOrCreate' } });
-      }
-      const plural = { ConfigMap: 'configmaps', PriorityClass: 'priorityclasses', Service: 'services', DaemonSet: 'daemonsets' }[o.kind]!;
-      const base = o.kind === 'PriorityClass' ? '/apis/scheduling.k8s.io/v1' : o.kind === 'DaemonSet' ? `/apis/apps/v1/namespaces/${NS}` : `/api/v1/namespaces/${NS}`;
-      await applyObject(cp, o, `${base}/${plural}/${o.metadata.name}`);
-    }
-
-    // Every node registered by its controller-manager, then a second disk added to each.
-    await eventually(async () => ((await lhNodes()).length === NODES.length ? true : undefined), 120_000, 'three Longhorn Node records', () => state(''));
-    for (const n of NODES) {
-      await eventually(async () => {
-        const node = await get<LhNode>(`/apis/longhorn.io/v1beta2/namespaces/${NS}/nodes/${n}`);
-        const disks = { ...node.spec.disks, 'disk-2': { diskType: 'filesystem', path: DISK2_PATH, allowScheduling: true, evictionRequested: false, storageReserved: 0, tags: [] } };
-        const res = await cp!.request('PUT', `/apis/longhorn.io/v1beta2/namespaces/${NS}/nodes/${n}`, { body: { ...node, spec: { ...node.spec, disks } } });
-        if (res.status !== 200) throw new Error(`HTTP ${res.status} ${JSON.stringify(res.body)}`);
-        return true;
-      }, 30_000, `the second disk on ${n}`);
-    }
-    await eventually(async () => {
-      const nodes = await lhNodes();
-      const ok = nodes.every((n) => Object.values(n.status?.diskStatus ?? {}).filter((d) => d.diskUUID && d.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')).length === 2);
-      return ok && nodes.every((n) => n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')) ? true : undefined;
-    }, 120_000, 'every node Ready with two ready disks', async () => JSON.stringify((await lhNodes()).map((n) => [n.metadata.name, n.status])));
+    await new Promise<void>((r) => origin!.listen(0, hostAddress, () => r()));
+    originUrl = `http://${hostAddress}:${(origin.address() as AddressInfo).port}`;
   }, 300_000);
 
   afterAll(async () => {
-    if (process.env['BIS_CLUSTER_KEEP'] === '1' && cluster) console.warn(`cluster work dir kept: ${cluster.workDir}`);
     try {
-      await cluster?.stop({ keepWorkDir: process.env['BIS_CLUSTER_KEEP'] === '1' });
+      await cc?.stop();
     } finally {
       origin?.closeAllConnections();
       await new Promise<void>((r) => (origin ? origin.close(() => r()) : r()));
-      await cp?.stop();
     }
   }, 120_000);
 
@@ -222,7 +73,7 @@ describeCluster('multi-node cluster in network namespaces: controller-manager da
     expect(new Set(copies.map((c) => c.node)).size).toBeGreaterThanOrEqual(2);
     for (const c of copies) expect(await sha512File(c.file)).toBe(checksum);
     // Each copy lives in its node's own host directory: no node holds another node's disk.
-    for (const c of copies) expect(c.file.startsWith(cluster!.node(c.node).root)).toBe(true);
+    for (const c of copies) expect(c.file.startsWith(cc!.cluster.node(c.node).root)).toBe(true);
   }, 240_000);
 
   it('a node selector (Longhorn node tags) keeps every copy on the matching node, its two disks', async () => {
@@ -295,7 +146,7 @@ describeCluster('multi-node cluster in network namespaces: controller-manager da
       const n = await get<LhNode>(`/apis/longhorn.io/v1beta2/namespaces/${NS}/nodes/${victim}`);
       return n.status?.conditions?.find((c) => c.type === 'Ready')?.status === status ? true : undefined;
     };
-    await cluster!.cutLink(victim);
+    await cc!.cluster.cutLink(victim);
     const cutAt = Date.now();
     try {
       await eventually(() => nodeReady('False'), 60_000, `${victim} marked down while cut off`, () => state('parrot'));
@@ -306,7 +157,7 @@ describeCluster('multi-node cluster in network namespaces: controller-manager da
     } finally {
       // The cut lasts 60 s (the scenario), then the link comes back.
       await sleep(Math.max(0, 60_000 - (Date.now() - cutAt)));
-      await cluster!.restoreLink(victim);
+      await cc!.cluster.restoreLink(victim);
     }
     await eventually(() => nodeReady('True'), 90_000, `${victim} back up`, () => state('parrot'));
     const copies = await eventually(async () => {
@@ -326,7 +177,7 @@ describeCluster('multi-node cluster in network namespaces: controller-manager da
   it('killing a node: the node-health monitor marks it down and the copies are replenished on the others', async () => {
     const before = await readyCopies('parrot');
     const victim = before.map((c) => c.node).find((n) => n !== 'node-1')!;
-    await cluster!.killNode(victim);
+    await cc!.cluster.killNode(victim);
     const down = await eventually(async () => {
       const n = await get<LhNode>(`/apis/longhorn.io/v1beta2/namespaces/${NS}/nodes/${victim}`);
       const r = n.status?.conditions?.find((c) => c.type === 'Ready');

@@ -1,11 +1,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, promises as fsp } from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import type { V1Container, V1EnvVar, V1Pod } from '@kubernetes/client-node';
 import type { ControlPlane } from '../envtest.js';
+import { GarbageCollector } from './garbage-collector.js';
 import { ClusterNetwork, type LinkShape, type PodNetwork } from './network.js';
 
 /** A node of the test cluster. */
@@ -33,6 +35,11 @@ export interface TestClusterOptions {
   syncMs?: number;
   /** Upper bound of a deleted pod's termination grace. Default 5000 ms. */
   maxGraceMs?: number;
+  /**
+   * Collections (API paths, e.g. `/apis/longhorn.io/v1beta2/namespaces/ns/backingimages`) the garbage collector
+   * watches every second: foreground deletion and orphaned dependents (see `GarbageCollector`). Default none.
+   */
+  garbageCollect?: readonly string[];
   log?: (line: string) => void;
 }
 
@@ -57,6 +64,8 @@ interface RunningPod {
   restartCount: number;
   exit?: { code: number | null; signal: NodeJS.Signals | null; at: string };
   ready: boolean;
+  /** Readiness probe failures in a row. */
+  probeFailures?: number;
   lastStatus?: string;
   restartAt?: number;
   terminating?: boolean;
@@ -102,7 +111,7 @@ type DaemonSet = { metadata: { name: string; namespace: string; uid: string }; s
  *   with the pod's env (values, `$(VAR)`, fieldRef, secretKeyRef, configMapKeyRef), each in its own network namespace
  *   (veth onto one bridge, an address of a private /24) and its own mount namespace where each volume is
  *   bind-mounted at its mountPath (hostPath from the node's own host directory; secret and configMap as files);
- *   the pod's status written back (phase, podIP, Ready from the TCP readiness probe, containerStatuses); a deleted pod's
+ *   the pod's status written back (phase, podIP, Ready from the readiness probe (tcpSocket or httpGet), containerStatuses); a deleted pod's
  *   process is signalled and the pod removed; a pod whose nodeSelector does not match its node is refused
  *   (`NodeAffinity`), like the kubelet's admission;
  * - in-cluster credentials: a pod gets `KUBECONFIG` pointing at its ServiceAccount's token (TokenRequest) and the API
@@ -110,7 +119,8 @@ type DaemonSet = { metadata: { name: string; namespace: string; uid: string }; s
  * - the DaemonSet controller (one pod per matching node) and the scheduler (an unbound pod goes to a live node
  *   matching its nodeSelector);
  * - the node lifecycle controller: a node whose lease is older than the grace period gets `Ready=Unknown` and its
- *   pods `Ready=False`.
+ *   pods `Ready=False`;
+ * - the garbage collector, over the collections given in `garbageCollect`: foreground deletion and orphans.
  *
  * Links: `shapeLink` (tc netem rate and delay), `cutLink` / `restoreLink` (the node's veths down: its pods and its
  * kubelet lose the network), `killNode` (its processes SIGKILLed, heartbeats stopped). `stop()` removes everything
@@ -222,6 +232,10 @@ export class TestCluster {
     this.every(this.o.heartbeatMs ?? 1000, () => this.heartbeat());
     this.every(Math.max(500, Math.floor((this.o.nodeMonitorGracePeriodMs ?? 6000) / 4)), () => this.monitorNodes());
     this.every(this.o.syncMs ?? 250, () => this.syncOnce());
+    if (this.o.garbageCollect?.length) {
+      const gc = new GarbageCollector(this.cp, this.o.garbageCollect, (l) => this.log(l));
+      this.every(1000, () => gc.pass());
+    }
   }
 
   private every(ms: number, fn: () => Promise<void>): void {
@@ -574,6 +588,7 @@ export class TestCluster {
     rp.child = child;
     rp.exit = undefined;
     rp.ready = false;
+    rp.probeFailures = 0;
     rp.startedAt = rfc3339();
     child.once('exit', (code, signal) => {
       rp.exit = { code, signal, at: rfc3339() };
@@ -702,8 +717,17 @@ export class TestCluster {
       }
     }
     if (rp.child) {
-      const tcp = c?.readinessProbe?.tcpSocket;
-      rp.ready = tcp ? await probeTcp(rp.net.ip, Number(tcp.port)) : true;
+      // The kubelet's readiness probes: tcpSocket (connects) and httpGet (an answer 200–399); a named port is looked
+      // up in the container's ports. No probe: ready once started.
+      const probe = c?.readinessProbe;
+      const portOf = (p: number | string | undefined): number => (typeof p === 'string' && !/^\d+$/.test(p) ? Number(c?.ports?.find((x) => x.name === p)?.containerPort) : Number(p));
+      // As the kubelet: ready after a success, not ready after failureThreshold (default 3) failures in a row.
+      let ok = true;
+      if (probe?.httpGet) ok = await probeHttp(rp.net.ip, portOf(probe.httpGet.port as number | string), probe.httpGet.path ?? '/');
+      else if (probe?.tcpSocket) ok = await probeTcp(rp.net.ip, portOf(probe.tcpSocket.port as number | string));
+      rp.probeFailures = ok ? 0 : (rp.probeFailures ?? 0) + 1;
+      if (ok) rp.ready = true;
+      else if (rp.probeFailures >= (probe?.failureThreshold ?? 3)) rp.ready = false;
     }
     const running = !!rp.child;
     await this.writeStatusIfChanged(pod, rp, {
@@ -809,6 +833,17 @@ function nodeLabels(spec: ClusterNodeSpec): Record<string, string> {
 
 function matches(selector: Record<string, string>, labels: Record<string, string>): boolean {
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
+}
+
+function probeHttp(host: string, port: number, path: string, timeoutMs = 1000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = http.get({ host, port, path, timeout: timeoutMs, agent: false }, (res) => {
+      res.resume();
+      resolve((res.statusCode ?? 0) >= 200 && (res.statusCode ?? 0) < 400);
+    });
+    req.once('timeout', () => req.destroy(new Error('probe timed out')));
+    req.once('error', () => resolve(false));
+  });
 }
 
 function probeTcp(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
