@@ -72,6 +72,15 @@ describe('disk selection by selectors', () => {
     const topo = new Topology([testNode('n1', [{ uuid: 'd1' }], { schedulable: false })]);
     expect(pickDiskForCopy(topo, {}, policy, identity)).toBeUndefined();
   });
+
+  it('refuses disks on nodes that are down and disks that are not ready (a copy placed there could never sync)', () => {
+    const topo = new Topology([
+      testNode('down', [{ uuid: 'd1' }], { ready: false }),
+      testNode('up', [{ uuid: 'd2', ready: false }, { uuid: 'd3' }]),
+    ]);
+    expect(pickDiskForCopy(topo, {}, policy, identity)?.disk.diskUUID).toBe('d3');
+    expect(pickDiskForCopy(topo, spec('d3'), policy, identity)).toBeUndefined();
+  });
 });
 
 describe('HA cleanup rules (backingImageCleanup)', () => {

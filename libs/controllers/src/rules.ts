@@ -40,7 +40,10 @@ export function diskEligible(node: NodeInfo, disk: DiskInfo, policy: SelectorPol
 
 /**
  * Longhorn's GetReadyNodeDiskForBackingImage: nodes in random order, the first eligible disk that is not already in
- * the spec map. `shuffle` is injectable for deterministic tests.
+ * the spec map. `shuffle` is injectable for deterministic tests. FIX: Longhorn checks only the `Schedulable`
+ * conditions, so a replacement copy could be placed on a node that is down (its `Ready` condition `False`, e.g. cut
+ * off from the network), where it can never be synced while the node stays down; here the node and the disk must
+ * also be `Ready`.
  */
 export function pickDiskForCopy(
   topo: Topology,
@@ -49,8 +52,9 @@ export function pickDiskForCopy(
   shuffle: <T>(a: T[]) => T[] = shuffleInPlace,
 ): { node: NodeInfo; disk: DiskInfo } | undefined {
   for (const node of shuffle([...topo.nodes])) {
+    if (!node.ready) continue;
     for (const disk of node.disks) {
-      if (specMap[disk.diskUUID]) continue;
+      if (specMap[disk.diskUUID] || !disk.ready) continue;
       if (diskEligible(node, disk, policy)) return { node, disk };
     }
   }

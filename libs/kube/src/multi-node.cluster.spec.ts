@@ -141,7 +141,8 @@ describeCluster('multi-node cluster in network namespaces: controller-manager da
 
   it('cutting a node\'s link for 60 s, then restoring it: marked down, replenished elsewhere, back up, converged with no duplicate and no corrupt copy', async () => {
     const before = await readyCopies('parrot');
-    const victim = before.map((c) => c.node).find((n) => n !== 'node-1')!;
+    const victim = before.map((c) => c.node).find((n) => n !== 'node-1');
+    if (!victim) throw new Error(`the scenario needs a ready copy on a node other than node-1 (whose controller-manager the test talks to)\n${await state('parrot')}`);
     const nodeReady = async (status: string): Promise<true | undefined> => {
       const n = await get<LhNode>(`/apis/longhorn.io/v1beta2/namespaces/${NS}/nodes/${victim}`);
       return n.status?.conditions?.find((c) => c.type === 'Ready')?.status === status ? true : undefined;
@@ -176,7 +177,8 @@ describeCluster('multi-node cluster in network namespaces: controller-manager da
 
   it('killing a node: the node-health monitor marks it down and the copies are replenished on the others', async () => {
     const before = await readyCopies('parrot');
-    const victim = before.map((c) => c.node).find((n) => n !== 'node-1')!;
+    const victim = before.map((c) => c.node).find((n) => n !== 'node-1');
+    if (!victim) throw new Error(`the scenario needs a ready copy on a node other than node-1 (whose controller-manager the test talks to)\n${await state('parrot')}`);
     await cc!.cluster.killNode(victim);
     const down = await eventually(async () => {
       const n = await get<LhNode>(`/apis/longhorn.io/v1beta2/namespaces/${NS}/nodes/${victim}`);
