@@ -13,7 +13,7 @@ import { ChartCluster, NS, clusterSkipReason, eventually, sha512File } from './t
  * backup target names it through the REST API; the backing-image-manager pod backs the image up with that credential
  * (BackupCreate's credential field) and the restore's data-source pod reads it from the per-data-source Secret the
  * controller writes. Checked: the 403 of a wrong key in the target's message (no key value in it), Longhorn's layout
- * in the bucket, and a restore that is bit-exact.
+ * in the bucket, the pod's /metrics and web UI, and a restore that is bit-exact.
  */
 const NODE = 'node-1';
 const BUCKET = 'lh-backups';
@@ -113,6 +113,16 @@ describeCluster('S3 backup and restore in Kubernetes mode through pods, with a c
     // The object keeps the image's SHA-512 (the REST resource has no such field, as in Longhorn).
     const cr = await cc!.get<{ status?: { checksum?: string } }>(`/apis/longhorn.io/v1beta2/namespaces/${NS}/backupbackingimages/${backup.name}`);
     expect(cr.status?.checksum).toBe(checksum);
+    // What an operator scrapes and opens on the controller-manager pod: /metrics and the web UI.
+    const daemon = await cc!.daemonUrl(NODE);
+    const metrics = await eventually(async () => {
+      const t = await (await fetch(`${daemon}/metrics`)).text();
+      return t.includes('bis_backup_backing_images_total{result="completed"} 1') ? t : undefined;
+    }, 30_000, 'the completed backup counted in /metrics');
+    expect(metrics).toMatch(/bis_backing_image_copy_state\{node="node-1",disk="[^"]+",backing_image="disk-img",state="ready"\} 1/);
+    const ui = await fetch(`${daemon}/`, { headers: { accept: 'text/html,application/xhtml+xml' } }); // as a browser asks
+    expect(ui.status).toBe(200);
+    expect(await ui.text()).toContain('<title>Backing images</title>');
     const files = await walk(path.join(s3Dir, BUCKET));
     expect(files.some((f) => f.startsWith('backupstore/backing-images/backing-images/disk-img/backing-image.cfg'))).toBe(true);
     expect(files.some((f) => /^backupstore\/backing-images\/blocks\/[0-9a-f]{2}\/[0-9a-f]{2}\/[0-9a-f]{64}\.blk/.test(f))).toBe(true);
