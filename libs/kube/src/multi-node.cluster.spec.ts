@@ -1,7 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { ChartCluster, NS, clusterSkipReason, eventually, sha512File, sleep, type LhNode } from './test-support/chart-cluster.js';
 
@@ -23,7 +21,6 @@ const describeCluster = reason ? describe.skip : describe;
 
 describeCluster('multi-node cluster in network namespaces: controller-manager daemon, managers and data sources as pods (3 nodes × 2 disks)', () => {
   let cc: ChartCluster | undefined;
-  let origin: http.Server | undefined;
   let originUrl = '';
   const image = Buffer.concat([randomBytes(3 << 20), Buffer.alloc(2 << 20), randomBytes(3 << 20)]);
   const checksum = createHash('sha512').update(image).digest('hex');
@@ -41,26 +38,11 @@ describeCluster('multi-node cluster in network namespaces: controller-manager da
     // The origin of the downloads, on the bridge address (reachable from every pod, nothing else), allowed as a
     // download source through the chart's allowSourceHosts.
     cc = await ChartCluster.start({ nodes: NODES, secondDisk: true, allowHostAddress: true });
-    const hostAddress = cc.cluster.hostAddress;
-    origin = http.createServer((req, res) => {
-      if (req.url !== '/parrot.raw') {
-        res.writeHead(404).end();
-        return;
-      }
-      res.writeHead(200, { 'content-length': image.length, 'content-type': 'application/octet-stream' });
-      res.end(image);
-    });
-    await new Promise<void>((r) => origin!.listen(0, hostAddress, () => r()));
-    originUrl = `http://${hostAddress}:${(origin.address() as AddressInfo).port}`;
+    originUrl = await cc.serveOrigin({ '/parrot.raw': image });
   }, 300_000);
 
   afterAll(async () => {
-    try {
-      await cc?.stop();
-    } finally {
-      origin?.closeAllConnections();
-      await new Promise<void>((r) => (origin ? origin.close(() => r()) : r()));
-    }
+    await cc?.stop();
   }, 120_000);
 
   it('a downloaded image is synced across nodes to minNumberOfCopies (3) and every copy on disk has the checksum', async () => {

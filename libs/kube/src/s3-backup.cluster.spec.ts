@@ -1,7 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import S3rver from 's3rver';
@@ -33,7 +31,6 @@ async function walk(dir: string, prefix = ''): Promise<string[]> {
 
 describeCluster('S3 backup and restore in Kubernetes mode through pods, with a credential Secret (one node, s3rver)', () => {
   let cc: ChartCluster | undefined;
-  let origin: http.Server | undefined;
   let s3: S3rver | undefined;
   let s3Dir = '';
   let endpoint = '';
@@ -55,16 +52,7 @@ describeCluster('S3 backup and restore in Kubernetes mode through pods, with a c
   beforeAll(async () => {
     cc = await ChartCluster.start({ nodes: [NODE], allowHostAddress: true });
     const hostAddress = cc.cluster.hostAddress;
-    origin = http.createServer((req, res) => {
-      if (req.url !== '/disk.raw') {
-        res.writeHead(404).end();
-        return;
-      }
-      res.writeHead(200, { 'content-length': image.length, 'content-type': 'application/octet-stream' });
-      res.end(image);
-    });
-    await new Promise<void>((r) => origin!.listen(0, hostAddress, () => r()));
-    originUrl = `http://${hostAddress}:${(origin.address() as AddressInfo).port}`;
+    originUrl = await cc.serveOrigin({ '/disk.raw': image });
     // The S3 server on the bridge address: the pods reach it there, as they would reach an S3 endpoint of the cluster.
     s3Dir = await mkdtemp(path.join(os.tmpdir(), 'bis-cluster-s3-'));
     s3 = new S3rver({ port: 0, address: hostAddress, silent: true, directory: s3Dir, configureBuckets: [{ name: BUCKET }] });
@@ -75,8 +63,6 @@ describeCluster('S3 backup and restore in Kubernetes mode through pods, with a c
     try {
       await cc?.stop();
     } finally {
-      origin?.closeAllConnections();
-      await new Promise<void>((r) => (origin ? origin.close(() => r()) : r()));
       await s3?.close();
       if (s3Dir) await rm(s3Dir, { recursive: true, force: true });
     }

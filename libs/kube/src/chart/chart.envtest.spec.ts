@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { parse, parseAllDocuments } from 'yaml';
 import { ControlPlane, envtestAssets, installCrds } from '../testing/envtest.js';
 import { chartCrds as renderedCrds, renderChart } from './render-chart.js';
+import { schemalessCrd } from '../test-support/chart-rbac.js';
 
 const chartCrds = async (): Promise<Obj[]> => (await renderedCrds(chartDir)) as Obj[];
 
@@ -131,19 +132,7 @@ describeEnv('chart against a real API server (envtest)', () => {
     expect(objs.map((o) => o.kind)).toEqual(expect.arrayContaining(['PriorityClass', 'NetworkPolicy', 'ServiceMonitor']));
     // ServiceMonitor belongs to the Prometheus operator, which brings its CRD; a stand-in CRD (no schema) lets the
     // API server accept the object here. This checks its group, version, kind and scope, not its fields.
-    await installCrds(cp, [
-      {
-        apiVersion: 'apiextensions.k8s.io/v1',
-        kind: 'CustomResourceDefinition',
-        metadata: { name: 'servicemonitors.monitoring.coreos.com' },
-        spec: {
-          group: 'monitoring.coreos.com',
-          scope: 'Namespaced',
-          names: { plural: 'servicemonitors', singular: 'servicemonitor', kind: 'ServiceMonitor', listKind: 'ServiceMonitorList' },
-          versions: [{ name: 'v1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
-        },
-      },
-    ]);
+    await installCrds(cp, [schemalessCrd({ group: 'monitoring.coreos.com', version: 'v1', kind: 'ServiceMonitor', plural: 'servicemonitors' })]);
     await applyAll(objs, NS);
     const ds = (await cp.request('GET', `/apis/apps/v1/namespaces/${NS}/daemonsets/backing-image-system-manager`)).body as {
       spec: { template: { spec: { priorityClassName?: string; serviceAccountName?: string } } };

@@ -1,9 +1,11 @@
 import { createHash } from 'node:crypto';
 import { existsSync, createReadStream } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { renderChart } from '../chart/render-chart.js';
-import { applyObject, chartDir, installChartIdentity, repoRoot, type Obj } from './chart-rbac.js';
+import { applyObject, chartDir, installChartIdentity, repoRoot, schemalessCrd, type Obj } from './chart-rbac.js';
 import { ControlPlane, envtestAssets, installCrds } from '../testing/envtest.js';
 import { TestCluster, clusterNetworkSupport } from '../testing/cluster/index.js';
 
@@ -91,19 +93,7 @@ export class ChartCluster {
     try {
       await installChartIdentity(cp, NS);
       // Longhorn's Replica CRD (Longhorn installs it, the chart does not): a schema-less stand-in.
-      await installCrds(cp, [
-        {
-          apiVersion: 'apiextensions.k8s.io/v1',
-          kind: 'CustomResourceDefinition',
-          metadata: { name: 'replicas.longhorn.io' },
-          spec: {
-            group: 'longhorn.io',
-            scope: 'Namespaced',
-            names: { plural: 'replicas', singular: 'replica', kind: 'Replica', listKind: 'ReplicaList' },
-            versions: [{ name: 'v1beta2', served: true, storage: true, subresources: { status: {} }, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
-          },
-        },
-      ]);
+      await installCrds(cp, [schemalessCrd({ group: 'longhorn.io', version: 'v1beta2', kind: 'Replica', plural: 'replicas', statusSubresource: true })]);
       const log: string[] = [];
       const cluster = await TestCluster.start({
         controlPlane: cp,
@@ -179,7 +169,33 @@ export class ChartCluster {
     }, 120_000, `every node Ready with ${diskCount} ready disk(s)`, async () => JSON.stringify((await this.lhNodes()).map((n) => [n.metadata.name, n.status])));
   }
 
+  private readonly origins: http.Server[] = [];
+
+  /**
+   * An HTTP origin on the bridge address (reachable from every pod, nothing else; allowed as a download source with
+   * `allowHostAddress`) serving `files` by path, e.g. `{ '/disk.raw': bytes }`; stopped with the cluster. Returns its
+   * base URL.
+   */
+  async serveOrigin(files: Readonly<Record<string, Buffer>>): Promise<string> {
+    const origin = http.createServer((req, res) => {
+      const body = files[req.url ?? ''];
+      if (!body) {
+        res.writeHead(404).end();
+        return;
+      }
+      res.writeHead(200, { 'content-length': body.length, 'content-type': 'application/octet-stream' });
+      res.end(body);
+    });
+    this.origins.push(origin);
+    await new Promise<void>((r) => origin.listen(0, this.cluster.hostAddress, () => r()));
+    return `http://${this.cluster.hostAddress}:${(origin.address() as AddressInfo).port}`;
+  }
+
   async stop(): Promise<void> {
+    for (const o of this.origins) {
+      o.closeAllConnections();
+      await new Promise<void>((r) => o.close(() => r()));
+    }
     const keep = process.env['BIS_CLUSTER_KEEP'] === '1';
     if (keep) console.warn(`cluster work dir kept: ${this.cluster.workDir}`);
     try {

@@ -57,3 +57,29 @@ export async function installChartIdentity(cp: ControlPlane, ns: string): Promis
 export function roleWithout(role: Obj & { rules: Rule[] }, resource: string, verb: string): Obj & { rules: Rule[] } {
   return { ...role, rules: role.rules.map((r) => (r.resources.includes(resource) ? { ...r, verbs: r.verbs.filter((v) => v !== verb) } : r)) };
 }
+
+/**
+ * A stand-in CRD with no schema (any fields kept), for kinds another product installs: Longhorn's `Replica`, the
+ * Prometheus operator's `ServiceMonitor`. It checks group, version, kind and scope, not fields.
+ */
+export function schemalessCrd(o: { group: string; version: string; kind: string; plural: string; statusSubresource?: boolean }): Obj {
+  return {
+    apiVersion: 'apiextensions.k8s.io/v1',
+    kind: 'CustomResourceDefinition',
+    metadata: { name: `${o.plural}.${o.group}` },
+    spec: {
+      group: o.group,
+      scope: 'Namespaced',
+      names: { plural: o.plural, singular: o.kind.toLowerCase(), kind: o.kind, listKind: `${o.kind}List` },
+      versions: [
+        {
+          name: o.version,
+          served: true,
+          storage: true,
+          ...(o.statusSubresource ? { subresources: { status: {} } } : {}),
+          schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } },
+        },
+      ],
+    },
+  };
+}
