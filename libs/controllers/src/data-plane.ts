@@ -117,6 +117,12 @@ export interface DataPlane {
    */
   startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<'started' | 'deferred'>;
   deleteDataSource(bidsName: string): Promise<void>;
+  /**
+   * Removes what a data source left on its disk (`<disk>/tmp/<name>-<uuid>` and its companions) when its first file
+   * will never be fetched (its image is being deleted), after its workload is gone. Optional: a data plane that cannot
+   * reach the disk relies on the disk's manager (its Delete removes the same files).
+   */
+  discardDataSourceFiles?(bids: BackingImageDataSource): Promise<void>;
   dataSourceClient(address: string): DataSourceApi;
 
   backupTarget: BackupTargetApi;

@@ -125,6 +125,17 @@ export class BackingImageDataSourceController extends Controller {
     const { store } = this.ctx;
     await this.cleanup(bids.metadata.name);
     const removeFinalizer = async () => {
+      // The first file was never fetched: whatever path released the data source (no manager, a manager without the
+      // image, a manager that cleaned up), nothing of it may stay on the disk.
+      if (!bids.spec?.fileTransferred && this.ctx.dataPlane.discardDataSourceFiles) {
+        try {
+          await this.ctx.dataPlane.discardDataSourceFiles(bids);
+        } catch (err) {
+          this.ctx.log.warn(`data source ${bids.metadata.name}: cannot remove its files from disk ${bids.spec?.diskUUID ?? ''}: ${errMessage(err)}`);
+          this.queue.addAfter(bids.metadata.name, this.ctx.timing.waitRequeueMs);
+          return;
+        }
+      }
       const finalizers = (bids.metadata.finalizers ?? []).filter((f) => f !== FINALIZER);
       await store.update(BackingImageDataSourceKind, { ...bids, metadata: { ...bids.metadata, finalizers } });
     };

@@ -129,7 +129,8 @@ describe('failing copies show why (standalone)', () => {
     await waitFor('a ready copy event', async () => (await events('evgood')).find((e) => e.reason === 'Ready' && /Copy of backing image evgood on disk disk-\d on node local is ready/.test(e.message)), 60_000);
     const before = await events('evgood');
     // A disk error's condition on the disk without the copy: kept by the disk measurement and across the restart.
-    const copyDisk = Object.entries((await call('GET', '/v1/backingimages/evgood')).json['diskFileStatusMap'] as Record<string, DiskFile>).find(([, f]) => f.state === 'ready')![0];
+    // The event is recorded as the controller decides; the status write that says `ready` may land a moment later.
+    const copyDisk = await waitFor('the ready copy in the status', async () => Object.entries((await call('GET', '/v1/backingimages/evgood')).json['diskFileStatusMap'] as Record<string, DiskFile>).find(([, f]) => f.state === 'ready')?.[0], 30_000);
     const other = sys.disks.find((d) => d.uuid !== copyDisk)!;
     const node = await sys.store.get(NodeKind, 'local', sys.namespace);
     const ds = node.status!.diskStatus![other.name]!;

@@ -63,6 +63,19 @@ describe('ProcessDataPlane data sources', () => {
     expect(runtime.list()).toEqual([]);
   });
 
+  it('discards the file set a data source left in <disk>/tmp, nothing else, and refuses a name that leaves the disk', async () => {
+    const disk = path.join(dir, 'disk');
+    await fsp.mkdir(path.join(disk, 'tmp'), { recursive: true });
+    const mine = ['img-u1', 'img-u1.tmp', 'img-u1.cfg', 'img-u1.sha512chain', 'img-u1.tmp.qcow2tmp'];
+    const others = ['img-u2', 'img-u1x', 'other-u1'];
+    for (const f of [...mine, ...others]) await fsp.writeFile(path.join(disk, 'tmp', f), f);
+    const b = (name: string, uuid: string) => ({ ...bids(name), spec: { diskUUID: 'disk-a', diskPath: disk, uuid } }) as unknown as BackingImageDataSource;
+    await plane.discardDataSourceFiles(b('img', 'u1'));
+    expect((await fsp.readdir(path.join(disk, 'tmp'))).sort()).toEqual([...others].sort());
+    await expect(plane.discardDataSourceFiles(b('../../x', 'u1'))).rejects.toThrow(/invalid name/);
+    expect((await fsp.readdir(path.join(disk, 'tmp'))).sort()).toEqual([...others].sort());
+  });
+
   it('names the end of the log of a data source that failed (read from its last bytes, not the whole log)', async () => {
     const b = bids('ds-fail');
     await plane.startDataSource(b, { ...launch, parameters: { fail: '1' } });

@@ -1,4 +1,6 @@
 import { DataSourceClient } from '@bis/data-source-api';
+import { confineDiskPath } from '@bis/disk-path';
+import { removeFileSet } from '@bis/sync-service/service';
 import { appendFile, mkdir, open } from 'node:fs/promises';
 import path from 'node:path';
 import { ManagerClient } from '@bis/bimrpc';
@@ -295,6 +297,14 @@ export class ProcessDataPlane implements DataPlane {
     const name = dataSourceWorkloadName(bidsName);
     await this.starting.get(name)?.catch(() => undefined); // only waits for a start in progress to settle; its failure went to its own caller
     await this.stop(name);
+  }
+
+  /** The data source's file set in `<disk>/tmp`, confined to the disk (its name and uuid are checked as any path). */
+  async discardDataSourceFiles(bids: BackingImageDataSource): Promise<void> {
+    const root = bids.spec?.diskPath;
+    if (!root || !bids.spec?.uuid) return;
+    const { path: file } = await confineDiskPath({ root, kind: 'data-source-file', name: bids.metadata.name, uuid: bids.spec.uuid });
+    await removeFileSet(file);
   }
 
   dataSourceClient(address: string): DataSourceApi {

@@ -3,3 +3,4 @@
 export { SyncService, type SyncServiceOptions } from './sync-service.js';
 export { SyncFileNotFoundError } from './errors.js';
 export { type FileInfo } from './syncing-file.js';
+export { removeFileSet } from './chain-path.js';
