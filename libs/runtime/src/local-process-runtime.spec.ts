@@ -123,8 +123,8 @@ describe('LocalProcessRuntime', () => {
 
   it('reports a ready workload not ready only after probeFailureThreshold failed probes in a row', async () => {
     const port = await freePort();
-    // Listens, then closes its listener after 500 ms and keeps running: every probe after that fails (refused).
-    const script = `const s = require('net').createServer().listen(${port}, '127.0.0.1', () => setTimeout(() => s.close(), 500)); setInterval(() => {}, 1000)`;
+    // Listens, then closes its listener after 500 ms, logs when, and keeps running: every probe after that fails.
+    const script = `const s = require('net').createServer().listen(${port}, '127.0.0.1', () => setTimeout(() => { s.close(); console.log('closed at ' + Date.now()); }, 500)); setInterval(() => {}, 1000)`;
     const strict = new LocalProcessRuntime({ probeIntervalMs: 100, probeFailureThreshold: 3 });
     const lenient = new LocalProcessRuntime({ probeIntervalMs: 100, probeFailureThreshold: 1000 });
     try {
@@ -133,15 +133,19 @@ describe('LocalProcessRuntime', () => {
       for (const [name, r] of [['strict', strict], ['lenient', lenient]] as const) {
         await r.start({ name, command: NODE, args: ['-e', script], logFile: path.join(dir, `${name}.log`), readinessPorts: [port] });
         await waitFor(r, name, (st) => st.ready);
-        closedAt[name] = Date.now() + 500;
         await waitFor(r, name, (st) => !st.ready, 4000).then(
           () => (notReadyAt[name] = Date.now()),
           () => undefined,
         );
+        // The child's own record of the moment (a load can only delay what follows it, never make it earlier).
+        const closed = /closed at (\d+)/.exec(await fsp.readFile(path.join(dir, `${name}.log`), 'utf8'));
+        if (closed) closedAt[name] = Number(closed[1]);
         await r.stop(name, { gracePeriodMs: 2000 });
       }
-      // Three refused probes 100 ms apart: not ready no sooner than ~200 ms after the listener closed.
+      // Three refused probes 100 ms apart: not ready no sooner than ~200 ms after the listener closed (a lower bound:
+      // timers fire late under load, never early).
       expect(notReadyAt['strict']).toBeDefined();
+      expect(closedAt['strict']).toBeDefined();
       expect(notReadyAt['strict']! - closedAt['strict']!).toBeGreaterThanOrEqual(150);
       expect(strict.get('strict')).toBeUndefined();
       // A threshold of 1000 probes (100 s) is not reached within the 4 s waited.
