@@ -164,6 +164,17 @@ export function recordedEventOf(e: Pick<CoreEvent, 'lastTimestamp' | 'firstTimes
   };
 }
 
+/** The `involvedObject` of a core/v1 Event about `obj` (its namespace, or `namespace` for a cluster-scoped object). */
+export function involvedObjectRef(obj: InvolvedObject, namespace: string): CoreEvent['involvedObject'] {
+  return {
+    kind: obj.kind,
+    name: obj.metadata.name,
+    namespace: obj.metadata.namespace ?? namespace,
+    ...(obj.metadata.uid ? { uid: obj.metadata.uid } : {}),
+    ...(obj.apiVersion ? { apiVersion: obj.apiVersion } : {}),
+  };
+}
+
 /** Kubernetes' event name: `<object name>.<16 hex digits of the time in ns>` (unique per record here). */
 export function eventName(objName: string, nowMs: number, seq: number): string {
   const ns = BigInt(nowMs) * 1_000_000n + BigInt(seq % 1_000_000);
@@ -300,13 +311,7 @@ export class StoreEventRecorder extends QueuedEventSink<string> {
       apiVersion: 'v1',
       kind: 'Event',
       metadata: { name: eventName(obj.metadata.name, nowMs, this.seq++), namespace },
-      involvedObject: {
-        kind: obj.kind,
-        name: obj.metadata.name,
-        namespace: obj.metadata.namespace ?? namespace,
-        ...(obj.metadata.uid ? { uid: obj.metadata.uid } : {}),
-        ...(obj.apiVersion ? { apiVersion: obj.apiVersion } : {}),
-      },
+      involvedObject: involvedObjectRef(obj, namespace),
       reason,
       message,
       type,

@@ -66,6 +66,6 @@ export {
   type DiskErrorCode,
 } from './disk-errors.js';
 export { recordDiskHealth } from './disk-conditions.js';
-export { EventKind, eventLine, eventName, recordedEventOf, redactEventMessage, type EventQuery, type EventSink, type EventType, type InvolvedObject, type RecordedEvent } from './events.js';
+export { EventKind, eventLine, eventName, involvedObjectRef, recordedEventOf, redactEventMessage, type EventQuery, type EventSink, type EventType, type InvolvedObject, type RecordedEvent } from './events.js';
 export { StoreEventRecorder } from './events.js';
 export { QueuedEventSink } from './events.js';

@@ -1,6 +1,7 @@
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type CoreV1Event, type KubeConfig } from '@kubernetes/client-node';
 import {
   eventName,
+  involvedObjectRef,
   QueuedEventSink,
   recordedEventOf,
   type EventQuery,
@@ -93,13 +94,7 @@ export class KubeEventRecorder extends QueuedEventSink<Date> {
       apiVersion: 'v1',
       kind: 'Event',
       metadata: { name: eventName(obj.metadata.name, time.getTime(), this.seq++), namespace },
-      involvedObject: {
-        kind: obj.kind,
-        name: obj.metadata.name,
-        namespace: obj.metadata.namespace ?? namespace,
-        ...(obj.metadata.uid ? { uid: obj.metadata.uid } : {}),
-        ...(obj.apiVersion ? { apiVersion: obj.apiVersion } : {}),
-      },
+      involvedObject: involvedObjectRef(obj, namespace),
       reason,
       message,
       type,
