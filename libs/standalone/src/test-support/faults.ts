@@ -9,6 +9,7 @@ import { createReadStream } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
+import { seededRandom } from '@bis/datastore';
 import { startStandalone, type StandaloneHandle, type StandaloneOptions } from '../standalone.js';
 import { BINARIES, REPO_ROOT } from './e2e.js';
 
@@ -30,17 +31,8 @@ export function caseSeed(seed: number, name: string): number {
   return createHash('sha256').update(`${seed}:${name}`).digest().readUInt32BE(0);
 }
 
-/** mulberry32: a small deterministic generator of numbers in [0, 1). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A small deterministic generator of numbers in [0, 1) (the project's one: mulberry32, `@bis/datastore`). */
+export const rng = (seed: number): (() => number) => seededRandom(seed);
 
 /** A number in [lo, hi) drawn from `r`. */
 export const between = (r: () => number, lo: number, hi: number): number => lo + (hi - lo) * r();
