@@ -1,7 +1,8 @@
 import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { BLOCK_SIZE, getFileLayout, iterateBlocks, mapBlocks, type BlockMapping } from './index.js';
+import { BLOCK_SIZE, iterateBlocks, mapBlocks, type BlockMapping } from './block-map.js';
+import { getFileLayout } from './layout.js';
 import {
   LONGHORN_FIXTURE,
   createLonghornFixtureSource,

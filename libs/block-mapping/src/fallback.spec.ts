@@ -1,6 +1,7 @@
 import { describe, it, expect, jest, beforeAll, afterAll } from '@jest/globals';
 import path from 'node:path';
 import type * as BlockMapping from './index.js';
+import type * as Native from './native.js';
 import { allocatedBytes, createSparseFile, makeTempDir, noise, removeTempDir } from './test-support/sparse-files.js';
 
 // This file loads the library with the native addon pointed at a path that does not exist, so every call takes the
@@ -8,6 +9,7 @@ import { allocatedBytes, createSparseFile, makeTempDir, noise, removeTempDir } f
 // still see the real addon.
 const MiB = 1024 * 1024;
 let lib: typeof BlockMapping;
+let native: typeof Native;
 let dir: string;
 let emitWarning: jest.SpiedFunction<typeof process.emitWarning>;
 
@@ -15,6 +17,7 @@ beforeAll(async () => {
   emitWarning = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
   process.env.BIS_BLOCK_MAPPING_ADDON = path.join(path.sep, 'nonexistent', 'block_mapping.node');
   lib = await import('./index.js');
+  native = await import('./native.js');
   dir = await makeTempDir();
 });
 afterAll(async () => {
@@ -27,7 +30,7 @@ describe('without the native addon', () => {
   it('falls back to zero-scan and says so once, without crashing', async () => {
     expect(lib.extentBackend()).toBe('zero-scan');
     expect(lib.extentBackend()).toBe('zero-scan');
-    expect(lib.nativeAddonStatus()).toMatch(/nonexistent/);
+    expect(native.nativeAddonStatus()).toMatch(/nonexistent/);
     await lib.getFileLayout(path.join(dir, '..'), {}).catch(() => undefined);
     const ours = emitWarning.mock.calls.filter((args: unknown[]) => JSON.stringify(args[1]).includes('BIS_BLOCK_MAPPING_FALLBACK'));
     expect(ours).toHaveLength(1);

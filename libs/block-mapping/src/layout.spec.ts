@@ -1,7 +1,8 @@
 import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { extentBackend, getDataExtents, getFileLayout, type ExtentBackend, type FileLayout } from './index.js';
+import { extentBackend, getDataExtents, getFileLayout } from './layout.js';
+import { type ExtentBackend, type FileLayout } from './extent.js';
 import {
   createLonghornFixtureSource,
   createSparseFile,

@@ -1,7 +1,8 @@
 import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
 import { mkdir, readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { getFileLayout, punchHole, punchHoleWithFallocateTool, PunchHoleError } from './index.js';
+import { getFileLayout } from './layout.js';
+import { punchHole, punchHoleWithFallocateTool, PunchHoleError } from './punch-hole.js';
 import { allocatedBytes, createSparseFile, makeTempDir, noise, removeTempDir } from './test-support/sparse-files.js';
 
 const MiB = 1024 * 1024;

@@ -1,5 +1,5 @@
 import { describe, it, expect } from '@jest/globals';
-import { isAllZero } from './index.js';
+import { isAllZero } from './zero.js';
 
 describe('isAllZero', () => {
   it('is true for empty and all-zero buffers of any length', () => {

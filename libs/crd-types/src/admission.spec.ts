@@ -1,14 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import {
-  isLoopbackHost,
-  validateBackingImageCreate,
-  validateBackingImageStatusUpdate,
-  validateBackingImageUpdate,
-  validateBackupBackingImageCreate,
-  validateDownloadUrl,
-  type BackingImage,
-  type ValidationIssue,
-} from './index.js';
+import { isLoopbackHost, validateBackingImageCreate, validateBackingImageStatusUpdate, validateBackingImageUpdate, validateBackupBackingImageCreate, validateDownloadUrl } from './admission.js';
+import { type BackingImage } from './kinds/index.js';
+import { type ValidationIssue } from './schema/errors.js';
 import { fullBackingImage, fullBackupBackingImage, fullBackupTarget } from './test-support/fixtures.js';
 
 function bi(spec: Partial<NonNullable<BackingImage['spec']>>, name = 'img-1'): BackingImage {

@@ -3,7 +3,8 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from '@jest/globals';
 import { parse } from 'yaml';
-import { buildCustomResourceDefinition, CHART_CRD_KINDS, CRD_TEMPLATE_FILE, KINDS, REPLICA, renderCrdManifests, renderCrdTemplate, type CustomResourceDefinition } from './index.js';
+import { buildCustomResourceDefinition, CRD_TEMPLATE_FILE, renderCrdManifests, renderCrdTemplate, type CustomResourceDefinition } from './crd.js';
+import { CHART_CRD_KINDS, KINDS, REPLICA } from './kinds/index.js';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 const chartDir = join(repoRoot, 'charts/backing-image-system');

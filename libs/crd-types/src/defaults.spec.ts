@@ -1,24 +1,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
-import {
-  applyBackingImageCreateDefaults,
-  applyBackingImageDataSourceDefaults,
-  applyBackingImageManagerDefaults,
-  applyBackingImageUpdateDefaults,
-  applyBackupBackingImageCreateDefaults,
-  applyBackupBackingImageUpdateDefaults,
-  backupTargetNameForBackupUrl,
-  defaultCloneEncryption,
-  defaultDataEngine,
-  defaultDiskMaps,
-  defaultExportType,
-  defaultMinNumberOfCopies,
-  withFinalizer,
-  type BackingImage,
-  type BackingImageDataSource,
-  type BackingImageManager,
-  type BackupBackingImage,
-} from './index.js';
+import { applyBackingImageCreateDefaults, applyBackingImageDataSourceDefaults, applyBackingImageManagerDefaults, applyBackingImageUpdateDefaults, applyBackupBackingImageCreateDefaults, applyBackupBackingImageUpdateDefaults, backupTargetNameForBackupUrl, defaultCloneEncryption, defaultDataEngine, defaultDiskMaps, defaultExportType, defaultMinNumberOfCopies, withFinalizer } from './defaults.js';
+import { type BackingImage, type BackingImageDataSource, type BackingImageManager, type BackupBackingImage } from './kinds/index.js';
 import { fullBackingImage, fullBackupBackingImage } from './test-support/fixtures.js';
 
 function newBi(spec: NonNullable<BackingImage['spec']>, name = 'img'): BackingImage {

@@ -1,23 +1,6 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
-import {
-  autoCorrectName,
-  backingImageConfigPath,
-  backingImageDataSourceName,
-  backingImageDataSourcePodLabels,
-  backingImageDataSourcePodName,
-  backingImageFilePath,
-  backingImageLabels,
-  backingImageManagerLabels,
-  backingImageManagerName,
-  backupBackingImageLabels,
-  backupBackingImageName,
-  dataSourceTempFilePath,
-  exportAttachmentTicketId,
-  generateBackingImageUUID,
-  replicaBackingImagePath,
-  replicaBackingImageSelector,
-} from './index.js';
+import { autoCorrectName, backingImageConfigPath, backingImageDataSourceName, backingImageDataSourcePodLabels, backingImageDataSourcePodName, backingImageFilePath, backingImageLabels, backingImageManagerLabels, backingImageManagerName, backupBackingImageLabels, backupBackingImageName, dataSourceTempFilePath, exportAttachmentTicketId, generateBackingImageUUID, replicaBackingImagePath, replicaBackingImageSelector } from './names.js';
 
 describe('BackingImageManager name', () => {
   it('is bim- + 56 hex characters of SHA-224("<image>-<diskUUID>")', () => {

@@ -1,19 +1,10 @@
 import { describe, expect, it } from '@jest/globals';
-import {
-  BACKING_IMAGE,
-  BACKUP_BACKING_IMAGE,
-  KINDS,
-  NODE,
-  SETTING,
-  ValidationError,
-  assertValidObject,
-  s,
-  toOpenApi,
-  validateAgainstSchema,
-  validateObject,
-  type KindDefinition,
-  type OpenApiSchema,
-} from './index.js';
+import { BACKING_IMAGE, BACKUP_BACKING_IMAGE, KINDS, NODE, SETTING, type KindDefinition } from './kinds/index.js';
+import { ValidationError } from './schema/errors.js';
+import { assertValidObject, validateObject } from './validate-object.js';
+import { s } from './schema/model.js';
+import { toOpenApi, type OpenApiSchema } from './schema/openapi.js';
+import { validateAgainstSchema } from './schema/validate.js';
 import {
   fullBackingImage,
   fullBackingImageDataSource,

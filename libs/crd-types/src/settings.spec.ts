@@ -1,16 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import {
-  checksumProblem,
-  normalizeChecksum,
-  parseExpectedChecksum,
-  parseSettingValue,
-  SETTINGS,
-  SETTING_NAMES,
-  settingDefaultValue,
-  validateChecksumField,
-  validateSettingValue,
-  ValidationError,
-} from './index.js';
+import { checksumProblem, normalizeChecksum, parseExpectedChecksum, validateChecksumField } from './checksum.js';
+import { parseSettingValue, SETTINGS, SETTING_NAMES, settingDefaultValue, validateSettingValue } from './settings.js';
+import { ValidationError } from './schema/errors.js';
 
 describe('settings table', () => {
   it('has Longhorn defaults and ranges', () => {

@@ -1,12 +1,7 @@
 import { describe, it, expect } from '@jest/globals';
-import {
-  CHAIN_HEADER_BYTES,
-  decodeChain,
-  encodeChain,
-  Sha512ChainFormatError,
-  Sha512ChainRecorder,
-  type Sha512Chain,
-} from './index.js';
+import { CHAIN_HEADER_BYTES, decodeChain, encodeChain, type Sha512Chain } from './chain.js';
+import { Sha512ChainFormatError } from './errors.js';
+import { Sha512ChainRecorder } from './recorder.js';
 import { randomData } from './test-support/reference.js';
 
 function recordedChain(size: number, segmentSize: number): Sha512Chain {

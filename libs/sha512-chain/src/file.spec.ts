@@ -2,16 +2,11 @@ import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
 import { open, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { getFileLayout } from '@bis/block-mapping';
-import {
-  computeFileChain,
-  decodeChain,
-  encodeChain,
-  FILE_CHAIN_ZERO_STEP,
-  Sha512ChainMismatchError,
-  Sha512ChainRecorder,
-  Sha512ChainVerifier,
-  verifyFileChain,
-} from './index.js';
+import { computeFileChain, FILE_CHAIN_ZERO_STEP, verifyFileChain } from './file.js';
+import { decodeChain, encodeChain } from './chain.js';
+import { Sha512ChainMismatchError } from './errors.js';
+import { Sha512ChainRecorder } from './recorder.js';
+import { Sha512ChainVerifier } from './verifier.js';
 import { MiB, randomData, referenceSha512 } from './test-support/reference.js';
 import { tempDir, writeSparseFile } from './test-support/sparse-file.js';
 import { describeImpls } from './test-support/impls.js';

@@ -2,17 +2,11 @@ import { describe, it, expect } from '@jest/globals';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import {
-  advance,
-  advanceMany,
-  advanceZeros,
-  multiBufferLanes,
-  Sha512BatchScheduler,
-  Sha512ChainRecorder,
-  Sha512ChainVerifier,
-  sharedSha512Scheduler,
-  Sha512ChainMismatchError,
-} from './index.js';
+import { advance, advanceMany, advanceZeros, multiBufferLanes } from './state.js';
+import { Sha512BatchScheduler, sharedSha512Scheduler } from './scheduler.js';
+import { Sha512ChainRecorder } from './recorder.js';
+import { Sha512ChainVerifier } from './verifier.js';
+import { Sha512ChainMismatchError } from './errors.js';
 import { MiB, flipped, referenceSha512 } from './test-support/reference.js';
 import { CPU_HAS_AVX2, CPU_HAS_AVX512, describeImpls } from './test-support/impls.js';
 import { avx2Available, avx512Available, IMPL_LANES, sha512ChainImpl, IMPL_ENV } from './native.js';

@@ -1,5 +1,6 @@
 import { describe, it, expect } from '@jest/globals';
-import { advanceSync, finalizeHex, Sha512ChainRecorder, SHA512_INITIAL_STATE, DEFAULT_CHAIN_SEGMENT } from './index.js';
+import { advanceSync, finalizeHex, SHA512_INITIAL_STATE, DEFAULT_CHAIN_SEGMENT } from './state.js';
+import { Sha512ChainRecorder } from './recorder.js';
 import { chunksOf, MiB, randomData, referenceSha512 } from './test-support/reference.js';
 
 /** The states a chain must record, computed independently by hashing each prefix's whole blocks from the IV. */

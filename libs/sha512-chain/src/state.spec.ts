@@ -1,12 +1,5 @@
 import { describe, it, expect } from '@jest/globals';
-import {
-  advance,
-  advanceSync,
-  advanceZeros,
-  finalizeHex,
-  nativeSha512ChainAvailable,
-  SHA512_INITIAL_STATE,
-} from './index.js';
+import { advance, advanceSync, advanceZeros, finalizeHex, nativeSha512ChainAvailable, SHA512_INITIAL_STATE } from './state.js';
 import { MiB, randomData, referenceSha512 } from './test-support/reference.js';
 
 /** SHA-512 of `data` through the chain primitives: whole blocks with `step`, then finalize with the tail. */

@@ -1,10 +1,8 @@
 import { describe, it, expect } from '@jest/globals';
-import {
-  Sha512ChainMismatchError,
-  Sha512ChainRecorder,
-  Sha512ChainVerifier,
-  type Sha512Chain,
-} from './index.js';
+import { Sha512ChainMismatchError } from './errors.js';
+import { Sha512ChainRecorder } from './recorder.js';
+import { Sha512ChainVerifier } from './verifier.js';
+import { type Sha512Chain } from './chain.js';
 import { flipped, randomData, referenceSha512 } from './test-support/reference.js';
 import { describeImpls } from './test-support/impls.js';
 

@@ -1,13 +1,5 @@
-import type {
-  BackingImage,
-  BackingImageDataSource,
-  BackingImageManager,
-  BackupBackingImage,
-  BackupTarget,
-  Node,
-  ObjectMeta,
-  Setting,
-} from '../index.js';
+import { type BackingImage, type BackingImageDataSource, type BackingImageManager, type BackupBackingImage, type BackupTarget, type Node, type Setting } from '../kinds/index.js';
+import { type ObjectMeta } from '../meta.js';
 
 const SHA512 = 'a'.repeat(128);
 const NOW = '2026-11-22T10:00:00Z';
