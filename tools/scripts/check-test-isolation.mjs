@@ -1,9 +1,14 @@
 #!/usr/bin/env node
-// Test-isolation check (part of `npm test`): tests read only what is in the repository.
+// Test-isolation check (part of `npm test`): tests read only what is in the repository, and hold on a loaded machine.
 // Scans every spec and test-support file of libs/, apps/ and tools/ and fails when one names a path outside the
 // repository: a folder beside the checkout (`../shared`, `/work/...`) or a relative path that climbs above the
 // repository root from the file's own folder. Optional suites that need something outside the repository take its
 // location from an environment variable and skip with a message when it is unset; they need no path in the source.
+//
+// It also fails on a spec that asserts an upper bound on wall-clock time (`expect(Date.now() - t0).toBeLessThan(…)`,
+// directly or through a variable computed from `Date.now()`, `performance.now()` or `process.hrtime`): a loaded
+// machine breaks such a bound. Tests wait for conditions (a hang is caught by the test's timeout), assert lower
+// bounds, or measure on an injected clock.
 //
 //   node tools/scripts/check-test-isolation.mjs [root]
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -61,6 +66,30 @@ export function outsideReferences(root) {
   return found;
 }
 
+const NOW = String.raw`(?:Date\.now\(\)|performance\.now\(\)|process\.hrtime(?:\.bigint)?\()`;
+const UPPER = /expect\(([^;]*?)\)\s*\.\s*(toBeLessThan|toBeLessThanOrEqual)\(/g;
+
+/** Every assertion of an upper bound on wall-clock time in the spec files under `root`: `file:line: assertion`. */
+export function wallClockUpperBounds(root) {
+  const found = [];
+  for (const top of ['libs', 'apps', 'tools']) {
+    const base = join(root, top);
+    if (!existsSync(base)) continue;
+    for (const file of walk(base)) {
+      const rel = relative(root, file);
+      if (!/\.spec\.[cm]?[jt]sx?$/.test(rel)) continue;
+      const text = readFileSync(file, 'utf8');
+      // variables that hold a wall-clock difference: `const took = Date.now() - t0`
+      const timed = [...text.matchAll(new RegExp(String.raw`(?:const|let|var)\s+(\w+)\s*=\s*[^;\n]*${NOW}[^;\n]*-`, 'g'))].map((m) => m[1]);
+      const isTimed = (arg) => new RegExp(NOW).test(arg) || timed.some((v) => new RegExp(String.raw`\b${v}\b`).test(arg));
+      text.split('\n').forEach((line, i) => {
+        for (const m of line.matchAll(UPPER)) if (isTimed(m[1])) found.push(`${rel}:${i + 1}: ${line.trim()}`);
+      });
+    }
+  }
+  return found;
+}
+
 if (resolve(process.argv[1] ?? '') === resolve(new URL(import.meta.url).pathname)) {
   const root = resolve(process.argv[2] ?? join(dirname(new URL(import.meta.url).pathname), '../..'));
   const found = outsideReferences(root);
@@ -70,4 +99,11 @@ if (resolve(process.argv[1] ?? '') === resolve(new URL(import.meta.url).pathname
     process.exit(1);
   }
   console.log('test isolation: no test file references a path outside the repository');
+  const bounds = wallClockUpperBounds(root);
+  if (bounds.length) {
+    console.error(`test isolation: ${bounds.length} assertion(s) of an upper bound on wall-clock time (wait for the condition, assert a lower bound or inject a clock):`);
+    for (const f of bounds) console.error('  ' + f);
+    process.exit(1);
+  }
+  console.log('test isolation: no spec asserts an upper bound on wall-clock time');
 }

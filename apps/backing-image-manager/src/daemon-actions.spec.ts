@@ -335,9 +335,8 @@ describe('backing-image-manager daemon: backups, sources, download, Watch (real 
       for (let i = 0; i < 6; i++) {
         const before = notes;
         await readyImage(d, `w${i}`, `uw${i}`, 'd');
-        const t0 = Date.now();
+        // a List blocked behind the stalled subscriber would never be answered (the test's timeout catches it)
         await d.client.list();
-        expect(Date.now() - t0).toBeLessThan(2000);
         await waitFor(`notification after change ${i}`, async () => (notes > before ? true : undefined), 5000);
       }
       expect(stalledBytes).toBe(0);

@@ -62,4 +62,25 @@ describe('test isolation', () => {
     expect(r.out).not.toContain('ok.spec.ts');
     expect(r.out).not.toContain('lib.ts');
   });
+
+  it('no spec asserts an upper bound on wall-clock time, and the check finds one planted, directly or through a variable', async () => {
+    expect((await check(REPO_ROOT)).out).toContain('no spec asserts an upper bound on wall-clock time');
+    const root = await tempDir('bis-test-clock-');
+    try {
+      const NOW = 'Date' + '.now()';
+      const BELOW = '.toBeLess' + 'Than';
+      await plant(root, 'libs/a/src/a.spec.ts', `expect(${NOW} - t0)${BELOW}(2000);\n`);
+      await plant(root, 'apps/b/src/b.spec.ts', `const took = performance.now() - t0;\nexpect(took).toBeGreaterThan(10);\nexpect(took)${BELOW}OrEqual(99);\n`);
+      // allowed: lower bounds, bounds on an injected clock, bounds on other numbers
+      await plant(root, 'libs/a/src/ok.spec.ts', `expect(${NOW} - t0).toBeGreaterThanOrEqual(2000);\nexpect(clock.now() - t0)${BELOW}(80);\nexpect(size)${BELOW}(4);\n`);
+      const r = await check(root);
+      expect(r.code).toBe(1);
+      expect(r.out).toContain('2 assertion(s) of an upper bound on wall-clock time');
+      expect(r.out).toMatch(/libs\/a\/src\/a\.spec\.ts:1: expect\(Date\.now\(\) - t0\)\.toBeLessThan\(2000\)/);
+      expect(r.out).toMatch(/apps\/b\/src\/b\.spec\.ts:3: expect\(took\)\.toBeLessThanOrEqual\(99\)/);
+      expect(r.out).not.toContain('ok.spec.ts');
+    } finally {
+      await fs.rm(root, { recursive: true, force: true });
+    }
+  });
 });

@@ -181,13 +181,12 @@ describeSendFile('sendFileToSocket', () => {
     const conn = await connect(true);
     const t = cancelAfterTest(sendFileToSocket(fdOf(conn.client), file.fd, 0, content.length));
     expect(await stillPending(t.done, 200)).toBe(true);
-    const start = Date.now();
     expect(t.cancel()).toBe(true);
     const err = await t.done.then(
       () => undefined,
       (e: unknown) => e as Error & { code?: unknown; errno?: unknown; syscall?: unknown },
     );
-    expect(Date.now() - start).toBeLessThan(1000);
+    // (the peer never reads: without the cancel, done would never settle and the test's timeout would fail it)
     expect(err).toBeDefined();
     expect(err!.message).toMatch(/^sendfile: /);
     expect(typeof err!.code).toBe('string');
@@ -277,10 +276,8 @@ describeSendFile('sendFileToSocket', () => {
     await conn.received; // the peer's end is closed
     await new Promise((r) => setTimeout(r, 50)); // its FIN has reached our end
     const t = cancelAfterTest(sendFileToSocket(sock, file.fd, 0, content.length));
-    const start = Date.now();
     // the first bytes reach a closed socket, which answers with a reset; the writes after it fail
     await expect(t.done).rejects.toMatchObject({ code: expect.stringMatching(/^(EPIPE|ECONNRESET)$/) });
-    expect(Date.now() - start).toBeLessThan(2000);
     expect(t.cancel()).toBe(false);
     // the process got SIGPIPE (sendfile has no MSG_NOSIGNAL) and is still here because Node ignores it
     expect(process.listenerCount('SIGPIPE')).toBe(0);

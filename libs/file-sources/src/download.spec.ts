@@ -212,9 +212,8 @@ describe('download source', () => {
 
   it('cancels a stalled transfer after the stall timeout and removes the partial file', async () => {
     const srv = await serve({ body: sparseImage(), stallAfterBytes: 100_000 });
-    const t0 = Date.now();
+    // the message names the 0.3 s stall timeout: that timer, not another one, ended the transfer
     await expect(download(`${srv.url}/img`, { ...FAST, stallTimeoutMs: 300, retry: { limit: 0 } })).rejects.toThrow(/no data was processed for 0.3 s/);
-    expect(Date.now() - t0).toBeLessThan(5000);
     expect(await exists(join(dir, 'img.tmp'))).toBe(false);
   });
 

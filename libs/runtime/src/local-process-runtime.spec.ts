@@ -191,9 +191,8 @@ describe('LocalProcessRuntime', () => {
       logFile: path.join(dir, 'g.log'),
     });
     for (let i = 0; i < 250 && !(await fsp.readFile(path.join(dir, 'g.log'), 'utf8')).includes('up\n'); i++) await new Promise((r) => setTimeout(r, 20));
-    const t0 = Date.now();
-    const stopped = await rt.stop('graceful', { gracePeriodMs: 5000 });
-    expect(Date.now() - t0).toBeLessThan(2000);
+    // a grace period longer than the test's timeout: a stop that waited it out instead of seeing the exit fails the test
+    const stopped = await rt.stop('graceful', { gracePeriodMs: 120_000 });
     expect(stopped.phase).toBe('succeeded');
     expect(stopped.exitCode).toBe(0);
     expect(alive(s.pid as number)).toBe(false);

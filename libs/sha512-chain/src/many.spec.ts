@@ -211,7 +211,7 @@ describeImpls('Sha512BatchScheduler', (impl) => {
       expect(scheduler.stats).toEqual({ calls: 1, messages: 2, mixedCalls: 0 });
       expect(waited).toBeGreaterThanOrEqual(35);
     }
-    expect(waited).toBeLessThan(5000);
+    // (a job that waited for company forever would never settle: the test's timeout catches that)
   });
 
   it('a lone job does not wait for company longer than its patience', async () => {

@@ -876,7 +876,6 @@ describe.each(VARIANTS)('receiver HTTP server: %s', (variant) => {
       const c = await RawClient.connect(port);
       // a client that sends its whole body before it reads the reply
       c.socket.pause();
-      const t0 = Date.now();
       await c.write(rawRequest('PUT', '/abandon', { body: randomBytes(8 * MiB) }));
       c.socket.resume();
       const [res] = await c.responses(1);
@@ -885,7 +884,6 @@ describe.each(VARIANTS)('receiver HTTP server: %s', (variant) => {
       expect(res!.headers.get('connection')).toBe('close');
       await c.endOfStream();
       expect(c.error).toBeUndefined();
-      expect(Date.now() - t0).toBeLessThan(2000);
       expect(((await readFailed.promise) as Error).message).toMatch(/answered while its body was being read/);
     });
 
@@ -1064,7 +1062,7 @@ describe.each(VARIANTS)('receiver HTTP server: %s', (variant) => {
       await c.closed;
       const idleFor = Date.now() - t0;
       expect(idleFor).toBeGreaterThanOrEqual(150);
-      expect(idleFor).toBeLessThan(5000);
+      // (the default keep-alive is 240 s: a server that ignored the option would outlast the test's timeout)
     });
 
     it('keepAliveTimeoutMs rejects the read of a stalled body and closes', async () => {

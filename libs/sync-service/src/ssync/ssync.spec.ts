@@ -361,11 +361,10 @@ describe('ssync sender requests', () => {
     const src = await sparseFile('src', 'dd');
     const rx = await recordingReceiver(404, true);
     try {
-      const t = Date.now();
+      // the message names the 300 ms per-request timeout: that timer, not another one, ended the request
       await expect(
         sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), attempts: 1, requestTimeoutMs: () => 300 }),
       ).rejects.toThrow('writeData timed out after 300 ms');
-      expect(Date.now() - t).toBeLessThan(5000);
       expect(rx.seen.some((s) => s.op === 'close')).toBe(false);
     } finally {
       await rx.close();
@@ -457,14 +456,14 @@ describeWithSendfile('ssync sender with sendfile', () => {
     });
     const baseline = threadCount();
     try {
-      const t = Date.now();
       const err = await sendFile({ path: src, toAddress: `127.0.0.1:${rx.port}`, layout: (p) => getFileLayout(p), sendfile: true, chunkSize: 16 * MiB }).then(
         () => undefined,
         (e: unknown) => e,
       );
       expect(err).toBeInstanceOf(SsyncSendError);
       expect(err).toMatchObject({ status: 400, message: expect.stringContaining('HTTP 400: writeData refused') });
-      expect(Date.now() - t).toBeLessThan(3000);
+      // a refusal is not retried
+      expect(rx.ops.filter((op) => op === 'writeData')).toHaveLength(1);
       expect(rx.ops).not.toContain('close');
       await threadsBackTo(baseline);
     } finally {
@@ -478,7 +477,6 @@ describeWithSendfile('ssync sender with sendfile', () => {
     const rx = await scriptedReceiver((req) => req.socket.pause());
     const baseline = threadCount();
     try {
-      const t = Date.now();
       await expect(
         sendFile({
           path: src,
@@ -490,7 +488,6 @@ describeWithSendfile('ssync sender with sendfile', () => {
           requestTimeoutMs: () => 300,
         }),
       ).rejects.toThrow('writeData timed out after 300 ms');
-      expect(Date.now() - t).toBeLessThan(2000);
       expect(rx.ops).toEqual(['open', 'writeData']);
       await threadsBackTo(baseline);
     } finally {
