@@ -12,7 +12,7 @@ import { it, expect, beforeAll, afterAll } from '@jest/globals';
 import type { Page } from 'playwright-core';
 import { BisClient } from '@bis/api-client';
 import { startFileServer } from '@bis/api-client/test-support';
-import { describeWithBrowser, launchBrowser } from './test-support/browser.js';
+import { describeWithBrowser, launchBrowser } from '@bis/ui-server/testing';
 import { expectText, expectVisible } from './test-support/expect-eventually.js';
 import { startStandaloneProcess, type StandaloneProcess } from './test-support/standalone-process.js';
 

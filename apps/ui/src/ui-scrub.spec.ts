@@ -10,7 +10,7 @@ import { describe, it, expect, beforeAll, afterAll } from '@jest/globals';
 import type { Page } from 'playwright-core';
 import { BisClient } from '@bis/api-client';
 import { startFileServer } from '@bis/api-client/test-support';
-import { launchBrowser } from './test-support/browser.js';
+import { launchBrowser } from '@bis/ui-server/testing';
 import { eventually, expectAttr, expectTextContaining } from './test-support/expect-eventually.js';
 import { startStandaloneProcess, type StandaloneProcess } from './test-support/standalone-process.js';
 

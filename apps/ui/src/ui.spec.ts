@@ -11,7 +11,7 @@ import { join, resolve } from 'node:path';
 import { it, expect, beforeAll, afterAll } from '@jest/globals';
 import type { Page } from 'playwright-core';
 import { startFileServer } from '@bis/api-client/test-support';
-import { describeWithBrowser, launchBrowser } from './test-support/browser.js';
+import { describeWithBrowser, launchBrowser } from '@bis/ui-server/testing';
 import { expectAttr, expectCount, expectDisabled, expectText, expectTextContaining, expectVisible, eventually } from './test-support/expect-eventually.js';
 import { startStandaloneProcess, type StandaloneProcess } from './test-support/standalone-process.js';
 

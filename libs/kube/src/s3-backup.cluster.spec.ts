@@ -3,6 +3,7 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import S3rver from 's3rver';
+import { browserMissing, launchBrowser } from '@bis/ui-server/testing';
 import { ChartCluster, NS, clusterSkipReason, eventually, sha512File } from './test-support/chart-cluster.js';
 
 /**
@@ -11,13 +12,16 @@ import { ChartCluster, NS, clusterSkipReason, eventually, sha512File } from './t
  * backup target names it through the REST API; the backing-image-manager pod backs the image up with that credential
  * (BackupCreate's credential field) and the restore's data-source pod reads it from the per-data-source Secret the
  * controller writes. Checked: the 403 of a wrong key in the target's message (no key value in it), Longhorn's layout
- * in the bucket, the pod's /metrics and web UI, and a restore that is bit-exact.
+ * in the bucket, the pod's /metrics and web UI, and a restore that is bit-exact. Then the chart's Service, as users
+ * reach the system: the REST API and the web UI in Chromium through its cluster IP (the test cluster's kube-proxy).
  */
 const NODE = 'node-1';
 const BUCKET = 'lh-backups';
 const reason = clusterSkipReason();
 if (reason) console.warn(`s3-backup.cluster.spec.ts skipped: ${reason}`);
 const describeCluster = reason ? describe.skip : describe;
+if (!reason && browserMissing) console.warn(`s3-backup.cluster.spec.ts: the web UI check through the Service is skipped: ${browserMissing}`);
+const itWithBrowser = browserMissing ? it.skip : it;
 
 async function walk(dir: string, prefix = ''): Promise<string[]> {
   const out: string[] = [];
@@ -127,4 +131,31 @@ describeCluster('S3 backup and restore in Kubernetes mode through pods, with a c
     expect(restored.status?.checksum).toBe(checksum);
     for (const c of copies) expect(await sha512File(c.file)).toBe(checksum);
   }, 600_000);
+
+  itWithBrowser('the Service address: the REST API and the web UI in Chromium through the chart\'s Service', async () => {
+    const vip = await cc!.cluster.serviceAddress(NS, 'backing-image-system-backend');
+    expect(vip).not.toBe(new URL(await cc!.daemonUrl(NODE)).hostname); // a cluster IP, not the pod's address
+    const base = `http://${vip}:9500`;
+    type Item = { name: string; diskFileStatusMap?: Record<string, { state: string }> };
+    const listed = await eventually(async () => {
+      const res = await fetch(`${base}/v1/backingimages`).catch(() => undefined);
+      const items = res?.ok ? ((await res.json()) as { data?: Item[] }).data : undefined;
+      return items?.find((i) => i.name === 'disk-img' && Object.values(i.diskFileStatusMap ?? {}).some((f) => f.state === 'ready'));
+    }, 60_000, 'disk-img listed through the Service', () => cc!.state('disk-img'));
+    expect(listed.name).toBe('disk-img');
+    const browser = await launchBrowser();
+    try {
+      const page = await browser.context.newPage();
+      page.setDefaultTimeout(60_000);
+      await page.goto(`${base}/`);
+      expect(await page.title()).toBe('Backing images');
+      const row = page.locator('#images tr[data-name="disk-img"]');
+      await row.waitFor();
+      await row.locator('a').click();
+      await page.locator('#disks [data-state=ready]').first().waitFor();
+      expect(await page.locator('#disks [data-state=ready]').count()).toBeGreaterThanOrEqual(1);
+    } finally {
+      await browser.close();
+    }
+  }, 180_000);
 });

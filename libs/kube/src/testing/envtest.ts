@@ -35,6 +35,25 @@ export interface ControlPlaneOptions {
   apiServerArgs?: string[];
   /** How long to wait for etcd health and the API server's `/readyz`. Default 120 s. */
   readyTimeoutMs?: number;
+  /**
+   * The range Services take their cluster IP from (`--service-cluster-ip-range`). Default: a /24 of the private test
+   * range 10.214.0.0/16 that no address or route of this host uses, so that a test cluster can put its Services'
+   * addresses on its bridge without hiding a real network.
+   */
+  serviceClusterIpRange?: string;
+}
+
+/** A /24 in 10.214.0.0/16 that no address or route of this host uses (chosen from the pid, so parallel runs differ). */
+async function freeServiceRange(): Promise<string> {
+  const used = await Promise.all([run('ip', ['-4', 'addr', 'show']), run('ip', ['-4', 'route', 'show'])]).then(
+    (r) => r.map((x) => x.stdout).join('\n'),
+    () => '', // no `ip`: nothing to avoid but the pid's own choice
+  );
+  for (let i = 0; i < 250; i++) {
+    const o = ((process.pid + i) % 250) + 1;
+    if (!used.includes(`10.214.${o}.`)) return `10.214.${o}.0/24`;
+  }
+  throw new Error('no free /24 in 10.214.0.0/16 for the service range');
 }
 
 /** Free TCP port on 127.0.0.1 (the OS picks it; closed again before use). */
@@ -124,6 +143,8 @@ export class ControlPlane {
     readonly userToken: string,
     private readonly etcd: ChildProcess,
     private readonly apiServer: ChildProcess,
+    /** Where Services take their cluster IP from (`--service-cluster-ip-range`). */
+    readonly serviceClusterIpRange: string,
   ) {}
 
   static async start(opts: ControlPlaneOptions = {}): Promise<ControlPlane> {
@@ -134,6 +155,7 @@ export class ControlPlane {
     let etcd: ChildProcess | undefined;
     let apiServer: ChildProcess | undefined;
     try {
+      const serviceRange = opts.serviceClusterIpRange ?? (await freeServiceRange());
       const pki = path.join(wd, 'pki');
       await fsp.mkdir(pki);
       await makePki(pki);
@@ -177,7 +199,7 @@ export class ControlPlane {
         '--service-account-issuer=https://kubernetes.default.svc',
         `--service-account-key-file=${path.join(pki, 'sa.pub')}`,
         `--service-account-signing-key-file=${path.join(pki, 'sa.key')}`,
-        '--service-cluster-ip-range=10.0.0.0/24',
+        `--service-cluster-ip-range=${serviceRange}`,
         '--disable-admission-plugins=ServiceAccount',
         '--allow-privileged=true',
         ...(opts.apiServerArgs ?? []),
@@ -186,7 +208,7 @@ export class ControlPlane {
         const res = await httpsGet(`${url}/readyz`, ca);
         return res.status === 200 && res.body === 'ok';
       });
-      return new ControlPlane(wd, url, etcdUrl, ca, adminToken, userToken, etcd, apiServer);
+      return new ControlPlane(wd, url, etcdUrl, ca, adminToken, userToken, etcd, apiServer, serviceRange);
     } catch (err) {
       await stopGroup(apiServer);
       await stopGroup(etcd);

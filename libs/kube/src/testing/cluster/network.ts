@@ -84,15 +84,23 @@ export class ClusterNetwork {
   private readonly createdMountPoints: string[] = [];
   private destroyed = false;
 
+  private readonly serviceAddresses = new Set<string>();
+
   private constructor(
     /** The bridge's subnet, e.g. `10.213.42.0/24`. */
     readonly subnet: string,
     /** The bridge's address in the root namespace (pods reach the host's test servers there). */
     readonly gateway: string,
+    /** The Services' cluster IP range (a /24): pods route it through the bridge, where the service proxy listens. */
+    readonly serviceRange?: string,
   ) {}
 
-  /** Sweeps what dead runs left, then creates the bridge on a /24 of 10.213.0.0/16 that no route of this host uses. */
-  static async create(): Promise<ClusterNetwork> {
+  /**
+   * Sweeps what dead runs left, then creates the bridge on a /24 of 10.213.0.0/16 that no route of this host uses.
+   * With `serviceRange` (a /24, the API server's `--service-cluster-ip-range`), pods route it to the bridge.
+   */
+  static async create(serviceRange?: string): Promise<ClusterNetwork> {
+    if (serviceRange !== undefined && !/^\d+\.\d+\.\d+\.0\/24$/.test(serviceRange)) throw new Error(`the service range must be a /24, not ${serviceRange}`);
     await sweepStale();
     const routes = await ip('-4', 'route', 'show');
     const pid = process.pid;
@@ -105,7 +113,7 @@ export class ClusterNetwork {
       }
     }
     if (octet < 0) throw new Error(`no free /24 in ${RANGE}.0.0/16 for the test cluster`);
-    const net = new ClusterNetwork(`${RANGE}.${octet}.0/24`, `${RANGE}.${octet}.1`);
+    const net = new ClusterNetwork(`${RANGE}.${octet}.0/24`, `${RANGE}.${octet}.1`, serviceRange);
     try {
       await ip('link', 'add', net.bridge, 'type', 'bridge');
       await ip('addr', 'add', `${net.gateway}/24`, 'dev', net.bridge);
@@ -135,10 +143,24 @@ export class ClusterNetwork {
     await ip('-n', pn.netns, 'addr', 'add', `${pn.ip}/24`, 'dev', 'eth0');
     await ip('-n', pn.netns, 'link', 'set', 'lo', 'up');
     await ip('-n', pn.netns, 'link', 'set', 'eth0', 'up');
+    if (this.serviceRange) await ip('-n', pn.netns, 'route', 'add', this.serviceRange, 'via', this.gateway);
     await ip('link', 'set', pn.hostVeth, 'master', this.bridge);
     if (opts.shape) await this.shape(pn, opts.shape);
     await ip('link', 'set', pn.hostVeth, opts.down ? 'down' : 'up');
     return pn;
+  }
+
+  /** Whether `ip` is a cluster IP of the service range. */
+  inServiceRange(address: string): boolean {
+    return !!this.serviceRange && address.startsWith(this.serviceRange.replace(/0\/24$/, ''));
+  }
+
+  /** Puts a Service's cluster IP on the bridge (a /32): the test process and the pods reach listeners on it. */
+  async addServiceAddress(address: string): Promise<void> {
+    if (!this.inServiceRange(address)) throw new Error(`${address} is not in the service range ${this.serviceRange ?? '(none)'}`);
+    if (this.serviceAddresses.has(address)) return;
+    await ip('addr', 'add', `${address}/32`, 'dev', this.bridge);
+    this.serviceAddresses.add(address);
   }
 
   pod(key: string): PodNetwork | undefined {

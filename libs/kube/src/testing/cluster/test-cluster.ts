@@ -9,6 +9,7 @@ import type { V1Container, V1EnvVar, V1Pod } from '@kubernetes/client-node';
 import type { ControlPlane } from '../envtest.js';
 import { GarbageCollector } from './garbage-collector.js';
 import { ClusterNetwork, type LinkShape, type PodNetwork } from './network.js';
+import { ServiceProxy, type ServiceEndpointPod } from './service-proxy.js';
 
 /** A node of the test cluster. */
 export interface ClusterNodeSpec {
@@ -57,6 +58,9 @@ interface RunningPod {
   name: string;
   node: string;
   net: PodNetwork;
+  labels: Record<string, string>;
+  /** Container ports by name (Services may name their targetPort). */
+  namedPorts: Record<string, number>;
   dir: string;
   logFile: string;
   child?: ChildProcess;
@@ -120,7 +124,10 @@ type DaemonSet = { metadata: { name: string; namespace: string; uid: string }; s
  *   matching its nodeSelector);
  * - the node lifecycle controller: a node whose lease is older than the grace period gets `Ready=Unknown` and its
  *   pods `Ready=False`;
- * - the garbage collector, over the collections given in `garbageCollect`: foreground deletion and orphans.
+ * - the garbage collector, over the collections given in `garbageCollect`: foreground deletion and orphans;
+ * - kube-proxy (userspace): each Service's cluster IP (from the control plane's service range) is put on the bridge
+ *   with a listener per port that relays to a ready pod of its selector; pods route the range to the bridge
+ *   (`ServiceProxy`, `serviceAddress()`).
  *
  * Links: `shapeLink` (tc netem rate and delay), `cutLink` / `restoreLink` (the node's veths down: its pods and its
  * kubelet lose the network), `killNode` (its processes SIGKILLed, heartbeats stopped). `stop()` removes everything
@@ -138,6 +145,7 @@ export class TestCluster {
   private stopped = false;
   private syncing: Promise<void> | undefined;
   private readonly tokens = new Map<string, string>();
+  private services: ServiceProxy | undefined;
 
   private constructor(
     private readonly o: TestClusterOptions,
@@ -153,7 +161,7 @@ export class TestCluster {
     let network: ClusterNetwork | undefined;
     let cluster: TestCluster | undefined;
     try {
-      network = await ClusterNetwork.create();
+      network = await ClusterNetwork.create(o.controlPlane.serviceClusterIpRange);
       cluster = new TestCluster(o, network, workDir);
       await cluster.init();
       return cluster;
@@ -232,10 +240,29 @@ export class TestCluster {
     this.every(this.o.heartbeatMs ?? 1000, () => this.heartbeat());
     this.every(Math.max(500, Math.floor((this.o.nodeMonitorGracePeriodMs ?? 6000) / 4)), () => this.monitorNodes());
     this.every(this.o.syncMs ?? 250, () => this.syncOnce());
+    this.services = new ServiceProxy(this.cp, this.network, () => this.readyEndpoints(), (l) => this.log(l));
+    this.every(1000, () => this.services!.pass());
     if (this.o.garbageCollect?.length) {
       const gc = new GarbageCollector(this.cp, this.o.garbageCollect, (l) => this.log(l));
       this.every(1000, () => gc.pass());
     }
+  }
+
+  /** The pods a Service may send to: running, ready, on a node that is neither killed nor cut off. */
+  private readyEndpoints(): ServiceEndpointPod[] {
+    return [...this.pods.values()]
+      .filter((rp) => rp.child && rp.ready && !rp.terminating && !this.state(rp.node).killed && !this.state(rp.node).cut)
+      .map((rp) => ({ namespace: rp.namespace, name: rp.name, ip: rp.net.ip, labels: rp.labels, namedPorts: rp.namedPorts }));
+  }
+
+  /** The cluster IP of a Service, once the service proxy listens on it (a Service of type ClusterIP or NodePort). */
+  async serviceAddress(namespace: string, name: string): Promise<string> {
+    const res = await this.req('GET', `/api/v1/namespaces/${namespace}/services/${name}`);
+    if (res.status !== 200) throw new Error(`service ${namespace}/${name}: HTTP ${res.status}`);
+    const ip = (res.body as { spec?: { clusterIP?: string } }).spec?.clusterIP ?? '';
+    if (!this.network.inServiceRange(ip)) throw new Error(`service ${namespace}/${name} has no cluster IP in ${this.network.serviceRange ?? '(no service range)'}: "${ip}"`);
+    await this.services!.pass();
+    return ip;
   }
 
   private every(ms: number, fn: () => Promise<void>): void {
@@ -525,6 +552,8 @@ export class TestCluster {
       name: pod.metadata.name,
       node: st.spec.name,
       net: pn,
+      labels: { ...(pod.metadata.labels ?? {}) },
+      namedPorts: Object.fromEntries((pod.spec?.containers ?? []).flatMap((c) => (c.ports ?? []).filter((p) => p.name).map((p) => [p.name!, p.containerPort]))),
       dir,
       logFile: path.join(this.workDir, 'logs', `${pod.metadata.namespace}_${pod.metadata.name}.log`),
       startedAt: rfc3339(),
@@ -806,6 +835,7 @@ export class TestCluster {
     const deadline = Date.now() + 10_000;
     while ([...this.pods.values()].some((p) => p.child) && Date.now() < deadline) await sleep(50);
     this.pods.clear();
+    await this.services?.stop();
     for (const s of this.relaySockets) s.destroy();
     await new Promise<void>((r) => (this.relay ? this.relay.close(() => r()) : r()));
     await this.network.destroy();

@@ -1,0 +1,1 @@
+export { CHROMIUM, browserMissing, describeWithBrowser, launchBrowser } from './browser.js';
