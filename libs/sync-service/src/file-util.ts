@@ -84,3 +84,13 @@ export async function readVirtualSize(filePath: string, fileSize: number): Promi
 export async function removeFile(filePath: string): Promise<void> {
   await fsp.rm(filePath, { force: true });
 }
+
+/** Removes `dir` if it exists and is empty; a directory that holds anything (or is gone) is left as it is. */
+export async function removeEmptyDir(dir: string): Promise<void> {
+  try {
+    await fsp.rmdir(dir);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code !== 'ENOTEMPTY' && code !== 'EEXIST' && code !== 'ENOENT') throw err;
+  }
+}

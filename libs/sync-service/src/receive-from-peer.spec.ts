@@ -167,6 +167,25 @@ describe('SyncService.receiveFromPeer', () => {
     }
   });
 
+  it('a receive cut short by the service shutting down leaves neither its file nor its directory (no Delete will come for it)', async () => {
+    const svc2 = new SyncService({ diskPath: dir, receiverHost: '127.0.0.1', monitorIntervalMs: 0 });
+    const filePath = backingFilePath(dir, 'img', 'k3');
+    const kept = backingFilePath(dir, 'other', 'k4');
+    await fsp.mkdir(path.dirname(kept), { recursive: true });
+    await fsp.writeFile(kept + '.note', 'not ours to remove');
+    await svc2.receiveFromPeer({ filePath, uuid: 'k3', size: 4 * MiB, port: await freePort() });
+    await svc2.receiveFromPeer({ filePath: kept, uuid: 'k4', size: 4 * MiB, port: await freePort() });
+    // the receive has begun: its directory is made and its receiver listens
+    for (let i = 0; i < 1000 && svc2.get(filePath).state !== 'in-progress' && svc2.get(filePath).state !== 'starting'; i++) await new Promise((r) => setTimeout(r, 10));
+    for (let i = 0; i < 1000 && !(await fsp.stat(path.dirname(filePath)).catch(() => undefined)); i++) await new Promise((r) => setTimeout(r, 10));
+    expect((await fsp.stat(path.dirname(filePath))).isDirectory()).toBe(true);
+    await svc2.close();
+    expect(svc2.get(filePath).message).toContain('the sync service is shutting down');
+    await expect(fsp.stat(path.dirname(filePath))).rejects.toMatchObject({ code: 'ENOENT' });
+    // a directory that holds something else is left alone
+    expect(await fsp.readFile(kept + '.note', 'utf8')).toBe('not ours to remove');
+  });
+
   it('a slow but steady sender is not a stall: a piece may take max(idle timeout, piece / minimum sender rate)', async () => {
     // the idle timeout alone (300 ms) is far shorter than reading one 2 MiB slab at ~1.3 MiB/s; the floor rate of
     // 256 KiB/s gives each slab 8 s

@@ -17,7 +17,7 @@ import {
 } from '@bis/file-sources/core';
 import { readSyncingFileConfig, writeSyncingFileConfig } from './backing-cfg.js';
 import { SyncFileNotFoundError, SyncInvalidArgumentError, SyncServiceError, describeFileError, errorMessage } from './errors.js';
-import { hashFile, readVirtualSize, removeFile, statFile, statFileIfExists } from './file-util.js';
+import { hashFile, readVirtualSize, removeEmptyDir, removeFile, statFile, statFileIfExists } from './file-util.js';
 import { DEFAULT_DISK_PATH, backingImageNameFromPath, cfgPathOf, tmpPathOf } from './layout.js';
 import { SyncingFile, type DataEngine, type FileInfo } from './syncing-file.js';
 import type { SendFileOptions } from './ssync/sender.js';
@@ -725,6 +725,12 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       await removeFile(tmpPathOf(f.filePath)).catch((e: unknown) =>
         this.#log(`${f.filePath}: cannot remove the temporary file after the failure: ${errorMessage(e)}`),
       );
+      // A file that failed because the service shuts down is never listed again (nothing of it is on the disk), so no
+      // Delete will come for it: its directory goes too if this attempt left it empty (a manager stopped while one of
+      // its syncs was starting left `backing-images/<name>-<uuid>/` behind).
+      if (this.#closed) {
+        await removeEmptyDir(path.dirname(f.filePath)).catch((e: unknown) => this.#log(`${f.filePath}: cannot remove its empty directory after the failure: ${errorMessage(e)}`));
+      }
     } finally {
       if (watchdog) clearTimeout(watchdog);
     }
