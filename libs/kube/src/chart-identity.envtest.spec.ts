@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { LonghornDetectedError, assertNoLonghorn, findLonghornManagers } from './longhorn-detect.js';
 import { KubePodRuntime } from './pod-runtime.js';
 import { ControlPlane, envtestAssets } from './testing/envtest.js';
-import { installChartIdentity } from './test-support/chart-rbac.js';
+import { installChartIdentity } from './testing/chart-rbac.js';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 
 /**

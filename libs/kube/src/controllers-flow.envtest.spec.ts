@@ -23,7 +23,7 @@ import { KubeDatastore } from './kube-datastore.js';
 import { KubeSecretStore } from './kube-secret-store.js';
 import { NodeDiskReporter } from './node-disks.js';
 import { ControlPlane, envtestAssets } from './testing/envtest.js';
-import { applyObject, installChartIdentity, rbacPath, roleWithout, type Obj, type Rule } from './test-support/chart-rbac.js';
+import { applyObject, installChartIdentity, rbacPath, roleWithout, type Obj, type Rule } from './testing/chart-rbac.js';
 
 /**
  * The controller-manager's controllers (the composition of `controller-manager daemon`: KubeDatastore, KubeDataPlane,

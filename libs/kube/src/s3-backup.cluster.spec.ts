@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import S3rver from 's3rver';
 import { browserMissing, launchBrowser } from '@bis/ui-server/testing';
-import { ChartCluster, NS, clusterSkipReason, eventually, sha512File } from './test-support/chart-cluster.js';
+import { ChartCluster, NS, clusterSkipReason, eventually, sha512File } from './testing/chart-cluster.js';
 
 /**
  * S3 backups in Kubernetes mode, end to end through pods: the chart on a real kube-apiserver, one node played by

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { parse, parseAllDocuments } from 'yaml';
 import { ControlPlane, envtestAssets, installCrds } from '../testing/envtest.js';
 import { chartCrds as renderedCrds, renderChart } from './render-chart.js';
-import { schemalessCrd } from '../test-support/chart-rbac.js';
+import { schemalessCrd } from '../testing/chart-rbac.js';
 
 const chartCrds = async (): Promise<Obj[]> => (await renderedCrds(chartDir)) as Obj[];
 

@@ -53,6 +53,11 @@ const alive = (pid: number): boolean => {
   }
 };
 
+/** A link shape this kernel cannot apply (a delay without the netem qdisc). */
+export class LinkShapeUnsupportedError extends Error {
+  override name = 'LinkShapeUnsupportedError';
+}
+
 /** Link shaping of one node: `tc netem` rate and delay on both ends of each of its pods' veth pairs. */
 export interface LinkShape {
   /** Rate cap, Mbit/s. */
@@ -176,13 +181,27 @@ export class ClusterNetwork {
     await quiet(ip('link', 'del', pn.hostVeth));
   }
 
-  /** Caps (or, with an empty shape, uncaps) both directions of a pod's link. */
+  /**
+   * Caps (or, with an empty shape, uncaps) both directions of a pod's link: `tc netem` (rate and delay). A kernel
+   * without the netem qdisc (sch_netem) can still cap the rate, with a token bucket (`tbf`); a delay then cannot be
+   * applied and is refused with the reason (`LinkShapeUnsupportedError`).
+   */
   async shape(pn: PodNetwork, s: LinkShape): Promise<void> {
     const netem = ['netem', ...(s.delayMs ? ['delay', `${s.delayMs}ms`] : []), ...(s.rateMbit ? ['rate', `${s.rateMbit}mbit`] : [])];
     for (const prefix of [[], ['-n', pn.netns]] as string[][]) {
       const dev = prefix.length ? 'eth0' : pn.hostVeth;
-      if (netem.length === 1) await quiet(sh('tc', [...prefix, 'qdisc', 'del', 'dev', dev, 'root']));
-      else await sh('tc', [...prefix, 'qdisc', 'replace', 'dev', dev, 'root', ...netem]);
+      if (netem.length === 1) {
+        await quiet(sh('tc', [...prefix, 'qdisc', 'del', 'dev', dev, 'root']));
+        continue;
+      }
+      try {
+        await sh('tc', [...prefix, 'qdisc', 'replace', 'dev', dev, 'root', ...netem]);
+      } catch (err) {
+        if (!/qdisc kind is unknown/i.test((err as Error).message)) throw err;
+        if (s.delayMs) throw new LinkShapeUnsupportedError(`this kernel has no netem qdisc (sch_netem): a delay of ${s.delayMs} ms cannot be put on the link (a rate alone can: tbf)`);
+        // tbf: the bucket holds at least one timer tick of the rate (1 MiB covers 1 Gbit/s at HZ 100), 50 ms of queue
+        await sh('tc', [...prefix, 'qdisc', 'replace', 'dev', dev, 'root', 'tbf', 'rate', `${s.rateMbit}mbit`, 'burst', '1mb', 'latency', '50ms']);
+      }
     }
   }
 

@@ -1,13 +1,15 @@
 import { createHash } from 'node:crypto';
 import { existsSync, createReadStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
+import { pipeline } from 'node:stream/promises';
 import { parseAllDocuments } from 'yaml';
 import { renderChart } from '../chart/render-chart.js';
 import { applyObject, chartDir, installChartIdentity, repoRoot, schemalessCrd, type Obj } from './chart-rbac.js';
-import { ControlPlane, envtestAssets, installCrds } from '../testing/envtest.js';
-import { TestCluster, clusterNetworkSupport } from '../testing/cluster/index.js';
+import { ControlPlane, envtestAssets, installCrds } from './envtest.js';
+import { TestCluster, clusterNetworkSupport } from './cluster/index.js';
 
 /**
  * The Kubernetes mode end to end on a cluster in network namespaces (the `*.cluster.spec.ts` suites): a real
@@ -173,18 +175,28 @@ export class ChartCluster {
 
   /**
    * An HTTP origin on the bridge address (reachable from every pod, nothing else; allowed as a download source with
-   * `allowHostAddress`) serving `files` by path, e.g. `{ '/disk.raw': bytes }`; stopped with the cluster. Returns its
-   * base URL.
+   * `allowHostAddress`) serving `files` by path, e.g. `{ '/disk.raw': bytes }` or `{ '/big.raw': { file } }` (streamed
+   * from that file, for images too big to hold in memory); stopped with the cluster. Returns its base URL.
    */
-  async serveOrigin(files: Readonly<Record<string, Buffer>>): Promise<string> {
+  async serveOrigin(files: Readonly<Record<string, Buffer | { file: string }>>): Promise<string> {
     const origin = http.createServer((req, res) => {
       const body = files[req.url ?? ''];
       if (!body) {
         res.writeHead(404).end();
         return;
       }
-      res.writeHead(200, { 'content-length': body.length, 'content-type': 'application/octet-stream' });
-      res.end(body);
+      if (Buffer.isBuffer(body)) {
+        res.writeHead(200, { 'content-length': body.length, 'content-type': 'application/octet-stream' });
+        res.end(body);
+        return;
+      }
+      stat(body.file).then(
+        (st) => {
+          res.writeHead(200, { 'content-length': st.size, 'content-type': 'application/octet-stream' });
+          pipeline(createReadStream(body.file, { highWaterMark: 1 << 20 }), res).catch(() => res.destroy());
+        },
+        (err: Error) => res.writeHead(500).end(err.message),
+      );
     });
     this.origins.push(origin);
     await new Promise<void>((r) => origin.listen(0, this.cluster.hostAddress, () => r()));

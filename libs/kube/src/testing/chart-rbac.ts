@@ -2,7 +2,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 import { chartCrds, renderChart } from '../chart/render-chart.js';
-import { installCrds, type ControlPlane } from '../testing/envtest.js';
+import { installCrds, type ControlPlane } from './envtest.js';
 
 /** Test support for the envtest suites: the chart's CRDs and RBAC on a real API server, and a token of its account. */
 
