@@ -1,6 +1,7 @@
 import net from 'node:net';
 import type { ControlPlane } from '../envtest.js';
 import type { ClusterNetwork } from './network.js';
+import { relay } from './relay.js';
 
 /** A pod that may back a Service: where it listens and what it is labelled. */
 export interface ServiceEndpointPod {
@@ -105,13 +106,7 @@ export class ServiceProxy {
     const up = net.connect(b.port, b.pod.ip);
     this.sockets.add(up);
     up.once('close', () => this.sockets.delete(up));
-    const close = (): void => {
-      c.destroy();
-      up.destroy();
-    };
-    c.on('error', close);
-    up.on('error', close);
-    c.pipe(up).pipe(c);
+    relay(c, up);
   }
 
   async stop(): Promise<void> {

@@ -9,6 +9,7 @@ import type { V1Container, V1EnvVar, V1Pod } from '@kubernetes/client-node';
 import type { ControlPlane } from '../envtest.js';
 import { GarbageCollector } from './garbage-collector.js';
 import { ClusterNetwork, type LinkShape, type PodNetwork } from './network.js';
+import { relay } from './relay.js';
 import { ServiceProxy, type ServiceEndpointPod } from './service-proxy.js';
 
 /** A node of the test cluster. */
@@ -211,13 +212,7 @@ export class TestCluster {
       this.relaySockets.add(c).add(up);
       c.once('close', () => this.relaySockets.delete(c));
       up.once('close', () => this.relaySockets.delete(up));
-      c.pipe(up).pipe(c);
-      const close = (): void => {
-        c.destroy();
-        up.destroy();
-      };
-      c.on('error', close);
-      up.on('error', close);
+      relay(c, up);
     });
     await new Promise<void>((resolve, reject) => {
       this.relay!.once('error', reject);
