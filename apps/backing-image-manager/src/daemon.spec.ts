@@ -255,6 +255,7 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
     const servers: http.Server[] = [];
     const addrs: string[] = [];
     let opened = 0;
+    let late: Awaited<ReturnType<typeof start>> | undefined;
     for (let i = 0; i < 4; i++) {
       const s = http.createServer((req, res) => {
         req.resume();
@@ -275,6 +276,12 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
       expect(fourth.details).toContain('reaches to the simultaneous sending limit 3');
       // the sends have reached their receivers (a sender retries `open` for up to 120 s while nobody listens)
       await waitFor('three opens', async () => (opened === 3 ? true : undefined), 10_000);
+      // A manager told to sync from this busy sender is not failed (Longhorn failed it, and the copy then waited out
+      // the 60 s file backoff): it asks again as a send ends.
+      late = await start(await makeDisk(root, 'fanLate'));
+      await late.client.sync({ spec: { name: 'fan', uuid: 'uf', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress });
+      await waitFor('the late receiver told the sender is busy', async () => (late!.stderr().includes('asking again as a send ends') ? true : undefined), 10_000);
+      expect((await stateOf(late, 'fan', 'uf')).state).not.toBe('failed');
     } finally {
       for (const s of servers) {
         s.closeAllConnections();
@@ -282,6 +289,7 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
       }
       release.forEach((f) => f());
     }
+    expect((await waitState(late!, 'fan', 'uf', 'ready')).checksum).toBe(sha);
     await waitFor('sends over', async () => ((await stateOf(a, 'fan', 'uf')).sendingReference === 0 ? true : undefined), 30_000);
     // and three real receivers at once
     const receivers = await Promise.all(['fan1', 'fan2', 'fan3'].map(async (n) => start(await makeDisk(root, n))));

@@ -1,5 +1,6 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   status,
   type sendUnaryData,
@@ -42,6 +43,9 @@ import {
 import { toBackingImageResponse } from './convert.js';
 import { DataSourceClient } from '@bis/data-source-api';
 import { BackupTracker, type BackupRunner } from './backups.js';
+
+/** A sender's refusal because it already sends the file to as many peers as it may (Longhorn's wording). */
+const SENDER_BUSY = /reaches to the simultaneous sending limit/;
 
 export interface ManagerServiceOptions {
   diskPath: string;
@@ -324,14 +328,40 @@ export class ManagerService {
     }
     const client = new ManagerClient(fromAddress, { token: this.#o.internalToken });
     try {
-      await client.send(name, uuid, `${this.#o.receiverHost}:${port}`);
-    } catch (err) {
-      const msg = `failed to ask the peer manager ${fromAddress} to send: ${(err as { details?: string }).details ?? errorMessage(err)}`;
-      this.#log(`${filePath}: ${msg}`);
-      this.#o.sync.cancel(filePath, msg);
+      for (let waitMs = 250, told = false; ; waitMs = Math.min(waitMs * 2, 2000)) {
+        try {
+          await client.send(name, uuid, `${this.#o.receiverHost}:${port}`);
+          return;
+        } catch (err) {
+          const details = (err as { details?: string }).details ?? errorMessage(err);
+          // The sender is at its limit of simultaneous sends (Longhorn's 3; its words, so a Longhorn sender is
+          // understood too). That is no failure of this copy: the controller chose the sender from a status up to a
+          // List old, and a slot frees when one of its sends ends. Ask again while the receiver waits for its first
+          // byte (the sync service fails it after its begin timeout); failing it here would hold the copy back for
+          // the whole file backoff (60 s).
+          if (SENDER_BUSY.test(details) && this.#waitingForSender(filePath)) {
+            if (!told) this.#log(`${filePath}: the peer manager ${fromAddress} is sending this file to as many peers as it may (${details}); asking again as a send ends`);
+            told = true;
+            await sleep(waitMs, undefined, { signal: this.#stop.signal }).catch(() => undefined); // stopped: the loop ends below
+            if (this.#waitingForSender(filePath)) continue;
+            return;
+          }
+          const msg = `failed to ask the peer manager ${fromAddress} to send: ${details}`;
+          this.#log(`${filePath}: ${msg}`);
+          this.#o.sync.cancel(filePath, msg);
+          return;
+        }
+      }
     } finally {
       client.close();
     }
+  }
+
+  /** Whether the receive of `filePath` still waits for its sender to begin (not stopped, cancelled or failed). */
+  #waitingForSender(filePath: string): boolean {
+    if (this.#stop.signal.aborted || !this.#o.sync.has(filePath)) return false;
+    const st = this.#o.sync.get(filePath).state;
+    return st === FileState.Pending || st === FileState.Starting;
   }
 
   /** Resolves at the next change of `filePath`'s record, or after `maxMs` at the latest. */
