@@ -185,12 +185,19 @@ describe('backing image controllers over the embedded store', () => {
     const sum = h.sim.serve(URL, DATA);
     await h.cm.actions.create({ name: 'kill', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 2 });
     const call = await waitFor('a sync started', () => h!.sim.syncCalls[0]);
+    const killedDisk = (await h.store.get(BackingImageManagerKind, call.to, NS)).spec?.diskUUID ?? '';
     h.sim.kill(call.to);
-    const bi = await waitReady('kill', 2, 15_000);
+    // The killed manager's copy converges once its manager is back. Meanwhile a third copy may have been added
+    // elsewhere, since the failed copy did not count as healthy: that is the replenishment doing its job, and the
+    // unused-copy cleanup removes the extra copy later.
+    const bi = await waitFor('the killed manager\'s copy ready again, with at least 2 ready copies', async () => {
+      const b = await getBI('kill');
+      return readyDisks(b).includes(killedDisk) && readyDisks(b).length >= 2 ? b : undefined;
+    }, 15_000);
     expect(h.sim.syncCalls.length).toBeGreaterThanOrEqual(2);
     expect(h.sim.downloads.get(URL)).toBe(1);
     expect(h.sim.managers.has(call.to)).toBe(true);
-    expect(readyDisks(bi)).toHaveLength(2);
+    expect(readyDisks(bi).length).toBeGreaterThanOrEqual(2);
   });
 
   it('when every copy failed longer than the recovery wait, a download image is prepared again from the origin', async () => {

@@ -503,7 +503,7 @@ export class BackingImageManagerController extends Controller {
       const candidates = all
         .filter((m) => !m.metadata.deletionTimestamp && m.metadata.name !== name)
         .map((m) => ({ m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: m.status?.backingImageFileMap?.[biName] as BackingImageFileInfo | undefined }));
-      const { sender, anyReady } = pickSender(candidates);
+      const { sender, anyReady } = pickSender(candidates, name);
       const size = bi.status?.size || bids.status?.size || 0;
       if (!anyReady) {
         backoff.next(biName);

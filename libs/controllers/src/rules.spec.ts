@@ -181,7 +181,7 @@ describe('recovery when every copy failed', () => {
 });
 
 describe('senders and the per-node sync limit', () => {
-  it('picks the first running default manager with a ready file and fewer than 3 sends', () => {
+  it('picks a running default manager with a ready file and fewer than 3 sends', () => {
     const c = [
       { name: 'm1', running: true, defaultImage: true, file: { state: 'ready' as const, sendingReference: 3 } },
       { name: 'm2', running: false, defaultImage: true, file: { state: 'ready' as const, sendingReference: 0 } },
@@ -190,6 +190,20 @@ describe('senders and the per-node sync limit', () => {
     expect(pickSender(c).sender?.name).toBe('m3');
     expect(pickSender(c.slice(0, 2))).toEqual({ anyReady: true });
     expect(pickSender([{ name: 'x', running: true, defaultImage: true, file: { state: 'in-progress' as const, sendingReference: 0 } }])).toEqual({ anyReady: false });
+  });
+
+  it('spreads receivers over equally busy senders, prefers the least busy one, and keeps a receiver on its choice', () => {
+    const ready = (name: string, sendingReference: number) => ({ name, running: true, defaultImage: true, file: { state: 'ready' as const, sendingReference } });
+    const senders = ['s1', 's2', 's3', 's4'].map((n) => ready(n, 0));
+    const receivers = Array.from({ length: 12 }, (_, i) => `bim-receiver-${i}`);
+    const chosen = receivers.map((r) => pickSender(senders, r).sender!.name);
+    // every sender is chosen by some receiver (taking the first in list order sent all twelve to s1)
+    expect(new Set(chosen)).toEqual(new Set(['s1', 's2', 's3', 's4']));
+    // the same receiver asks the same sender while nothing changed, whatever the list order
+    expect(receivers.map((r) => pickSender([...senders].reverse(), r).sender!.name)).toEqual(chosen);
+    // a less busy sender wins over a busier one
+    expect(pickSender([ready('busy', 2), ready('idle', 0)], 'bim-receiver-0').sender?.name).toBe('idle');
+    expect(pickSender([ready('busy', 2), ready('idle', 0)], 'bim-receiver-1').sender?.name).toBe('idle');
   });
 
   it('limits concurrent syncs per node and frees slots when syncs finish', () => {

@@ -287,15 +287,36 @@ export interface SenderCandidate {
   file?: Pick<BackingImageFileInfo, 'state' | 'sendingReference'>;
 }
 
-/** §3.3 step 4.3: the first running default manager holding a ready file with fewer than 3 outgoing transfers. */
-export function pickSender<T extends SenderCandidate>(candidates: readonly T[]): { sender?: T; anyReady: boolean } {
+/**
+ * §3.3 step 4.3: a running default manager holding a ready file with fewer than 3 outgoing transfers. Longhorn takes
+ * the first one it finds in a Go map, whose iteration order is random, so receivers spread over the ready copies.
+ * Here the least busy sender is taken, and among equally busy ones the receiver (`receiverKey`, e.g. its manager's
+ * name) decides by a stable hash: receivers spread over the senders without randomness, and a receiver asks the same
+ * sender again while nothing changed. (Taking the first candidate in list order, as this did before, sent every
+ * receiver to one sender: the 4th and later were refused at its limit of 3.)
+ */
+export function pickSender<T extends SenderCandidate>(candidates: readonly T[], receiverKey = ''): { sender?: T; anyReady: boolean } {
   let anyReady = false;
+  let best: { c: T; busy: number; rank: number } | undefined;
   for (const c of candidates) {
     if (!c.running || !c.defaultImage || c.file?.state !== 'ready') continue;
     anyReady = true;
-    if ((c.file.sendingReference ?? 0) < SENDING_LIMIT) return { sender: c, anyReady };
+    const busy = c.file.sendingReference ?? 0;
+    if (busy >= SENDING_LIMIT) continue;
+    const rank = stableHash(`${receiverKey}\u0000${c.name}`);
+    if (!best || busy < best.busy || (busy === best.busy && rank < best.rank)) best = { c, busy, rank };
   }
-  return { anyReady };
+  return best ? { sender: best.c, anyReady } : { anyReady };
+}
+
+/** FNV-1a over the UTF-16 code units: a cheap hash that is the same in every process. */
+function stableHash(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h;
 }
 
 const IN_PROGRESS = new Set(['in-progress', 'pending', 'starting']);
