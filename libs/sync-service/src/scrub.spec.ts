@@ -66,7 +66,8 @@ async function flipByte(f: string, offset: number): Promise<void> {
   await fsp.utimes(f, MTIME, MTIME);
 }
 
-async function waitFor(what: () => boolean, ms = 15_000): Promise<void> {
+/** Waits for a condition; the default deadline leaves room for a loaded machine (checks run at a lower priority). */
+async function waitFor(what: () => boolean, ms = 45_000): Promise<void> {
   const end = Date.now() + ms;
   while (!what()) {
     if (Date.now() > end) throw new Error('timed out');

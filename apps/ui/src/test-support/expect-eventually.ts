@@ -1,8 +1,11 @@
 import { expect } from '@jest/globals';
 import type { Locator } from 'playwright-core';
 
-/** Retries `check` (jest assertions) until it passes or `timeoutMs` passes; then it throws the last failure. */
-export async function eventually(check: () => Promise<void>, timeoutMs = 15_000): Promise<void> {
+/**
+ * Retries `check` (jest assertions) until it passes or `timeoutMs` passes; then it throws the last failure. The
+ * default leaves room for a loaded machine (a 15 s default timed out at load 10 while the system was still working).
+ */
+export async function eventually(check: () => Promise<void>, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
