@@ -33,6 +33,15 @@ function* walk(dir) {
   }
 }
 
+/** Every file of the projects (libs/, apps/, tools/) under `root`, with its path relative to `root`. */
+function* projectFiles(root) {
+  for (const top of ['libs', 'apps', 'tools']) {
+    const base = join(root, top);
+    if (!existsSync(base)) continue;
+    for (const file of walk(base)) yield { file, rel: relative(root, file) };
+  }
+}
+
 const OUTSIDE = [
   { re: /(?:^|[^.\w])\.\.\/(?:\.\.\/)*shared\b/, why: 'a folder beside the repository (../shared)' },
   { re: /['"`]\/work\//, why: 'an absolute path on the build host (/work/...)' },
@@ -43,25 +52,20 @@ const RELATIVE = /['"`]((?:\.\.\/)+)[^'"`\s]*['"`]/g;
 /** Every reference to a path outside the repository in the test files under `root`: `file:line: why`. */
 export function outsideReferences(root) {
   const found = [];
-  for (const top of ['libs', 'apps', 'tools']) {
-    const base = join(root, top);
-    if (!existsSync(base)) continue;
-    for (const file of walk(base)) {
-      const rel = relative(root, file);
-      if (!isTestFile(rel)) continue;
-      const depth = dirname(rel).split(sep).length; // levels between the file's folder and the root
-      readFileSync(file, 'utf8').split('\n').forEach((line, i) => {
-        // a path traversal that a test sends as an attack, never reads: marked on its line with the reason
-        if (line.includes('test-isolation: attack string')) return;
-        // one finding per line: the first reason that applies
-        let why = OUTSIDE.find(({ re }) => re.test(line))?.why;
-        for (const m of why ? [] : line.matchAll(RELATIVE)) {
-          const ups = m[1].length / 3;
-          if (ups > depth) why ??= `"${m[0].slice(1, -1)}" climbs ${ups} levels from a folder ${depth} below the root`;
-        }
-        if (why) found.push(`${rel}:${i + 1}: ${why}: ${line.trim()}`);
-      });
-    }
+  for (const { file, rel } of projectFiles(root)) {
+    if (!isTestFile(rel)) continue;
+    const depth = dirname(rel).split(sep).length; // levels between the file's folder and the root
+    readFileSync(file, 'utf8').split('\n').forEach((line, i) => {
+      // a path traversal that a test sends as an attack, never reads: marked on its line with the reason
+      if (line.includes('test-isolation: attack string')) return;
+      // one finding per line: the first reason that applies
+      let why = OUTSIDE.find(({ re }) => re.test(line))?.why;
+      for (const m of why ? [] : line.matchAll(RELATIVE)) {
+        const ups = m[1].length / 3;
+        if (ups > depth) why ??= `"${m[0].slice(1, -1)}" climbs ${ups} levels from a folder ${depth} below the root`;
+      }
+      if (why) found.push(`${rel}:${i + 1}: ${why}: ${line.trim()}`);
+    });
   }
   return found;
 }
@@ -72,20 +76,15 @@ const UPPER = /expect\(([^;]*?)\)\s*\.\s*(toBeLessThan|toBeLessThanOrEqual)\(/g;
 /** Every assertion of an upper bound on wall-clock time in the spec files under `root`: `file:line: assertion`. */
 export function wallClockUpperBounds(root) {
   const found = [];
-  for (const top of ['libs', 'apps', 'tools']) {
-    const base = join(root, top);
-    if (!existsSync(base)) continue;
-    for (const file of walk(base)) {
-      const rel = relative(root, file);
-      if (!/\.spec\.[cm]?[jt]sx?$/.test(rel)) continue;
-      const text = readFileSync(file, 'utf8');
-      // variables that hold a wall-clock difference: `const took = Date.now() - t0`
-      const timed = [...text.matchAll(new RegExp(String.raw`(?:const|let|var)\s+(\w+)\s*=\s*[^;\n]*${NOW}[^;\n]*-`, 'g'))].map((m) => m[1]);
-      const isTimed = (arg) => new RegExp(NOW).test(arg) || timed.some((v) => new RegExp(String.raw`\b${v}\b`).test(arg));
-      text.split('\n').forEach((line, i) => {
-        for (const m of line.matchAll(UPPER)) if (isTimed(m[1])) found.push(`${rel}:${i + 1}: ${line.trim()}`);
-      });
-    }
+  for (const { file, rel } of projectFiles(root)) {
+    if (!/\.spec\.[cm]?[jt]sx?$/.test(rel)) continue;
+    const text = readFileSync(file, 'utf8');
+    // variables that hold a wall-clock difference: `const took = Date.now() - t0`
+    const timed = [...text.matchAll(new RegExp(String.raw`(?:const|let|var)\s+(\w+)\s*=\s*[^;\n]*${NOW}[^;\n]*-`, 'g'))].map((m) => m[1]);
+    const isTimed = (arg) => new RegExp(NOW).test(arg) || timed.some((v) => new RegExp(String.raw`\b${v}\b`).test(arg));
+    text.split('\n').forEach((line, i) => {
+      for (const m of line.matchAll(UPPER)) if (isTimed(m[1])) found.push(`${rel}:${i + 1}: ${line.trim()}`);
+    });
   }
   return found;
 }
