@@ -402,18 +402,9 @@ export class BackingImageController extends Controller {
 
   private async replenish(bi: Stored<BackingImage>, topo: Topology): Promise<void> {
     const bids = await getOrUndefined(this.ctx.store.get(BackingImageDataSourceKind, bi.metadata.name, this.ctx.namespace));
-    if (!bids?.spec) return;
-    const specMap = bi.spec!.diskFileSpecMap!;
-    if (!bids.spec.fileTransferred) {
-      // Longhorn adds the other copies only once the first file is transferred, so their managers start (pods are
-      // scheduled, processes listen) only then. Here the copies are placed as soon as the first file's disk is known
-      // and its data source has not failed: their managers start while the first file is prepared, and each waits
-      // for that file before it syncs (the manager controller syncs only transferred images).
-      const first = bids.spec.diskUUID ?? '';
-      const state = bids.status?.currentState ?? '';
-      if (!first || !specMap[first] || state === 'failed' || state === 'failed-and-cleanup') return;
-    }
+    if (!bids?.spec?.fileTransferred) return;
     const limit = await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit);
+    const specMap = bi.spec!.diskFileSpecMap!;
     if (!needsReplenish(specMap, bi.status!.diskFileStatusMap ?? {}, bi.spec!.minNumberOfCopies ?? 1, limit)) return;
     const p = pickDiskForCopy(topo, specMap, await selectorPolicy(this.ctx, bi));
     if (!p) {

@@ -77,27 +77,6 @@ describe('backing image controllers over the embedded store', () => {
     await expect(h.cm.actions.uploadTarget('up')).rejects.toThrow();
   });
 
-  it('the managers of the other copies start while the first file is prepared, and sync only once it is transferred', async () => {
-    h = await startHarness();
-    await h.cm.actions.create({ name: 'early', sourceType: 'upload', minNumberOfCopies: 3 });
-    // the upload has not happened: the first file is not there, yet all three copies are placed and their managers run
-    const bims = await waitFor('three running managers before the first file', async () => {
-      const bi = await getBI('early');
-      const items = (await h!.store.list(BackingImageManagerKind, { namespace: NS })).items;
-      const running = items.filter((m) => m.status?.currentState === 'running' && m.spec?.backingImages?.['early'] === bi.status?.uuid);
-      return Object.keys(bi.spec?.diskFileSpecMap ?? {}).length === 3 && running.length === 3 ? running : undefined;
-    });
-    expect(new Set(bims.map((m) => m.spec?.diskUUID)).size).toBe(3);
-    const bids = await h.store.get(BackingImageDataSourceKind, 'early', NS);
-    expect(bids.spec?.fileTransferred).toBe(false);
-    expect(h.sim.syncCalls).toHaveLength(0);
-    await waitFor('upload target', () => h!.cm.actions.uploadTarget('early'));
-    h.sim.upload('early', 'uploaded-bytes');
-    const bi = await waitReady('early', 3);
-    expect(bi.status?.size).toBe('uploaded-bytes'.length);
-    expect(h.sim.syncCalls.map((c) => c.bi)).toEqual(['early', 'early']);
-  });
-
   it('disk eviction moves the copy; evicting the only eligible disk keeps it with a FailedDeleting event', async () => {
     h = await startHarness([{ uuid: 'disk-1', tags: ['ssd'] }, { uuid: 'disk-2' }, { uuid: 'disk-3', tags: ['ssd'] }]);
     const sum = h.sim.serve(URL, DATA);
