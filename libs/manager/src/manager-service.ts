@@ -38,14 +38,12 @@ import {
   SyncService,
   backingImageNameFromPath,
   errorMessage,
+  isSendingLimitRefusal,
   removeFileSet,
 } from '@bis/sync-service';
 import { toBackingImageResponse } from './convert.js';
 import { DataSourceClient } from '@bis/data-source-api';
 import { BackupTracker, type BackupRunner } from './backups.js';
-
-/** A sender's refusal because it already sends the file to as many peers as it may (Longhorn's wording). */
-const SENDER_BUSY = /reaches to the simultaneous sending limit/;
 
 export interface ManagerServiceOptions {
   diskPath: string;
@@ -339,7 +337,7 @@ export class ManagerService {
           // List old, and a slot frees when one of its sends ends. Ask again while the receiver waits for its first
           // byte (the sync service fails it after its begin timeout); failing it here would hold the copy back for
           // the whole file backoff (60 s).
-          if (SENDER_BUSY.test(details) && this.#waitingForSender(filePath)) {
+          if (isSendingLimitRefusal(details) && this.#waitingForSender(filePath)) {
             if (!told) this.#log(`${filePath}: the peer manager ${fromAddress} is sending this file to as many peers as it may (${details}); asking again as a send ends`);
             told = true;
             await sleep(waitMs, undefined, { signal: this.#stop.signal }).catch(() => undefined); // stopped: the loop ends below

@@ -39,6 +39,14 @@ import {
 } from './integrity.js';
 
 export const SENDING_LIMIT = 3;
+
+/** How a sender refuses a send beyond its limit (Longhorn's words; a receiving manager asks again when it sees them). */
+const SENDING_LIMIT_REFUSAL = 'reaches to the simultaneous sending limit';
+
+/** Whether an error message is a sender's refusal because it already sends the file to as many peers as it may. */
+export function isSendingLimitRefusal(message: string): boolean {
+  return message.includes(SENDING_LIMIT_REFUSAL);
+}
 const FAILURE_PREFIX = 'failed to process sync file: ';
 
 export interface SyncServiceOptions {
@@ -545,13 +553,13 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     if (!toAddress) throw new SyncServiceError(`no to-address for sending sync file ${filePath}`);
     const limit = this.#opts.sendingLimit ?? SENDING_LIMIT;
     if (f.sendingReference >= limit) {
-      throw new SyncServiceError(`syncing file ${filePath} reaches to the simultaneous sending limit ${limit}`);
+      throw new SyncServiceError(`syncing file ${filePath} ${SENDING_LIMIT_REFUSAL} ${limit}`);
     }
     await this.#checkReady(f);
     if (f.state !== FileState.Ready) throw new SyncServiceError(`invalid state ${f.state} for file sending`);
     const layout = this.#opts.layout ?? (async (p: string) => (await loadBlockMapping()).getFileLayout(p));
     if (f.sendingReference >= limit) {
-      throw new SyncServiceError(`syncing file ${filePath} reaches to the simultaneous sending limit ${limit}`);
+      throw new SyncServiceError(`syncing file ${filePath} ${SENDING_LIMIT_REFUSAL} ${limit}`);
     }
     f.sendingReference++;
     this.#changed(f);

@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { KubeConfig } from '@kubernetes/client-node';
+import { freeTestSubnet } from './cluster/network.js';
 
 const run = promisify(execFile);
 
@@ -45,15 +46,7 @@ export interface ControlPlaneOptions {
 
 /** A /24 in 10.214.0.0/16 that no address or route of this host uses (chosen from the pid, so parallel runs differ). */
 async function freeServiceRange(): Promise<string> {
-  const used = await Promise.all([run('ip', ['-4', 'addr', 'show']), run('ip', ['-4', 'route', 'show'])]).then(
-    (r) => r.map((x) => x.stdout).join('\n'),
-    () => '', // no `ip`: nothing to avoid but the pid's own choice
-  );
-  for (let i = 0; i < 250; i++) {
-    const o = ((process.pid + i) % 250) + 1;
-    if (!used.includes(`10.214.${o}.`)) return `10.214.${o}.0/24`;
-  }
-  throw new Error('no free /24 in 10.214.0.0/16 for the service range');
+  return `10.214.${await freeTestSubnet('10.214')}.0/24`;
 }
 
 /** Free TCP port on 127.0.0.1 (the OS picks it; closed again before use). */

@@ -11,6 +11,22 @@ export const CLUSTER_NAME_PREFIX = 'bisc';
 const RANGE = '10.213';
 
 /**
+ * A /24 of `<prefix>.0.0/16` that no address or route of this host uses, as its third octet (1–250), chosen from the
+ * pid so that parallel runs differ. Without `ip`, the pid's own choice.
+ */
+export async function freeTestSubnet(prefix: string): Promise<number> {
+  const used = await Promise.all([sh('ip', ['-4', 'addr', 'show']), sh('ip', ['-4', 'route', 'show'])]).then(
+    (r) => r.join('\n'),
+    () => '', // no `ip`: nothing to avoid but the pid's own choice
+  );
+  for (let i = 0; i < 250; i++) {
+    const o = ((process.pid + i) % 250) + 1;
+    if (!used.includes(`${prefix}.${o}.`)) return o;
+  }
+  throw new Error(`no free /24 in ${prefix}.0.0/16 for the test cluster`);
+}
+
+/**
  * Whether this process can build a cluster in network namespaces: root, `ip netns`, `unshare`, `tc`. Answers the
  * reason when it cannot (for a skip message).
  */
@@ -107,17 +123,7 @@ export class ClusterNetwork {
   static async create(serviceRange?: string): Promise<ClusterNetwork> {
     if (serviceRange !== undefined && !/^\d+\.\d+\.\d+\.0\/24$/.test(serviceRange)) throw new Error(`the service range must be a /24, not ${serviceRange}`);
     await sweepStale();
-    const routes = await ip('-4', 'route', 'show');
-    const pid = process.pid;
-    let octet = -1;
-    for (let i = 0; i < 250; i++) {
-      const o = (pid + i) % 250 + 1;
-      if (!routes.includes(`${RANGE}.${o}.`)) {
-        octet = o;
-        break;
-      }
-    }
-    if (octet < 0) throw new Error(`no free /24 in ${RANGE}.0.0/16 for the test cluster`);
+    const octet = await freeTestSubnet(RANGE);
     const net = new ClusterNetwork(`${RANGE}.${octet}.0/24`, `${RANGE}.${octet}.1`, serviceRange);
     try {
       await ip('link', 'add', net.bridge, 'type', 'bridge');

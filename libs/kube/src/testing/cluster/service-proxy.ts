@@ -48,11 +48,6 @@ export class ServiceProxy {
     private readonly log: (line: string) => void,
   ) {}
 
-  /** The listeners, as `namespace/service -> ip:port` (for diagnostics). */
-  describe(): string[] {
-    return [...this.listeners].map(([key, l]) => `${l.namespace}/${l.service} -> ${key}`);
-  }
-
   async pass(): Promise<void> {
     if (this.stopped) return;
     const res = await this.cp.request('GET', '/api/v1/services');
