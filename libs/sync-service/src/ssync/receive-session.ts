@@ -18,6 +18,8 @@ const MAX_INFLIGHT_SEGMENT = 16 << 20;
 const DEFAULT_MIN_SENDER_RATE = 1 << 20;
 /** Largest accepted `sha512Chain` body (64 bytes of state per segment: 32 MiB is 1 TiB in 2 MiB segments). */
 const MAX_CHAIN_BODY = 64 << 20;
+/** How long a receive failed after its answers waits for the sender to be told (SsyncReceiverOptions.fatalLingerMs). */
+const FATAL_LINGER_MS = 10_000;
 
 /**
  * Opens the target for reading and writing (created and truncated unless it existed) with `O_NOFOLLOW`: its path was
@@ -106,6 +108,15 @@ export class ReceiveSession {
    * arriving is answered with it (so every sender worker learns why), then the receive ends.
    */
   #fatalError: Error | undefined;
+  /** Wakes a failing finish that lingers until the sender has been told the fatal error (see #finish). */
+  #fatalTold: (() => void) | undefined;
+  #fatalAnswered = false;
+  /** A reply carrying the fatal error went out: a lingering finish may close the port (after the write is flushed). */
+  readonly #onFatalSent = (): void => {
+    this.#fatalAnswered = true;
+    const wake = this.#fatalTold;
+    if (wake) setImmediate(wake);
+  };
   #finished = false;
   /** Requests being handled. */
   readonly #inflight = new Set<Promise<unknown>>();
@@ -180,7 +191,7 @@ export class ReceiveSession {
       contentType: 'text/plain; charset=utf-8',
       close,
     });
-    if (this.#fatalError && !this.#finished) return text(400, this.#fatalError.message, true);
+    if (this.#fatalError) return { ...text(400, this.#fatalError.message, true), onSent: this.#onFatalSent };
     if (this.#finished) return text(503, 'receiver is closed', false);
     const p = this.#route(req);
     this.#inflight.add(p);
@@ -193,9 +204,15 @@ export class ReceiveSession {
       return await p;
     } catch (err) {
       const e = err as Error;
+      const reply = text(e instanceof HttpProtocolError ? e.status : 500, e.message, !req.complete);
       // a body not read to its end: the server tells the client this connection ends
-      return text(e instanceof HttpProtocolError ? e.status : 500, e.message, !req.complete);
+      return this.#isFatal(e) ? { ...reply, onSent: this.#onFatalSent } : reply;
     }
+  }
+
+  /** Whether a request's failure is the receive's fatal error (set while the request ran). */
+  #isFatal(e: Error): boolean {
+    return this.#fatalError !== undefined && e.message === this.#fatalError.message;
   }
 
   async #route(req: ReceiverHttpRequest): Promise<ReceiverHttpReply> {
@@ -494,7 +511,8 @@ export class ReceiveSession {
     if (this.#fatalError || this.#finished) return;
     const fatal = new SsyncReceiveError(`${what}: ${err.message}`);
     this.#fatalError = fatal;
-    this.#server.close();
+    // The server keeps answering (every request gets the fatal error) until #finish(): a sender between two requests
+    // learns why instead of finding the port closed.
     // #finish() settles `done` with the outcome; callers wait on `done`.
     void Promise.allSettled([...this.#inflight]).then(() => this.#finish(fatal));
   }
@@ -506,6 +524,20 @@ export class ReceiveSession {
     this.#finished = true;
     const opts = this.#opts;
     if (this.#idleTimer) clearTimeout(this.#idleTimer);
+    if (err && err === this.#fatalError && !this.#fatalAnswered && !opts.signal?.aborted) {
+      // The failure came after the answers (a deferred verification or write): no request has carried it to the sender
+      // yet. Wait briefly for the sender's next request, which gets it, rather than close the port under the sender,
+      // which would only see a refused connection (and not know its copy may be bad).
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, opts.fatalLingerMs ?? FATAL_LINGER_MS);
+        const wake = (): void => {
+          clearTimeout(t);
+          resolve();
+        };
+        this.#fatalTold = wake;
+        opts.signal?.addEventListener('abort', wake, { once: true });
+      });
+    }
     opts.signal?.removeEventListener('abort', this.#onAbort);
     this.#server.close();
     this.#server.closeAllConnections();

@@ -27,6 +27,13 @@ export interface SsyncReceiverOptions {
    */
   senderGoneTimeoutMs?: number;
   /**
+   * A verification or write that fails after its request was answered fails the receive; the port then stays open
+   * until a request of the sender has been answered with that failure, or for this long (default 10 s), so the sender
+   * learns why (and checks its own copy) instead of finding the port closed. A sender that never comes back (it is gone)
+   * delays the failure by that much; the stall timeout is longer.
+   */
+  fatalLingerMs?: number;
+  /**
    * The slowest sender rate (bytes/s) still taken as progress (default 1 MiB/s). While the receiver reads a piece of
    * `n` bytes of a body from the sender, the stall timeout is `max(idleTimeoutMs, n / minSenderRate)`: a large piece
    * on a slow link is not mistaken for a stall.

@@ -357,6 +357,47 @@ describe('ssync sender requests', () => {
     else expect(calls).toBe(24);
   });
 
+  it('a segment that fails its check after its answer: the next request, even on a new connection, is told why before the port closes', async () => {
+    const src = await sparseFile('src', 'dddd'); // 2 segments of 2 MiB
+    const { computeFileChain, encodeChain } = await import('@bis/sha512-chain');
+    const chain = await computeFileChain(src);
+    const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'dst'), size: 4 * MiB, fatalLingerMs: 60_000 });
+    /** One request on a connection of its own; the status and the answer's text. */
+    const ask = (method: string, op: string, body?: Buffer) =>
+      new Promise<{ status: number; text: string }>((resolve, reject) => {
+        const req = http.request({ host: '127.0.0.1', port: rx.port, method, path: `/v1-ssync/${op}`, agent: false }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode!, text: Buffer.concat(chunks).toString() }));
+        });
+        req.on('error', (e) => reject(new Error(`${op}: ${e.message}`)));
+        req.end(body);
+      });
+    expect((await ask('GET', 'open?begin=0&end=' + 4 * MiB + '&directIO=false')).status).toBe(200);
+    expect((await ask('POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
+    const bad = readFileSync(src).subarray(0, 2 * MiB);
+    bad[12345] ^= 0xff;
+    // a whole segment: verified while it is written, after the answer may have gone out
+    const write = await ask('POST', `writeData?begin=0&end=${2 * MiB}`, bad);
+    const rejected = rx.done.then(
+      () => 'completed',
+      (e: Error) => e.message,
+    );
+    // until the check has failed a harmless request is served; from then on every request gets the failure
+    let last = write;
+    while (last.status === 200) {
+      await new Promise((r) => setTimeout(r, 10));
+      last = await ask('GET', `getChecksum?begin=${2 * MiB}&end=${4 * MiB}`);
+    }
+    expect(last.status).toBe(400);
+    expect(last.text).toContain("the received data does not match the sender's SHA-512 chain");
+    expect(last.text).toContain('segment 0');
+    // the sender has been told: the receive ends without waiting out the linger
+    expect(await rejected).toBe(last.text.trim());
+    await rx.closed;
+    await expect(ask('GET', 'getChecksum?begin=0&end=1')).rejects.toThrow(/ECONNREFUSED/);
+  });
+
   it('a request the receiver never answers times out with the per-request timeout and is not closed as complete', async () => {
     const src = await sparseFile('src', 'dd');
     const rx = await recordingReceiver(404, true);
