@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupBackingImageKind, BackupTargetKind, NodeKind, ReplicaKind, SettingKind, type BackingImage } from './kinds.js';
 import { replicaLabels } from './names.js';
-import { NS, startHarness, waitFor, type Harness } from './test-support/harness.js';
+import { FAST_TIMING, NS, startHarness, waitFor, type Harness } from './test-support/harness.js';
 
 const URL = 'http://127.0.0.1:8080/parrot.raw';
 const DATA = 'parrot-image-bytes-'.repeat(64);
@@ -145,6 +145,24 @@ describe('backing image controllers over the embedded store', () => {
     expect((await h.store.list(BackingImageDataSourceKind, { namespace: NS })).items).toHaveLength(0);
     expect([...h.sim.disks.values()].every((d) => d.size === 0)).toBe(true);
     expect(h.sim.managers.size).toBe(0);
+  });
+
+  it('a deleted manager takes with it a file its status has not shown yet (a Fetch that returned just before)', async () => {
+    // The monitor Lists only after a change it was told of: a file registered without telling it stays out of the
+    // status, as one does between a Fetch's return and the monitor's next List.
+    h = await startHarness([{ uuid: 'disk-1' }], { timing: { ...FAST_TIMING, managerForcedListTicks: 1_000_000 } });
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'only', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
+    await waitReady('only', 1);
+    const m = [...h.sim.managers.values()][0]!;
+    const late = { name: 'late', uuid: 'u-late', size: 1, checksum: '', state: 'ready', progress: 100, message: '', sendingReference: 0 };
+    m.files.set('late', late);
+    h.sim.disks.get('disk-1')!.set('late-u-late', late);
+    const bim = (await h.store.list(BackingImageManagerKind, { namespace: NS })).items[0]!;
+    expect(Object.keys(bim.status?.backingImageFileMap ?? {})).toEqual(['only']);
+    await h.cm.actions.delete('only');
+    await waitFor('managers deleted', async () => (await h!.store.list(BackingImageManagerKind, { namespace: NS })).items.length === 0);
+    expect([...h.sim.disks.get('disk-1')!.keys()]).toEqual([]);
   });
 
   it('a controller restart mid-download converges without a second download', async () => {

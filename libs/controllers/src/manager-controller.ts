@@ -194,7 +194,16 @@ export class BackingImageManagerController extends Controller {
     const address = bim.metadata.annotations?.[Annotation.Address];
     if (bim.spec?.image === image && bim.status?.currentState === 'running' && address) {
       const api = this.ctx.dataPlane.managerClient(address);
-      for (const [bi, f] of Object.entries(bim.status?.backingImageFileMap ?? {})) {
+      // What the manager holds now, not only what the status last showed: a Fetch that returned just before this
+      // reconcile (the reconcile that asked for it waits for it) registered a file the monitor may not have reported
+      // yet, and the stopped manager would leave it on the disk for good.
+      const files = { ...(bim.status?.backingImageFileMap ?? {}) };
+      try {
+        Object.assign(files, fileMapFromList(await api.list()));
+      } catch (err) {
+        this.ctx.log.warn(`failed to list the files of manager ${name} before deleting it: ${errMessage(err)}`);
+      }
+      for (const [bi, f] of Object.entries(files)) {
         try {
           await api.delete(bi, f.uuid ?? '');
         } catch (err) {

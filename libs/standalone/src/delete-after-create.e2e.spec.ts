@@ -1,7 +1,7 @@
 import { readFile, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { BackingImageDataSourceKind, BackingImageKind, dataSourceWorkloadName } from '@bis/controllers';
+import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, dataSourceWorkloadName } from '@bis/controllers';
 import { startStandalone, type StandaloneHandle } from './standalone.js';
 import { BINARIES, binariesBuilt, startImageServer, tempDir, waitFor, writeImage, type ImageServer } from './test-support/e2e.js';
 
@@ -117,6 +117,18 @@ describe('a delete right after a create finishes, for every source type', () => 
 });
 
 /** Directories and files named after the image anywhere under the data directory (copies, temporary files). */
+/** For a failure message: each leftover with what is inside it, and every manager's listed files. */
+async function describeLeftovers(name: string): Promise<string> {
+  const lines: string[] = [];
+  for (const p of await leftovers(name)) {
+    const inside = await readdir(p).catch(() => undefined);
+    lines.push(inside === undefined ? p : `${p}/ [${inside.join(', ')}]`);
+  }
+  const managers = await sys.store.list(BackingImageManagerKind, { namespace: sys.namespace }).then((r) => r.items, () => []);
+  for (const m of managers) lines.push(`manager ${m.metadata.name}: spec ${JSON.stringify(m.spec?.backingImages ?? {})}, files ${JSON.stringify(m.status?.backingImageFileMap ?? {})}`);
+  return lines.join('\n');
+}
+
 async function leftovers(name: string): Promise<string[]> {
   const out: string[] = [];
   const walk = async (dir: string): Promise<void> => {
@@ -154,7 +166,7 @@ describe('a delete at later moments of an image\'s life finishes and leaves noth
     expect((await call('DELETE', `/v1/backingimages/${name}`)).status).toBe(200);
     await expectGone(name);
     await waitFor(`${name}: no copy or temporary file left on the disks`, async () => ((await leftovers(name)).length === 0 ? true : undefined), 60_000).catch(async (err: Error) => {
-      throw new Error(`${err.message}: ${(await leftovers(name)).join(', ')}`);
+      throw new Error(`${err.message}:\n${await describeLeftovers(name)}`);
     });
   }, 240_000);
 });
@@ -167,7 +179,7 @@ describe('upload, clone and restore, deleted once their first copy is ready and 
     expect((await call('DELETE', `/v1/backingimages/${name}`)).status).toBe(200);
     await expectGone(name);
     await waitFor(`${name}: no copy or temporary file left on the disks`, async () => ((await leftovers(name)).length === 0 ? true : undefined), 60_000).catch(async (err: Error) => {
-      throw new Error(`${err.message}: ${(await leftovers(name)).join(', ')}`);
+      throw new Error(`${err.message}:\n${await describeLeftovers(name)}`);
     });
   }
 
