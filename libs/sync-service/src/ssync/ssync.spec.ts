@@ -352,8 +352,10 @@ describe('ssync sender requests', () => {
     expect(got.chainStats).toEqual({ segments: 24, inFlight: 24, holes: 0, readBack: 0 });
     const calls = sharedSha512Scheduler().stats.calls - before.calls;
     expect(sharedSha512Scheduler().stats.messages - before.messages).toBe(24);
-    // with eight lanes the answered segments wait for company: far fewer passes than segments
-    if (multiBufferLanes() === 8) expect(calls).toBeLessThanOrEqual(12);
+    // with several lanes (eight with AVX-512, four with AVX2) the answered segments wait for company: far fewer
+    // passes than segments; one lane (OpenSSL) is one pass per segment
+    const lanes = multiBufferLanes();
+    if (lanes > 1) expect(calls).toBeLessThanOrEqual(Math.max(12, 2 * Math.ceil(24 / lanes)));
     else expect(calls).toBe(24);
   });
 
