@@ -5,8 +5,7 @@
  * gets a truncated body (short of its Content-Length), never a complete one. The scrub runs with its default interval
  * (7 days) here, so only the verify-on-use path can catch the corruption.
  */
-import { execFileSync } from 'node:child_process';
-import { open, stat } from 'node:fs/promises';
+import { open, stat, utimes } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
@@ -46,18 +45,33 @@ afterAll(async () => {
   await tmp?.remove();
 });
 
-/** One byte changed in place, the modification time put back to the nanosecond. */
+/**
+ * One byte changed in place, the modification time put back at once (in the same process, microseconds after the
+ * write): the manager, which checks the modification time of its ready copies every 2 s, does not see the change, so
+ * only the verification while streaming can find it. The time is a whole second (see `wholeSecondMtime`), which
+ * `futimes` puts back exactly.
+ */
 async function flipByte(f: string, offset: number): Promise<void> {
   const before = await stat(f, { bigint: true });
+  expect(before.mtimeNs % 1_000_000_000n).toBe(0n);
+  const seconds = Number(before.mtimeNs / 1_000_000_000n);
   const fh = await open(f, 'r+');
-  const b = Buffer.alloc(1);
-  await fh.read(b, 0, 1, offset);
-  b[0] = b[0]! ^ 0xa5;
-  await fh.write(b, 0, 1, offset);
-  await fh.close();
-  const ns = before.mtimeNs;
-  execFileSync('touch', ['-m', '-d', `@${ns / 1_000_000_000n}.${String(ns % 1_000_000_000n).padStart(9, '0')}`, f]);
-  expect((await stat(f, { bigint: true })).mtimeNs).toBe(ns);
+  try {
+    const b = Buffer.alloc(1);
+    await fh.read(b, 0, 1, offset);
+    b[0] = b[0]! ^ 0xa5;
+    await fh.write(b, 0, 1, offset);
+    await fh.utimes(seconds, seconds);
+  } finally {
+    await fh.close();
+  }
+  expect((await stat(f, { bigint: true })).mtimeNs).toBe(before.mtimeNs);
+}
+
+/** Sets the copy's modification time to a whole second; the manager takes it over (re-verified) on the next use. */
+async function wholeSecondMtime(f: string): Promise<void> {
+  const seconds = Math.floor(Date.now() / 1000) - 60;
+  await utimes(f, seconds, seconds);
 }
 
 /** GET with node:http: the status, the Content-Length, the bytes received and how the body ended. */
@@ -90,8 +104,14 @@ describe('REST download of a corrupted only copy', () => {
       return Object.values(b.status?.diskFileStatusMap ?? {}).some((s) => s.state === 'ready') ? b : undefined;
     }, 60_000);
     const file = path.join(sys.disks[0]!.path, 'backing-images', `rotdl-${ready.status!.uuid}`, 'backing');
-    // A healthy download first: complete, with every byte.
-    const good = await download(`${sys.url}/v1/backingimages/rotdl/download?raw=true`);
+    await wholeSecondMtime(file);
+    // A healthy download first: complete, with every byte. The manager re-verifies the copy under its new time first;
+    // while its periodic check does that the copy is not ready and a download is refused, so this waits for a 200
+    // (which also means the manager has taken the new time over).
+    const good = await waitFor('a download of the copy under its new time', async () => {
+      const r = await download(`${sys.url}/v1/backingimages/rotdl/download?raw=true`);
+      return r.status === 200 ? r : undefined;
+    }, 30_000);
     expect(good).toEqual({ status: 200, length: SIZE, received: SIZE, ended: 'complete' });
 
     await flipByte(file, 2 * SEG + 1234);

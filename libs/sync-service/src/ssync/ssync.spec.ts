@@ -492,10 +492,13 @@ describeWithSendfile('ssync sender with sendfile', () => {
 
   it('a receiver that refuses writeData before reading the body: SsyncSendError with the status, no hang, no thread left', async () => {
     const src = await sparseFile('src', 'd'.repeat(16));
-    const rx = await scriptedReceiver((_req, res) => {
-      // answer at once, body unread, and drop the connection
-      res.writeHead(400, { Connection: 'close', 'Content-Type': 'text/plain' });
+    const rx = await scriptedReceiver((req, res) => {
+      // answer at once, before reading the body; then read and drop it, as a careful server does: closing with the
+      // body unread makes the kernel reset the connection, which may discard the answer before the sender reads it
+      // (the sender then cannot know it was refused and rightly tries again)
+      res.writeHead(400, { 'Content-Type': 'text/plain' });
       res.end('writeData refused\n');
+      req.resume();
     });
     const baseline = threadCount();
     try {
