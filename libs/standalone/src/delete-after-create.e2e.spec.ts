@@ -117,18 +117,6 @@ describe('a delete right after a create finishes, for every source type', () => 
 });
 
 /** Directories and files named after the image anywhere under the data directory (copies, temporary files). */
-/** For a failure message: each leftover with what is inside it, and every manager's listed files. */
-async function describeLeftovers(name: string): Promise<string> {
-  const lines: string[] = [];
-  for (const p of await leftovers(name)) {
-    const inside = await readdir(p).catch(() => undefined);
-    lines.push(inside === undefined ? p : `${p}/ [${inside.join(', ')}]`);
-  }
-  const managers = await sys.store.list(BackingImageManagerKind, { namespace: sys.namespace }).then((r) => r.items, () => []);
-  for (const m of managers) lines.push(`manager ${m.metadata.name}: spec ${JSON.stringify(m.spec?.backingImages ?? {})}, files ${JSON.stringify(m.status?.backingImageFileMap ?? {})}`);
-  return lines.join('\n');
-}
-
 async function leftovers(name: string): Promise<string[]> {
   const out: string[] = [];
   const walk = async (dir: string): Promise<void> => {
@@ -140,6 +128,18 @@ async function leftovers(name: string): Promise<string[]> {
   };
   await walk(path.join(tmp.dir, 'data'));
   return out;
+}
+
+/** For a failure message: each leftover with what is inside it, and every manager's listed files. */
+async function describeLeftovers(name: string): Promise<string> {
+  const lines: string[] = [];
+  for (const p of await leftovers(name)) {
+    const inside = await readdir(p).catch(() => undefined);
+    lines.push(inside === undefined ? p : `${p}/ [${inside.join(', ')}]`);
+  }
+  const managers = await sys.store.list(BackingImageManagerKind, { namespace: sys.namespace }).then((r) => r.items, () => []);
+  for (const m of managers) lines.push(`manager ${m.metadata.name}: spec ${JSON.stringify(m.spec?.backingImages ?? {})}, files ${JSON.stringify(m.status?.backingImageFileMap ?? {})}`);
+  return lines.join('\n');
 }
 
 describe('a delete at later moments of an image\'s life finishes and leaves nothing on the disks', () => {

@@ -47,6 +47,7 @@ const SENDING_LIMIT_REFUSAL = 'reaches to the simultaneous sending limit';
 export function isSendingLimitRefusal(message: string): boolean {
   return message.includes(SENDING_LIMIT_REFUSAL);
 }
+
 const FAILURE_PREFIX = 'failed to process sync file: ';
 
 export interface SyncServiceOptions {

@@ -108,14 +108,12 @@ export class ReceiveSession {
    * arriving is answered with it (so every sender worker learns why), then the receive ends.
    */
   #fatalError: Error | undefined;
-  /** Wakes a failing finish that lingers until the sender has been told the fatal error (see #finish). */
-  #fatalTold: (() => void) | undefined;
-  #fatalAnswered = false;
-  /** A reply carrying the fatal error went out: a lingering finish may close the port (after the write is flushed). */
+  /** Settles once a reply carrying the fatal error has gone out: a lingering #finish() may then close the port. */
+  #resolveFatalSent!: () => void;
+  readonly #fatalSent = new Promise<void>((resolve) => (this.#resolveFatalSent = resolve));
+  /** A reply's `onSent` for the fatal error (after the write is flushed: the next turn of the event loop). */
   readonly #onFatalSent = (): void => {
-    this.#fatalAnswered = true;
-    const wake = this.#fatalTold;
-    if (wake) setImmediate(wake);
+    setImmediate(this.#resolveFatalSent);
   };
   #finished = false;
   /** Requests being handled. */
@@ -524,18 +522,19 @@ export class ReceiveSession {
     this.#finished = true;
     const opts = this.#opts;
     if (this.#idleTimer) clearTimeout(this.#idleTimer);
-    if (err && err === this.#fatalError && !this.#fatalAnswered && !opts.signal?.aborted) {
-      // The failure came after the answers (a deferred verification or write): no request has carried it to the sender
-      // yet. Wait briefly for the sender's next request, which gets it, rather than close the port under the sender,
-      // which would only see a refused connection (and not know its copy may be bad).
+    if (err && err === this.#fatalError && !opts.signal?.aborted) {
+      // The failure came after the answers (a deferred verification or write): until a reply has carried it to the
+      // sender, wait briefly for the sender's next request, which gets it, rather than close the port under the
+      // sender, which would only see a refused connection (and not know its copy may be bad).
       await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, opts.fatalLingerMs ?? FATAL_LINGER_MS);
-        const wake = (): void => {
-          clearTimeout(t);
+        const done = (): void => {
+          clearTimeout(timer);
+          opts.signal?.removeEventListener('abort', done);
           resolve();
         };
-        this.#fatalTold = wake;
-        opts.signal?.addEventListener('abort', wake, { once: true });
+        const timer = setTimeout(done, opts.fatalLingerMs ?? FATAL_LINGER_MS);
+        opts.signal?.addEventListener('abort', done, { once: true });
+        void this.#fatalSent.then(done);
       });
     }
     opts.signal?.removeEventListener('abort', this.#onAbort);
