@@ -22,7 +22,8 @@ const repo = process.env.BIM_SYNC_REPO ? path.resolve(process.env.BIM_SYNC_REPO)
 execFileSync(process.execPath, [path.join(repo, 'node_modules/typescript/bin/tsc'), '-b', path.join(repo, 'apps/backing-image-manager/tsconfig.lib.json')], { stdio: 'inherit' });
 const { ManagerClient } = await import(path.join(repo, 'libs/bimrpc/dist/index.js'));
 const { describeMachine } = await import('./machine.mjs');
-const { startSsyncReceiver, encodeFileId } = await import(path.join(repo, 'libs/sync-service/dist/index.js'));
+const { encodeFileId } = await import(path.join(repo, 'libs/sync-service/dist/index.js'));
+const { startSsyncReceiver } = await import(path.join(repo, 'libs/sync-service/dist/ssync/receiver.js'));
 const BIN = path.join(repo, 'apps/backing-image-manager/bin/backing-image-manager.js');
 const nodeFlags = (process.env.BIM_SYNC_NODE_FLAGS ?? '').split(' ').filter(Boolean);
 
