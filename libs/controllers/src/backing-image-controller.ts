@@ -16,7 +16,7 @@ import {
   type StoredBI,
 } from './kinds.js';
 import { Annotation, backingImageManagerName, Component, FINALIZER, Label, MANAGED_BY, newBackingImageUUID, rfc3339 } from './names.js';
-import { allFilesUnavailable, diskEligible, eligibleDiskCount, evictionDecision, MIN_COPIES_CONDITION, minCopiesShortfall, needsReplenish, pickDiskForCopy } from './rules.js';
+import { allFilesUnavailable, diskEligible, disksToPrestart, eligibleDiskCount, evictionDecision, MIN_COPIES_CONDITION, minCopiesShortfall, needsReplenish, pickDiskForCopy } from './rules.js';
 import { SettingName } from './settings.js';
 import { aggregateFileStatus } from './status.js';
 import type { Topology } from './topology.js';
@@ -103,10 +103,11 @@ export class BackingImageController extends Controller {
       next.status.diskLastRefAtMap = this.lastRefMap(next, disksInUse);
       await this.replenish(next, topo);
       this.evict(next, disksInUse);
+      await this.prestartManagers(next, topo);
     }
     await this.checkCopiesSatisfiable(bi, next, topo);
     await this.writeBack(bi, next);
-    // Replenishment adds one copy per reconcile; come back while copies are still being produced.
+    // Come back while copies are still being produced.
     const handling = Object.values(next.status.diskFileStatusMap ?? {}).some((s) => ['', 'pending', 'starting', 'in-progress', 'ready-for-transfer'].includes(s.state ?? ''));
     // Backpressure: with a long queue the events and the resync bring images back; polling would only add load.
     const pending = handling || Object.keys(next.spec.diskFileSpecMap ?? {}).length !== Object.keys(next.status.diskFileStatusMap ?? {}).length;
@@ -316,6 +317,10 @@ export class BackingImageController extends Controller {
         continue;
       }
       const map = bim.spec?.backingImages ?? {};
+      if (bi.metadata.deletionTimestamp && isPrestartedFor(bim, name)) {
+        await this.deletePrestarted(bi, bim, 'the backing image is being deleted');
+        continue;
+      }
       if (!(name in map)) continue;
       if (!bi.metadata.deletionTimestamp && bi.spec?.diskFileSpecMap?.[bim.spec?.diskUUID ?? ''] && map[name] === bi.status?.uuid) continue;
       const nextMap = { ...map };
@@ -327,6 +332,79 @@ export class BackingImageController extends Controller {
         await store.update(BackingImageManagerKind, { ...bim, spec: { ...bim.spec, backingImages: nextMap } });
       }
     }
+  }
+
+  /**
+   * EXTENSION: while the first file is prepared, the managers of the disks that will receive the next copies
+   * (`disksToPrestart`) are created with no image in their spec, so they have started by the time the file is ready
+   * and replenishment (which prefers disks with a manager) syncs to them at once. Nothing is added to the image's spec
+   * map: copies are still placed one by one once the first file is ready, and a failed first file still shows as the
+   * image's only copy. A pre-started manager that no copy used is deleted once the image has all its copies, when its
+   * first file failed, or with the image.
+   */
+  private async prestartManagers(bi: Stored<BackingImage>, topo: Topology): Promise<void> {
+    const { store, namespace } = this.ctx;
+    const name = bi.metadata.name;
+    const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
+    const firstDisk = bids?.spec?.fileTransferred ? '' : (bids?.spec?.diskUUID ?? '');
+    // The first file's disk counts as placed even before the data source controller adds it to the spec map.
+    const specMap = { ...bi.spec!.diskFileSpecMap, ...(firstDisk ? { [firstDisk]: { dataEngine: 'v1' as const, evictionRequested: false } } : {}) };
+    const missing = Math.max(1, bi.spec!.minNumberOfCopies ?? 1) - Object.keys(specMap).length;
+    const preparing = !!firstDisk && !['failed', 'failed-and-cleanup'].includes(bids?.status?.currentState ?? '');
+    const image = await defaultManagerImage(this.ctx);
+    const managers = (await listManagers(this.ctx)).filter((m) => !m.metadata.deletionTimestamp && m.spec?.image === image);
+    if (missing <= 0 || !(preparing || bids?.spec?.fileTransferred)) {
+      for (const m of managers) if (isPrestartedFor(m, name)) await this.deletePrestarted(bi, m, missing <= 0 ? 'every copy is placed' : 'the first file failed');
+      return;
+    }
+    if (!preparing) return;
+    const withManager = new Set(managers.map((m) => m.spec?.diskUUID ?? ''));
+    for (const disk of disksToPrestart(topo, specMap, await selectorPolicy(this.ctx, bi), missing, withManager)) {
+      const f = topo.find(disk)!;
+      const bimName = backingImageManagerName(image, disk);
+      try {
+        await store.create(BackingImageManagerKind, this.newManager(bi, image, disk, f.node.name, f.disk.path, {}, { [Annotation.PrestartedFor]: name }));
+        this.ctx.log.info(`backing image ${name}: started manager ${bimName} on disk ${disk} of node ${f.node.name} for its next copy while the first file is prepared`);
+        this.event(bi, 'Normal', EventReason.Create, `created backing image manager ${bimName} in disk ${disk} on node ${f.node.name} ahead of the next copy`);
+      } catch (err) {
+        if (!isAlreadyExists(err)) throw err;
+      }
+    }
+  }
+
+  private async deletePrestarted(bi: BackingImage, bim: BackingImageManager, why: string): Promise<void> {
+    try {
+      await this.ctx.store.delete(BackingImageManagerKind, bim.metadata.name, bim.metadata.namespace);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      return;
+    }
+    this.ctx.log.info(`backing image ${bi.metadata.name}: deleting manager ${bim.metadata.name} started ahead of a copy that was not placed on its disk: ${why}`);
+    this.event(bi, 'Normal', EventReason.Delete, `deleting unused backing image manager ${bim.metadata.name} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID}: ${why}`);
+  }
+
+  private newManager(
+    bi: BackingImage,
+    image: string,
+    disk: string,
+    nodeID: string,
+    diskPath: string,
+    backingImages: Record<string, string>,
+    annotations?: Record<string, string>,
+  ): BackingImageManager {
+    return {
+      apiVersion: bi.apiVersion,
+      kind: 'BackingImageManager',
+      metadata: {
+        name: backingImageManagerName(image, disk),
+        namespace: this.ctx.namespace,
+        finalizers: [FINALIZER],
+        labels: { [Label.ManagedBy]: MANAGED_BY, [Label.Component]: Component.BackingImageManager, [Label.DiskUUID]: disk, [Label.Node]: nodeID },
+        ...(annotations ? { annotations } : {}),
+      },
+      spec: { image, nodeID, diskUUID: disk, diskPath, backingImages },
+      status: {},
+    };
   }
 
   private async handleManagers(bi: Stored<BackingImage>, topo: Topology): Promise<void> {
@@ -357,18 +435,7 @@ export class BackingImageController extends Controller {
         continue;
       }
       const bimName = backingImageManagerName(image, disk);
-      const bim: BackingImageManager = {
-        apiVersion: bi.apiVersion,
-        kind: 'BackingImageManager',
-        metadata: {
-          name: bimName,
-          namespace,
-          finalizers: [FINALIZER],
-          labels: { [Label.ManagedBy]: MANAGED_BY, [Label.Component]: Component.BackingImageManager, [Label.DiskUUID]: disk, [Label.Node]: f.node.name },
-        },
-        spec: { image, nodeID: f.node.name, diskUUID: disk, diskPath: f.disk.path, backingImages: { ...migrated, [name]: bi.status!.uuid! } },
-        status: {},
-      };
+      const bim = this.newManager(bi, image, disk, f.node.name, f.disk.path, { ...migrated, [name]: bi.status!.uuid! });
       try {
         await store.create(BackingImageManagerKind, bim);
         this.event(bi, 'Normal', EventReason.Create, `created default backing image manager ${bimName} in disk ${disk} on node ${f.node.name}`);
@@ -405,20 +472,30 @@ export class BackingImageController extends Controller {
     if (!bids?.spec?.fileTransferred) return;
     const limit = await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit);
     const specMap = bi.spec!.diskFileSpecMap!;
-    if (!needsReplenish(specMap, bi.status!.diskFileStatusMap ?? {}, bi.spec!.minNumberOfCopies ?? 1, limit)) return;
-    const p = pickDiskForCopy(topo, specMap, await selectorPolicy(this.ctx, bi));
-    if (!p) {
-      this.ctx.log.debug(`backing image ${bi.metadata.name}: no disk available for one more copy`);
-      return;
-    }
-    specMap[p.disk.diskUUID] = { dataEngine: bi.spec!.dataEngine ?? 'v1', evictionRequested: false } satisfies BackingImageDiskFileSpec;
-    const evicting = Object.entries(specMap).filter(([, e]) => e.evictionRequested).map(([d]) => d);
-    this.event(
-      bi,
-      'Normal',
-      EventReason.Syncing,
-      `Adding a copy of backing image ${bi.metadata.name} on disk ${p.disk.diskName} (${p.disk.diskUUID}) on node ${p.node.name}${evicting.length ? ` to replace the copy being evicted from disk ${evicting.join(', ')}` : ''}`,
-    );
+    const statusMap = bi.status!.diskFileStatusMap ?? {};
+    if (!needsReplenish(specMap, statusMap, bi.spec!.minNumberOfCopies ?? 1, limit)) return;
+    // EXTENSION: a disk whose manager already runs (e.g. started ahead by prestartManagers) is preferred.
+    const image = await defaultManagerImage(this.ctx);
+    const withManager = new Set((await listManagers(this.ctx)).filter((m) => !m.metadata.deletionTimestamp && m.spec?.image === image).map((m) => m.spec?.diskUUID ?? ''));
+    const policy = await selectorPolicy(this.ctx, bi);
+    // EXTENSION: every missing copy is placed in this reconcile (Longhorn places one per reconcile, so the k-th copy
+    // waits k reconciles before its manager may even ask for a sync). The syncs themselves stay bounded by the
+    // managers' per-node replenish limit and the 3 sends per file of a sender.
+    do {
+      const p = pickDiskForCopy(topo, specMap, policy, undefined, withManager);
+      if (!p) {
+        this.ctx.log.debug(`backing image ${bi.metadata.name}: no disk available for one more copy`);
+        return;
+      }
+      specMap[p.disk.diskUUID] = { dataEngine: bi.spec!.dataEngine ?? 'v1', evictionRequested: false } satisfies BackingImageDiskFileSpec;
+      const evicting = Object.entries(specMap).filter(([, e]) => e.evictionRequested).map(([d]) => d);
+      this.event(
+        bi,
+        'Normal',
+        EventReason.Syncing,
+        `Adding a copy of backing image ${bi.metadata.name} on disk ${p.disk.diskName} (${p.disk.diskUUID}) on node ${p.node.name}${evicting.length ? ` to replace the copy being evicted from disk ${evicting.join(', ')}` : ''}`,
+      );
+    } while (needsReplenish(specMap, statusMap, bi.spec!.minNumberOfCopies ?? 1, limit));
   }
 
   /**
@@ -462,4 +539,9 @@ export class BackingImageController extends Controller {
       delete specMap[disk];
     }
   }
+}
+
+/** A manager started ahead for this image (`Annotation.PrestartedFor`) that has no image in its spec. */
+export function isPrestartedFor(bim: BackingImageManager, image: string): boolean {
+  return bim.metadata.annotations?.[Annotation.PrestartedFor] === image && Object.keys(bim.spec?.backingImages ?? {}).length === 0;
 }

@@ -50,6 +50,49 @@ describe('backing image controllers over the embedded store', () => {
     expect((await h.cm.events.list({ name: 'parrot', reason: 'Update' })).some((e) => e.message.startsWith('Initialized UUID to'))).toBe(true);
   });
 
+  it('starts the managers of the next copies while the first file is prepared, places the copies there, and deletes what no copy used', async () => {
+    h = await startHarness([{ uuid: 'disk-1' }, { uuid: 'disk-2' }, { uuid: 'disk-3' }, { uuid: 'disk-4' }]);
+    const managersNow = async () => (await h!.store.list(BackingImageManagerKind, { namespace: NS })).items;
+    // Every version of the image's spec map, to see how the copies were placed.
+    const specSizes: number[] = [];
+    const stopWatch = new AbortController();
+    const watching = (async () => {
+      for await (const ev of h!.store.watch(BackingImageKind, { namespace: NS, signal: stopWatch.signal })) {
+        if (ev.type !== 'BOOKMARK' && ev.object.metadata.name === 'early') specSizes.push(Object.keys(ev.object.spec?.diskFileSpecMap ?? {}).length);
+      }
+    })();
+    await h.cm.actions.create({ name: 'early', sourceType: 'upload', minNumberOfCopies: 3 });
+    // The upload is not sent yet: the first file waits, and the managers of two more disks run already.
+    const ahead = await waitFor('two managers started ahead of the first file', async () => {
+      const ms = (await managersNow()).filter((m) => m.metadata.annotations?.['bis.longhorn.io/prestarted-for'] === 'early');
+      return ms.length === 2 && ms.every((m) => m.status?.currentState === 'running' && Object.keys(m.spec?.backingImages ?? {}).length === 0) ? ms : undefined;
+    });
+    const bi = await getBI('early');
+    expect(Object.keys(bi.spec?.diskFileSpecMap ?? {})).toHaveLength(1);
+    expect(readyDisks(bi)).toHaveLength(0);
+    const firstDisk = Object.keys(bi.spec!.diskFileSpecMap!)[0]!;
+    expect(ahead.map((m) => m.spec?.diskUUID)).not.toContain(firstDisk);
+    h.sim.upload('early', 'uploaded-early');
+    const done = await waitReady('early', 3);
+    // The copies went to the disks whose managers were started ahead; no fourth manager was started.
+    expect(new Set(readyDisks(done))).toEqual(new Set([firstDisk, ...ahead.map((m) => m.spec!.diskUUID!)]));
+    expect((await managersNow()).map((m) => m.spec?.diskUUID).sort()).toEqual([firstDisk, ...ahead.map((m) => m.spec!.diskUUID!)].sort());
+    // Both missing copies were placed in one write once the first file was ready (Longhorn places one per reconcile).
+    stopWatch.abort();
+    await watching;
+    expect(specSizes).toContain(3);
+    expect(specSizes).not.toContain(2);
+
+    // An image deleted while its first file waits takes its pre-started managers with it.
+    await h.cm.actions.create({ name: 'gone', sourceType: 'upload', minNumberOfCopies: 4 });
+    await waitFor('a manager started ahead on the fourth disk', async () => (await managersNow()).some((m) => m.metadata.annotations?.['bis.longhorn.io/prestarted-for'] === 'gone' && m.status?.currentState === 'running'));
+    expect(h.sim.managers.size).toBe(4);
+    await h.cm.actions.delete('gone');
+    await waitFor('the pre-started manager deleted with its image', async () => (await managersNow()).length === 3 && h!.sim.managers.size === 3);
+    expect((await managersNow()).every((m) => m.spec?.backingImages?.['early'])).toBe(true);
+    expect(h.logs.some((l) => l.includes('started ahead'))).toBe(true);
+  });
+
   it('a wrong checksum fails the first file with both checksums and cleans it up', async () => {
     h = await startHarness();
     const actual = h.sim.serve(URL, DATA);

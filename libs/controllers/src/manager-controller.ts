@@ -1,6 +1,6 @@
 import { isGrpcStatus, MANAGER_API_MIN_VERSION, MANAGER_API_VERSION } from '@bis/bimrpc';
 import type { BackingImageFileInfo, BackingImageManagerStatus } from '@bis/crd-types';
-import { formatRetryDelay, isConflict, isPermanentError, PermanentError, type Stored } from '@bis/datastore';
+import { formatRetryDelay, isConflict, isNotFound, isPermanentError, PermanentError, type Stored } from '@bis/datastore';
 import { FILE_MACHINE, IllegalTransitionError, MANAGER_MACHINE, transition, type ManagerEvent } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
@@ -104,7 +104,9 @@ export class BackingImageManagerController extends Controller {
       }
     });
     ctx.informers.on(BackingImageKind, (_t, bi) => {
-      for (const m of ctx.informers.cached(BackingImageManagerKind)) if (m.spec?.backingImages?.[bi.metadata.name] !== undefined) this.enqueue(m.metadata.name);
+      for (const m of ctx.informers.cached(BackingImageManagerKind)) {
+        if (m.spec?.backingImages?.[bi.metadata.name] !== undefined || m.metadata.annotations?.[Annotation.PrestartedFor] === bi.metadata.name) this.enqueue(m.metadata.name);
+      }
     });
     ctx.informers.on(BackingImageDataSourceKind, (_t, b) => {
       for (const m of ctx.informers.cached(BackingImageManagerKind)) if (m.spec?.diskUUID === b.spec?.diskUUID) this.enqueue(m.metadata.name);
@@ -150,6 +152,7 @@ export class BackingImageManagerController extends Controller {
     }
     const image = await defaultManagerImage(this.ctx);
     if (bim.metadata.deletionTimestamp) return this.handleDeletion(bim, image);
+    if (await this.orphanedPrestart(bim)) return;
 
     // store.get returned a private copy: a shallow copy of the status and its file map is enough as long as entries
     // are replaced, never edited in place (markFilesUnknown copies the entries it changes). Copying the whole map of
@@ -160,6 +163,23 @@ export class BackingImageManagerController extends Controller {
     } finally {
       if (changed(bim.status ?? {}, status)) await this.writeStatus(bim, status);
     }
+  }
+
+  /**
+   * A manager started ahead of an image's next copy (EXTENSION, `Annotation.PrestartedFor`) whose image is gone or
+   * being deleted while no image is in its spec: deleted here, since that image's controller no longer looks at it (a
+   * reconcile that read the image just before its delete may have created it just after).
+   */
+  private async orphanedPrestart(bim: Stored<BackingImageManager>): Promise<boolean> {
+    const image = bim.metadata.annotations?.[Annotation.PrestartedFor];
+    if (!image || Object.keys(bim.spec?.backingImages ?? {}).length > 0) return false;
+    const bi = await getOrUndefined(this.ctx.store.get(BackingImageKind, image, this.ctx.namespace));
+    if (bi && !bi.metadata.deletionTimestamp) return false;
+    this.ctx.log.info(`manager ${bim.metadata.name} was started ahead for backing image ${image}, which is ${bi ? 'being deleted' : 'gone'}: deleting it`);
+    await this.ctx.store.delete(BackingImageManagerKind, bim.metadata.name, bim.metadata.namespace).catch((err: unknown) => {
+      if (!isNotFound(err)) throw err;
+    });
+    return true;
   }
 
   /**

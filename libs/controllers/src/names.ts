@@ -39,6 +39,12 @@ export const Annotation = {
    * so that a backup recorded with that checksum is still found as a backup of the image.
    */
   UnpaddedChecksum: 'bis.longhorn.io/unpadded-checksum',
+  /**
+   * BIM: the backing image it was started for while that image's first file was prepared, before any copy was placed
+   * on its disk (EXTENSION, docs/controller-manager.md). Such a manager with no image in its spec is deleted when that
+   * image no longer needs it.
+   */
+  PrestartedFor: 'bis.longhorn.io/prestarted-for',
 } as const;
 
 /** `bim-` + hex SHA-224 of `"<image>-<diskUUID>"` (Longhorn's GetBackingImageManagerName). */

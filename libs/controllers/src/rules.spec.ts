@@ -9,6 +9,7 @@ import {
   minCopiesShortfall,
   needsReplenish,
   NodeSyncLimiter,
+  disksToPrestart,
   pickDiskForCopy,
   pickSender,
   tagsMatch,
@@ -80,6 +81,34 @@ describe('disk selection by selectors', () => {
     ]);
     expect(pickDiskForCopy(topo, {}, policy, identity)?.disk.diskUUID).toBe('d3');
     expect(pickDiskForCopy(topo, spec('d3'), policy, identity)).toBeUndefined();
+  });
+});
+
+describe('managers started ahead of the next copies', () => {
+  const topo = new Topology([
+    testNode('n1', [{ uuid: 'd1' }, { uuid: 'd2' }]),
+    testNode('n2', [{ uuid: 'd3' }, { uuid: 'd4', tags: ['hdd'] }]),
+    testNode('n3', [{ uuid: 'd5', ready: false }, { uuid: 'd6' }]),
+  ]);
+  const sel = { ...policy, allowEmptyDiskSelector: false };
+
+  it('a replacement copy prefers a disk whose manager runs, else takes any eligible disk', () => {
+    expect(pickDiskForCopy(topo, spec('d1'), sel, identity, new Set(['d6']))?.disk.diskUUID).toBe('d6');
+    expect(pickDiskForCopy(topo, spec('d1'), sel, identity, new Set(['d4', 'd5']))?.disk.diskUUID).toBe('d2');
+    expect(pickDiskForCopy(topo, spec('d1'), sel, identity, new Set())?.disk.diskUUID).toBe('d2');
+  });
+
+  it('picks eligible disks on other nodes first, counts disks that already have a manager, and wants none once enough are covered', () => {
+    // The first file is on d1 (node n1): the next two copies go to n2 and n3 before a second disk of n1.
+    expect(disksToPrestart(topo, spec('d1'), sel, 2, new Set())).toEqual(['d3', 'd6']);
+    expect(disksToPrestart(topo, spec('d1'), sel, 3, new Set())).toEqual(['d3', 'd6', 'd2']);
+    // d3 already has a manager: one more is needed for two copies.
+    expect(disksToPrestart(topo, spec('d1'), sel, 2, new Set(['d3']))).toEqual(['d6']);
+    expect(disksToPrestart(topo, spec('d1'), sel, 2, new Set(['d3', 'd2']))).toEqual([]);
+    // A manager on an ineligible disk (untagged selector, not ready) does not count.
+    expect(disksToPrestart(topo, spec('d1'), sel, 1, new Set(['d4', 'd5']))).toEqual(['d3']);
+    expect(disksToPrestart(topo, spec('d1'), sel, 0, new Set())).toEqual([]);
+    expect(disksToPrestart(topo, spec('d1', 'd2', 'd3', 'd6'), sel, 2, new Set())).toEqual([]);
   });
 });
 

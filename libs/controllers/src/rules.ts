@@ -50,15 +50,59 @@ export function pickDiskForCopy(
   specMap: SpecMap,
   policy: SelectorPolicy,
   shuffle: <T>(a: T[]) => T[] = shuffleInPlace,
+  preferred?: ReadonlySet<string>,
 ): { node: NodeInfo; disk: DiskInfo } | undefined {
+  let other: { node: NodeInfo; disk: DiskInfo } | undefined;
   for (const node of shuffle([...topo.nodes])) {
     if (!node.ready) continue;
     for (const disk of node.disks) {
-      if (specMap[disk.diskUUID] || !disk.ready) continue;
-      if (diskEligible(node, disk, policy)) return { node, disk };
+      if (specMap[disk.diskUUID] || !disk.ready || !diskEligible(node, disk, policy)) continue;
+      // EXTENSION: a disk in `preferred` (one whose manager already runs) wins over the random order.
+      if (!preferred || preferred.has(disk.diskUUID)) return { node, disk };
+      other ??= { node, disk };
     }
   }
-  return undefined;
+  return other;
+}
+
+/**
+ * EXTENSION: the disks whose managers are started while an image's first file is prepared, so that its next copies
+ * are synced as soon as it is ready instead of after a manager start (seconds: a process, or a pod). `missing` disks
+ * are wanted (minNumberOfCopies minus the disks in the spec map); disks in `withManager` count first (nothing to
+ * start there), then eligible disks in a stable order (node name, then disk UUID), one per node before a second on
+ * the same node. Returns the disks whose manager must be created.
+ */
+export function disksToPrestart(
+  topo: Topology,
+  specMap: SpecMap,
+  policy: SelectorPolicy,
+  missing: number,
+  withManager: ReadonlySet<string>,
+): string[] {
+  if (missing <= 0) return [];
+  const candidates: { node: string; disk: string }[] = [];
+  for (const node of topo.nodes) {
+    if (!node.ready) continue;
+    for (const disk of node.disks) {
+      if (specMap[disk.diskUUID] || !disk.ready || !diskEligible(node, disk, policy)) continue;
+      candidates.push({ node: node.name, disk: disk.diskUUID });
+    }
+  }
+  let covered = candidates.filter((c) => withManager.has(c.disk)).length;
+  if (covered >= missing) return [];
+  candidates.sort((a, b) => (a.node === b.node ? (a.disk < b.disk ? -1 : 1) : a.node < b.node ? -1 : 1));
+  const usedNodes = new Set([...Object.keys(specMap).map((d) => topo.find(d)?.node.name ?? ''), ...candidates.filter((c) => withManager.has(c.disk)).map((c) => c.node)]);
+  const out: string[] = [];
+  for (const pass of [0, 1]) {
+    for (const c of candidates) {
+      if (covered >= missing) return out;
+      if (withManager.has(c.disk) || out.includes(c.disk) || (pass === 0 && usedNodes.has(c.node))) continue;
+      out.push(c.disk);
+      usedNodes.add(c.node);
+      covered++;
+    }
+  }
+  return out;
 }
 
 /** Disks of the topology that may hold a copy (selectors, scheduling, disk type). */
@@ -205,7 +249,7 @@ export function healthyCopyCounts(specMap: SpecMap, statusMap: StatusMap): { non
   return { nonFailed, nonEvicting: nonFailed - evicting };
 }
 
-/** Whether one more copy should be requested (at most one per reconcile). */
+/** Whether one more copy should be requested (the BackingImage controller places copies until this is false). */
 export function needsReplenish(specMap: SpecMap, statusMap: StatusMap, minCopies: number, perNodeLimit: number): boolean {
   if (perNodeLimit === 0) return false;
   const { nonFailed, nonEvicting } = healthyCopyCounts(specMap, statusMap);
