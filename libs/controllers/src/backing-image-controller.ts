@@ -354,7 +354,11 @@ export class BackingImageController extends Controller {
     const image = await defaultManagerImage(this.ctx);
     const managers = (await listManagers(this.ctx)).filter((m) => !m.metadata.deletionTimestamp && m.spec?.image === image);
     if (missing <= 0 || !(preparing || bids?.spec?.fileTransferred)) {
-      for (const m of managers) if (isPrestartedFor(m, name)) await this.deletePrestarted(bi, m, missing <= 0 ? 'every copy is placed' : 'the first file failed');
+      // A manager whose disk is in the spec map is kept: a copy was just placed there, and the image joins its spec
+      // at the next reconcile (handleManagers runs before replenishment).
+      for (const m of managers) {
+        if (isPrestartedFor(m, name) && !bi.spec!.diskFileSpecMap?.[m.spec?.diskUUID ?? '']) await this.deletePrestarted(bi, m, missing <= 0 ? 'every copy is placed' : 'the first file failed');
+      }
       return;
     }
     if (!preparing) return;

@@ -77,6 +77,10 @@ describe('backing image controllers over the embedded store', () => {
     // The copies went to the disks whose managers were started ahead; no fourth manager was started.
     expect(new Set(readyDisks(done))).toEqual(new Set([firstDisk, ...ahead.map((m) => m.spec!.diskUUID!)]));
     expect((await managersNow()).map((m) => m.spec?.diskUUID).sort()).toEqual([firstDisk, ...ahead.map((m) => m.spec!.diskUUID!)].sort());
+    // The very managers started ahead took the copies: none was deleted and created again.
+    const uids = new Set((await managersNow()).map((m) => m.metadata.uid));
+    for (const m of ahead) expect(uids.has(m.metadata.uid)).toBe(true);
+    expect(h.logs.filter((l) => l.includes('deleting manager'))).toEqual([]);
     // Both missing copies were placed in one write once the first file was ready (Longhorn places one per reconcile).
     stopWatch.abort();
     await watching;
