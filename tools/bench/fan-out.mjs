@@ -62,7 +62,9 @@ const checksum = h.digest('hex');
 
 const names = Array.from({ length: NODES }, (_, i) => `node-${i + 1}`);
 const started = Date.now();
-const cc = await ChartCluster.start({ nodes: names, allowHostAddress: true });
+// Kubernetes' default node-monitor grace (40 s): with 8 nodes' pods on a small machine the test kubelet renews its
+// leases late, and the suites' 6 s grace turned healthy nodes not ready mid-transfer (their copies then waited).
+const cc = await ChartCluster.start({ nodes: names, allowHostAddress: true, nodeMonitorGracePeriodMs: 40_000 });
 let exitCode = 0;
 try {
   console.log(`cluster of ${NODES} nodes up in ${((Date.now() - started) / 1000).toFixed(1)} s`);
