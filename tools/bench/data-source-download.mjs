@@ -21,6 +21,7 @@ const dir = await mkdtemp(join(tmpdir(), 'ds-bench-'));
 const src = join(dir, 'src.img');
 try {
   const { describeMachine } = await import('./machine.mjs');
+  const { DATA_SOURCE_MALLOC_ENV } = await import(join(root, 'libs/controllers/dist/data-plane.js'));
   console.log(await describeMachine(root));
   const ws = createWriteStream(src);
   for (let i = 0; i < sizeMiB; i++) if (!ws.write(randomBytes(1 << 20))) await new Promise((r) => ws.once('drain', r));
@@ -35,9 +36,9 @@ try {
   const time = (fn) => { const t = process.hrtime.bigint(); fn(); return Number(process.hrtime.bigint() - t) / 1e9; };
   const out = join(dir, 'out.img');
   // Server runs in this process: run the clients as children so the event loop keeps serving.
-  const runAsync = (cmd, args) => new Promise((res, rej) => {
+  const runAsync = (cmd, args, env) => new Promise((res, rej) => {
     const t = process.hrtime.bigint();
-    const c = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+    const c = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'], ...(env ? { env: { ...process.env, ...env } } : {}) });
     let stdout = '';
     c.stdout.on('data', (d) => (stdout += d));
     c.on('close', (code) => (code === 0 ? res({ s: Number(process.hrtime.bigint() - t) / 1e9, stdout }) : rej(new Error(`${cmd} exited ${code}`))));
@@ -53,7 +54,8 @@ try {
     await rm(out, { force: true });
     samples.curlThenSha.push((await runAsync('sh', ['-c', `curl -sS -o ${out} ${url} && sha512sum ${out}`])).s);
     await rm(out, { force: true });
-    const r = await runAsync('node', [child, url, out, sha]);
+    // The environment the data plane gives every data-source process (glibc malloc settings).
+    const r = await runAsync('node', [child, url, out, sha], DATA_SOURCE_MALLOC_ENV);
     const ds = JSON.parse(r.stdout.trim().split('\n').pop());
     samples.dataSource.push(ds.seconds);
     maxRssKiB = Math.max(maxRssKiB, ds.maxRssKiB);

@@ -36,6 +36,7 @@ export {
   type ManagerApi,
   type DataSourceApi,
   DATA_SOURCE_CREDENTIAL_ENV,
+  DATA_SOURCE_MALLOC_ENV,
   type DataSourceLaunch,
   type BackupTargetApi,
   type ManagerLaunch,

@@ -1,5 +1,5 @@
 import type { V1Container, V1Pod, V1Secret, V1Toleration, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
-import { DATA_SOURCE_CREDENTIAL_ENV, managerLaunchArgs, type ManagerLaunch } from '@bis/controllers';
+import { DATA_SOURCE_CREDENTIAL_ENV, DATA_SOURCE_MALLOC_ENV, managerLaunchArgs, type ManagerLaunch } from '@bis/controllers';
 import {
   LONGHORN_API_VERSION,
   backingImageDataSourcePodLabels,
@@ -182,6 +182,7 @@ export function dataSourcePodManifest(ds: DataSourcePodInput, s: PodSettings): V
     { name: 'host-dev', mountPath: '/dev' },
     { name: 'host-proc', mountPath: '/host/proc' },
   ]);
+  c.env = [...(c.env ?? []), ...Object.entries(DATA_SOURCE_MALLOC_ENV).map(([name, value]) => ({ name, value }))];
   // Deviation from Longhorn (`--credential k=v`): the credential goes by environment, never on the command line, and
   // the environment takes it from the data source's own Secret (dataSourceCredentialSecret), so reading the pod
   // (get/list pods) does not reveal it.

@@ -3,7 +3,7 @@ import { backupTargetOperations } from '@bis/backupstore';
 import { defineKind, type KubeObject } from '@bis/datastore';
 import { eventually } from '@bis/datastore/testing';
 import { LONGHORN_API_VERSION, backingImageManagerName } from '@bis/crd-types';
-import { DATA_SOURCE_CREDENTIAL_ENV, SecretKind } from '@bis/controllers';
+import { DATA_SOURCE_CREDENTIAL_ENV, DATA_SOURCE_MALLOC_ENV, SecretKind } from '@bis/controllers';
 import { KubeDataPlane } from './kube-data-plane.js';
 import { ApiAccess, API_RESOURCE_USES } from './api-access.js';
 import { KubeDatastore, kubeConfigFor } from './kube-datastore.js';
@@ -162,6 +162,8 @@ describe('KubePodRuntime against the API double', () => {
     expect(JSON.stringify(pod)).not.toContain('very-secret-key-123');
     expect(JSON.stringify(pod)).not.toContain('AKIDEXAMPLE');
     expect(pod.spec.containers[0].env).toContainEqual({ name: DATA_SOURCE_CREDENTIAL_ENV, valueFrom: { secretKeyRef: { name: 'backing-image-ds-bi-cred-credential', key: 'credential' } } });
+    // The data plane's malloc settings, as in standalone.
+    for (const [name, value] of Object.entries(DATA_SOURCE_MALLOC_ENV)) expect(pod.spec.containers[0].env).toContainEqual({ name, value });
     const decode = async () => {
       const secret = (await api.store.get(SecretKind, 'backing-image-ds-bi-cred-credential', NS)) as unknown as { data: Record<string, string>; metadata: { ownerReferences?: unknown[]; labels?: Record<string, string> } };
       return { secret, credential: JSON.parse(Buffer.from(secret.data['credential']!, 'base64').toString()) as Record<string, string> };
@@ -191,7 +193,10 @@ describe('KubePodRuntime against the API double', () => {
     // Without a credential no Secret is written.
     await rt.startDataSource({ ...input, credentials: {} });
     await expect(api.store.get(SecretKind, 'backing-image-ds-bi-cred-credential', NS)).rejects.toThrow();
-    expect((await api.store.get(PodKind, 'backing-image-ds-bi-cred', NS)).spec.containers[0].env).toEqual([{ name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }]);
+    expect((await api.store.get(PodKind, 'backing-image-ds-bi-cred', NS)).spec.containers[0].env).toEqual([
+      { name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
+      ...Object.entries(DATA_SOURCE_MALLOC_ENV).map(([name, value]) => ({ name, value })),
+    ]);
   });
 
   it('makes only API calls that the RBAC table (and so the chart) grants', async () => {

@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { BackingImageDataSource } from '@bis/controllers';
+import { DATA_SOURCE_CREDENTIAL_ENV, DATA_SOURCE_MALLOC_ENV, dataSourceWorkloadName, type BackingImageDataSource } from '@bis/controllers';
 import { LocalProcessRuntime } from '@bis/runtime';
 import { ProcessDataPlane } from './process-data-plane.js';
 
@@ -61,6 +61,20 @@ describe('ProcessDataPlane data sources', () => {
       expect((await plane.dataSourceStatus(b)).phase).toBe('missing');
     }
     expect(runtime.list()).toEqual([]);
+  });
+
+  it("starts a data source with the data plane's malloc settings in its environment, and its credential there only when it has one", async () => {
+    const environ = async (pid: number) =>
+      Object.fromEntries((await fsp.readFile(`/proc/${pid}/environ`, 'utf8')).split('\0').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+    for (const [name, credentials] of [['plain', {}], ['with-credential', { token: 'secret-value' }]] as const) {
+      await plane.startDataSource(bids(name), { ...launch, credentials });
+      const pid = plane.pidOf(dataSourceWorkloadName(name));
+      expect(pid).toBeGreaterThan(0);
+      const env = await environ(pid!);
+      for (const [k, v] of Object.entries(DATA_SOURCE_MALLOC_ENV)) expect(env[k]).toBe(v);
+      expect(env[DATA_SOURCE_CREDENTIAL_ENV]).toBe(Object.keys(credentials).length ? JSON.stringify(credentials) : undefined);
+      await plane.deleteDataSource(name);
+    }
   });
 
   it('discards the file set a data source left in <disk>/tmp, nothing else, and refuses a name that leaves the disk', async () => {

@@ -13,6 +13,7 @@ import {
   type DataPlane,
   type DataSourceApi,
   DATA_SOURCE_CREDENTIAL_ENV,
+  DATA_SOURCE_MALLOC_ENV,
   type DataSourceLaunch,
   type ManagerApi,
   type ManagerLaunch,
@@ -284,7 +285,7 @@ export class ProcessDataPlane implements DataPlane {
       '--storage-reserved', String(launch.storageReserved),
       ...this.authArgs(),
     ];
-    const env = Object.keys(launch.credentials).length > 0 ? { [DATA_SOURCE_CREDENTIAL_ENV]: JSON.stringify(launch.credentials) } : undefined;
+    const env = { ...DATA_SOURCE_MALLOC_ENV, ...(Object.keys(launch.credentials).length > 0 ? { [DATA_SOURCE_CREDENTIAL_ENV]: JSON.stringify(launch.credentials) } : {}) };
     await this.start(name, args, [http], {
       [COMPONENT]: 'backing-image-data-source',
       'longhorn.io/backing-image-data-source': bids.metadata.name,
