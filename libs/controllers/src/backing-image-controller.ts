@@ -95,13 +95,13 @@ export class BackingImageController extends Controller {
     const replicas = await replicasOf(this.ctx, name);
     const disksInUse = new Set(replicas.map((r) => r.spec.diskID));
 
-    await this.handleDataSource(next, topo);
+    const transferred = await this.handleDataSource(next, topo);
     if (next.spec.diskFileSpecMap) {
       await this.addReplicaDisks(next, topo, replicas.map((r) => r.spec.diskID));
       await this.handleManagers(next, topo);
       await this.syncFileInfo(next);
       next.status.diskLastRefAtMap = this.lastRefMap(next, disksInUse);
-      await this.replenish(next, topo);
+      await this.replenish(next, topo, transferred);
       this.evict(next, disksInUse);
       await this.prestartManagers(next, topo);
     }
@@ -157,7 +157,8 @@ export class BackingImageController extends Controller {
 
   // ------------------------------------------------------------ §3.1.1
 
-  private async handleDataSource(bi: Stored<BackingImage>, topo: Topology): Promise<void> {
+  /** Returns whether the first file is transferred, as this reconcile leaves the data source's spec. */
+  private async handleDataSource(bi: Stored<BackingImage>, topo: Topology): Promise<boolean> {
     const { store, namespace } = this.ctx;
     const name = bi.metadata.name;
     const specMap = bi.spec!.diskFileSpecMap ?? {};
@@ -203,7 +204,7 @@ export class BackingImageController extends Controller {
       } catch (err) {
         if (!isAlreadyExists(err)) throw err;
       }
-      return;
+      return fileTransferred;
     }
     const nextSpec = clone(bids.spec ?? {});
     if (!nextSpec.uuid) nextSpec.uuid = bi.status!.uuid!;
@@ -250,6 +251,7 @@ export class BackingImageController extends Controller {
       }
     }
     if (changed(bids.spec, nextSpec)) await store.update(BackingImageDataSourceKind, { ...bids, spec: nextSpec });
+    return !!nextSpec.fileTransferred;
   }
 
   /** A completed backup of this image whose checksum is the image's current checksum (the newest one). */
@@ -471,9 +473,12 @@ export class BackingImageController extends Controller {
 
   // ------------------------------------------------------------ §3.1.4 / §3.1.5
 
-  private async replenish(bi: Stored<BackingImage>, topo: Topology): Promise<void> {
-    const bids = await getOrUndefined(this.ctx.store.get(BackingImageDataSourceKind, bi.metadata.name, this.ctx.namespace));
-    if (!bids?.spec?.fileTransferred) return;
+  /**
+   * `transferred`: the first file is transferred as of this reconcile. The data source read from the store may not show
+   * it yet when this reconcile is the one that marked it (the copies are then placed at once, not one reconcile later).
+   */
+  private async replenish(bi: Stored<BackingImage>, topo: Topology, transferred: boolean): Promise<void> {
+    if (!transferred) return;
     const limit = await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit);
     const specMap = bi.spec!.diskFileSpecMap!;
     const statusMap = bi.status!.diskFileStatusMap ?? {};
