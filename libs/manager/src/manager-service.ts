@@ -340,6 +340,9 @@ export class ManagerService {
           if (isSendingLimitRefusal(details) && this.#waitingForSender(filePath)) {
             if (!told) this.#log(`${filePath}: the peer manager ${fromAddress} is sending this file to as many peers as it may (${details}); asking again as a send ends`);
             told = true;
+            // The sender answered: the receive's stall timeout (30 s by default) starts again, else a receiver waiting
+            // its turn behind three long sends failed as if its sender were gone. Until the pending deadline only.
+            if (Date.now() <= deadline) this.#o.sync.keepReceiverWaiting(filePath);
             await sleep(waitMs, undefined, { signal: this.#stop.signal }).catch(() => undefined); // stopped: the loop ends below
             if (this.#waitingForSender(filePath)) continue;
             return;

@@ -10,6 +10,17 @@ import { sendFile } from './ssync/sender.js';
 import { backingFilePath, cfgPathOf } from './layout.js';
 import { readSyncingFileConfig } from './backing-cfg.js';
 import { freePort } from './test-support/free-port.js';
+
+/** Polls until `fn` gives a value (every 25 ms), failing after `timeoutMs`. */
+async function waitFor<T>(what: string, fn: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
 import net from 'node:net';
 
 const MiB = 1 << 20;
@@ -163,6 +174,32 @@ describe('SyncService.receiveFromPeer', () => {
       await expect(fsp.stat(filePath + '.tmp')).rejects.toThrow();
     } finally {
       sock?.destroy();
+      await svc2.close();
+    }
+  });
+
+  it('a receiver whose sender says it is busy is kept waiting past the stall timeout, and stalls again once that stops', async () => {
+    const svc2 = new SyncService({ diskPath: dir, receiverHost: '127.0.0.1', monitorIntervalMs: 0, receiverIdleTimeoutMs: 1000 });
+    let keeping: NodeJS.Timeout | undefined;
+    try {
+      const filePath = backingFilePath(dir, 'img', 'k5');
+      expect(svc2.keepReceiverWaiting(filePath)).toBe(false);
+      await svc2.receiveFromPeer({ filePath, uuid: 'k5', size: 4 * MiB, port: await freePort() });
+      await waitFor('the receiver listening', async () => (svc2.keepReceiverWaiting(filePath) ? true : undefined));
+      // What the manager does on each "busy" answer of its sender (every 0.25 to 2 s there; every 50 ms here).
+      keeping = setInterval(() => svc2.keepReceiverWaiting(filePath), 50);
+      const started = performance.now();
+      await waitFor('three stall timeouts to pass', async () => (performance.now() - started > 3000 ? true : undefined), 60_000);
+      // still waiting for its sender's first request
+      expect(svc2.get(filePath).state).toBe('starting');
+      clearInterval(keeping);
+      keeping = undefined;
+      await svc2.settled(filePath);
+      expect(svc2.get(filePath).state).toBe('failed');
+      expect(svc2.get(filePath).message).toContain('no request from the sender in 1 seconds');
+      expect(svc2.keepReceiverWaiting(filePath)).toBe(false);
+    } finally {
+      if (keeping) clearInterval(keeping);
       await svc2.close();
     }
   });

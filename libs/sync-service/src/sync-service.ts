@@ -21,6 +21,7 @@ import { hashFile, readVirtualSize, removeEmptyDir, removeFile, statFile, statFi
 import { DEFAULT_DISK_PATH, backingImageNameFromPath, cfgPathOf, tmpPathOf } from './layout.js';
 import { SyncingFile, type DataEngine, type FileInfo } from './syncing-file.js';
 import type { SendFileOptions } from './ssync/sender.js';
+import type { SsyncReceiver } from './ssync/receiver.js';
 import type { Sha512Chain } from '@bis/sha512-chain';
 import { chainPathOf, removeChainFile, removeFileSet } from './chain-path.js';
 import { loadBlockMapping, loadChainFile, loadQemuImg, loadSha512Chain, loadSsyncReceiver, loadSsyncSender } from './lazy-modules.js';
@@ -219,6 +220,8 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   readonly #opts: SyncServiceOptions;
   readonly #verifying = new Set<string>();
   readonly #chainJobs = new Map<SyncingFile, ChainJob>();
+  /** Receives from a peer that are running, by file path. */
+  readonly #receivers = new Map<string, SsyncReceiver>();
   #monitor: NodeJS.Timeout | undefined;
   #closed = false;
   readonly #closing = new AbortController();
@@ -281,6 +284,17 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
    * The record's launch work (prepare, action, finish) as a promise that settles when it is over, even if the record
    * is deleted meanwhile; undefined for an unknown path. A peer receive's port is free once it settled.
    */
+  /**
+   * The peer asked to send `filePath` answered that it is busy (at its limit of simultaneous sends) and will be asked
+   * again: the receive's stall timeout starts again, so a receiver waiting its turn is not failed as if the sender were
+   * gone. Returns whether a receive of that file waits for its sender.
+   */
+  keepReceiverWaiting(filePath: string): boolean {
+    const r = this.#receivers.get(filePath);
+    r?.keepWaiting();
+    return r !== undefined;
+  }
+
   workOf(filePath: string): Promise<void> | undefined {
     return this.#files.get(filePath)?.task;
   }
@@ -426,7 +440,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     }
     p = { ...p, filePath: await this.#confine(p.filePath, p.uuid, 'file-path') };
     this.#launch(p, p.size, 'reuse-or-replace', async (f, sink) => {
-      const receiver = await (await loadSsyncReceiver()).startSsyncReceiver({
+      const receiver: SsyncReceiver = await (await loadSsyncReceiver()).startSsyncReceiver({
         port: p.port,
         host: this.#opts.receiverHost,
         filePath: tmpPathOf(f.filePath),
@@ -440,6 +454,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         computeChecksum: true,
         auth: this.#opts.internalAuth,
       });
+      this.#receivers.set(f.filePath, receiver);
       try {
         const r = await receiver.done;
         // holes are not counted while receiving: the file is complete now
@@ -455,6 +470,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         if (fileType !== 'qcow2') return { size: r.size, sha512: r.sha512, chain: r.chain };
         return await this.#convertReceivedToQcow2(f, sink, r.size);
       } finally {
+        if (this.#receivers.get(f.filePath) === receiver) this.#receivers.delete(f.filePath);
         await receiver.closed;
       }
     });

@@ -173,6 +173,16 @@ export class ReceiveSession {
     return this.#server.address().port;
   }
 
+  /**
+   * The sender answered that it is busy (it sends this file to as many peers as it may) and will be asked again: the
+   * stall timer starts again, as a request would start it. Nothing changes once the receive is over or a request has
+   * come in.
+   */
+  keepWaiting(): void {
+    if (this.#finished || this.#inflight.size > 0 || this.#openedAt) return;
+    this.#armIdle();
+  }
+
   // ---------------------------------------------------------------- requests
 
   /** Answers one request (the server calls it for each, in order per connection). */

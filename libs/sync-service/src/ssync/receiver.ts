@@ -16,6 +16,11 @@ export interface SsyncReceiver {
   readonly done: Promise<SsyncReceiveResult>;
   /** Resolves when the HTTP server is closed and the port is free again. */
   readonly closed: Promise<void>;
+  /**
+   * The sender answered that it is busy and will be asked again: the stall timeout starts again (until the sender's
+   * first request, after which its requests keep the receive alive).
+   */
+  keepWaiting(): void;
 }
 
 /**
@@ -37,5 +42,5 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   }
   const session = new ReceiveSession(opts, fileAlreadyExists);
   const port = await session.listen(opts.port, opts.host ?? '0.0.0.0');
-  return { port, done: session.done, closed: session.closed };
+  return { port, done: session.done, closed: session.closed, keepWaiting: () => session.keepWaiting() };
 }
