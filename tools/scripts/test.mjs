@@ -3,7 +3,8 @@
 //   1. module boundaries (libs never import apps, no cycles), and test isolation (tests read nothing outside the repository)
 //   2. lint: ESLint with typescript-eslint's type-aware rules over every TypeScript source (eslint.config.mjs)
 //   3. Nx project references in sync
-//   4. typecheck, then every build, then jest, for every project (nx run-many), two at a time
+//   4. typecheck, then every build, then jest, for every project (nx run-many), two at a time; after the builds, the
+//      benchmarks' imports of built modules are checked (tools/scripts/check-bench-imports.mjs; all projects only)
 //   5. one closing line with the totals of every jest project
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -59,8 +60,14 @@ const typecheck = run('npx', ['--no-install', 'nx', 'run-many', '-t', 'typecheck
 // a build after it is restored, not kept). The test run then runs the tests only. (With a project selection in the
 // arguments the test run keeps its dependencies: the builds those tests need may be outside the selection.)
 const builds = run('npx', ['--no-install', 'nx', 'run-many', '-t', 'build', '--parallel=2', '--outputStyle=static', ...extra]);
+// The benchmarks are run by hand: an import of theirs that no longer fits the built code is found here, not when
+// someone measures. Only when every project was built (no project selection).
+const benchImports =
+  builds === 0 && extra.length === 0
+    ? run('node', ['tools/scripts/check-bench-imports.mjs', '--self-test']) || run('node', ['tools/scripts/check-bench-imports.mjs'])
+    : 0;
 const tests = run('npx', [
   '--no-install', 'nx', 'run-many', '-t', 'test', '--parallel=2', '--outputStyle=static', ...(extra.length === 0 ? ['--excludeTaskDependencies'] : []), ...extra,
   '--', '--reporters=default', `--reporters=${reporter}`,
 ]);
-process.exit(summarise(typecheck || builds || tests));
+process.exit(summarise(typecheck || builds || benchImports || tests));
