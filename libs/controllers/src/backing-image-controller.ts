@@ -353,9 +353,10 @@ export class BackingImageController extends Controller {
     const specMap = { ...bi.spec!.diskFileSpecMap, ...(firstDisk ? { [firstDisk]: { dataEngine: 'v1' as const, evictionRequested: false } } : {}) };
     const missing = Math.max(1, bi.spec!.minNumberOfCopies ?? 1) - Object.keys(specMap).length;
     const preparing = !!firstDisk && !['failed', 'failed-and-cleanup'].includes(bids?.status?.currentState ?? '');
-    const image = await defaultManagerImage(this.ctx);
-    const managers = (await listManagers(this.ctx)).filter((m) => !m.metadata.deletionTimestamp && m.spec?.image === image);
-    if (missing <= 0 || !(preparing || bids?.spec?.fileTransferred)) {
+    const { image, managers } = await this.defaultManagers();
+    // The first file is transferred and copies are still missing: replenishment places them, preferring these managers.
+    if (missing > 0 && bids?.spec?.fileTransferred) return;
+    if (missing <= 0 || !preparing) {
       // A manager whose disk is in the spec map is kept: a copy was just placed there, and the image joins its spec
       // at the next reconcile (handleManagers runs before replenishment).
       for (const m of managers) {
@@ -363,7 +364,6 @@ export class BackingImageController extends Controller {
       }
       return;
     }
-    if (!preparing) return;
     const withManager = new Set(managers.map((m) => m.spec?.diskUUID ?? ''));
     for (const disk of disksToPrestart(topo, specMap, await selectorPolicy(this.ctx, bi), missing, withManager)) {
       const f = topo.find(disk)!;
@@ -376,6 +376,12 @@ export class BackingImageController extends Controller {
         if (!isAlreadyExists(err)) throw err;
       }
     }
+  }
+
+  /** The default manager image and the managers of that image that are not being deleted. */
+  private async defaultManagers(): Promise<{ image: string; managers: Stored<BackingImageManager>[] }> {
+    const image = await defaultManagerImage(this.ctx);
+    return { image, managers: (await listManagers(this.ctx)).filter((m) => !m.metadata.deletionTimestamp && m.spec?.image === image) };
   }
 
   private async deletePrestarted(bi: BackingImage, bim: BackingImageManager, why: string): Promise<void> {
@@ -484,8 +490,7 @@ export class BackingImageController extends Controller {
     const statusMap = bi.status!.diskFileStatusMap ?? {};
     if (!needsReplenish(specMap, statusMap, bi.spec!.minNumberOfCopies ?? 1, limit)) return;
     // EXTENSION: a disk whose manager already runs (e.g. started ahead by prestartManagers) is preferred.
-    const image = await defaultManagerImage(this.ctx);
-    const withManager = new Set((await listManagers(this.ctx)).filter((m) => !m.metadata.deletionTimestamp && m.spec?.image === image).map((m) => m.spec?.diskUUID ?? ''));
+    const withManager = new Set((await this.defaultManagers()).managers.map((m) => m.spec?.diskUUID ?? ''));
     const policy = await selectorPolicy(this.ctx, bi);
     // EXTENSION: every missing copy is placed in this reconcile (Longhorn places one per reconcile, so the k-th copy
     // waits k reconciles before its manager may even ask for a sync). The syncs themselves stay bounded by the

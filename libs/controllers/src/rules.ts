@@ -53,16 +53,20 @@ export function pickDiskForCopy(
   preferred?: ReadonlySet<string>,
 ): { node: NodeInfo; disk: DiskInfo } | undefined {
   let other: { node: NodeInfo; disk: DiskInfo } | undefined;
-  for (const node of shuffle([...topo.nodes])) {
-    if (!node.ready) continue;
-    for (const disk of node.disks) {
-      if (specMap[disk.diskUUID] || !disk.ready || !diskEligible(node, disk, policy)) continue;
-      // EXTENSION: a disk in `preferred` (one whose manager already runs) wins over the random order.
-      if (!preferred || preferred.has(disk.diskUUID)) return { node, disk };
-      other ??= { node, disk };
-    }
+  for (const c of freeEligibleDisks(shuffle([...topo.nodes]), specMap, policy)) {
+    // EXTENSION: a disk in `preferred` (one whose manager already runs) wins over the random order.
+    if (!preferred || preferred.has(c.disk.diskUUID)) return c;
+    other ??= c;
   }
   return other;
+}
+
+/** The ready disks of ready nodes, in the nodes' order, that are not in the spec map and may take a copy. */
+function* freeEligibleDisks(nodes: readonly NodeInfo[], specMap: SpecMap, policy: SelectorPolicy): Generator<{ node: NodeInfo; disk: DiskInfo }> {
+  for (const node of nodes) {
+    if (!node.ready) continue;
+    for (const disk of node.disks) if (!specMap[disk.diskUUID] && disk.ready && diskEligible(node, disk, policy)) yield { node, disk };
+  }
 }
 
 /**
@@ -80,14 +84,7 @@ export function disksToPrestart(
   withManager: ReadonlySet<string>,
 ): string[] {
   if (missing <= 0) return [];
-  const candidates: { node: string; disk: string }[] = [];
-  for (const node of topo.nodes) {
-    if (!node.ready) continue;
-    for (const disk of node.disks) {
-      if (specMap[disk.diskUUID] || !disk.ready || !diskEligible(node, disk, policy)) continue;
-      candidates.push({ node: node.name, disk: disk.diskUUID });
-    }
-  }
+  const candidates = [...freeEligibleDisks(topo.nodes, specMap, policy)].map((c) => ({ node: c.node.name, disk: c.disk.diskUUID }));
   let covered = candidates.filter((c) => withManager.has(c.disk)).length;
   if (covered >= missing) return [];
   candidates.sort((a, b) => (a.node === b.node ? (a.disk < b.disk ? -1 : 1) : a.node < b.node ? -1 : 1));

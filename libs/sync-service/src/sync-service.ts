@@ -281,10 +281,6 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   }
 
   /**
-   * The record's launch work (prepare, action, finish) as a promise that settles when it is over, even if the record
-   * is deleted meanwhile; undefined for an unknown path. A peer receive's port is free once it settled.
-   */
-  /**
    * The peer asked to send `filePath` answered that it is busy (at its limit of simultaneous sends) and will be asked
    * again: the receive's stall timeout starts again, so a receiver waiting its turn is not failed as if the sender were
    * gone. Returns whether a receive of that file waits for its sender.
@@ -295,6 +291,10 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     return r !== undefined;
   }
 
+  /**
+   * The record's launch work (prepare, action, finish) as a promise that settles when it is over, even if the record
+   * is deleted meanwhile; undefined for an unknown path. A peer receive's port is free once it settled.
+   */
   workOf(filePath: string): Promise<void> | undefined {
     return this.#files.get(filePath)?.task;
   }
@@ -440,7 +440,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     }
     p = { ...p, filePath: await this.#confine(p.filePath, p.uuid, 'file-path') };
     this.#launch(p, p.size, 'reuse-or-replace', async (f, sink) => {
-      const receiver: SsyncReceiver = await (await loadSsyncReceiver()).startSsyncReceiver({
+      const receiver = await (await loadSsyncReceiver()).startSsyncReceiver({
         port: p.port,
         host: this.#opts.receiverHost,
         filePath: tmpPathOf(f.filePath),
