@@ -1,4 +1,5 @@
 import { rm, type FileHandle } from 'node:fs/promises';
+import { alignedBuffer, DirectFileWriter } from '@bis/direct-io';
 import { CREATE_NOFOLLOW, UPDATE_NOFOLLOW, openNoFollow } from './no-follow.js';
 import { assertChecksumMatches, type ExpectedChecksum } from './checksum.js';
 import { DEFAULT_CHAIN_SEGMENT, decodeChain, nativeSha512ChainAvailable } from '@bis/sha512-chain/record';
@@ -84,15 +85,6 @@ export function dataRuns(buf: Buffer, at: number): Array<[start: number, end: nu
   return runs;
 }
 
-async function writeFully(fh: FileHandle, buf: Buffer, start: number, end: number, position: number): Promise<void> {
-  while (start < end) {
-    const { bytesWritten } = await fh.write(buf, start, end - start, position);
-    if (bytesWritten <= 0) throw new Error(`write at offset ${position} wrote nothing`);
-    start += bytesWritten;
-    position += bytesWritten;
-  }
-}
-
 /**
  * Receives the final bytes of an image in order and, in one pass: hashes them (SHA-512 plus the expected
  * algorithm) on a worker thread, inspects the qcow2 header, writes them at their offset with large positioned
@@ -105,6 +97,7 @@ async function writeFully(fh: FileHandle, buf: Buffer, start: number, end: numbe
  */
 export class ImageSink {
   #fh: FileHandle | undefined;
+  readonly #writer: DirectFileWriter;
   readonly #hasher: HashWorker;
   #position = 0;
   #slab: Slab | undefined;
@@ -124,9 +117,11 @@ export class ImageSink {
   private constructor(
     readonly dest: string,
     fh: FileHandle,
+    writer: DirectFileWriter,
     private readonly options: ImageSinkOptions,
   ) {
     this.#fh = fh;
+    this.#writer = writer;
     const extra = options.expected && options.expected.algorithm !== 'sha512' ? [options.expected.algorithm] : [];
     const segment = options.chainSegment ?? DEFAULT_CHAIN_SEGMENT;
     this.#hasher = new HashWorker(['sha512', ...extra], segment !== false && nativeSha512ChainAvailable() ? { chainSegment: segment } : {});
@@ -135,7 +130,7 @@ export class ImageSink {
   /** Creates (or truncates) `dest` and returns a sink writing into it. A symbolic link at `dest` is refused. */
   static async create(dest: string, options: ImageSinkOptions = {}): Promise<ImageSink> {
     const fh = await openNoFollow(dest, CREATE_NOFOLLOW);
-    return new ImageSink(dest, fh, options);
+    return new ImageSink(dest, fh, await ImageSink.#directWriter(dest, fh), options);
   }
 
   /**
@@ -144,7 +139,7 @@ export class ImageSink {
    */
   static async resume(dest: string, offset: number, options: ImageSinkOptions = {}): Promise<ImageSink> {
     const fh = await openNoFollow(dest, UPDATE_NOFOLLOW);
-    const sink = new ImageSink(dest, fh, options);
+    const sink = new ImageSink(dest, fh, await ImageSink.#directWriter(dest, fh), options);
     try {
       const { size } = await fh.stat();
       if (size < offset) {
@@ -171,8 +166,23 @@ export class ImageSink {
       // The partial file stays as it was received (a later resume may still use it).
       while (sink.#inflight.size > 0) await Promise.all(sink.#inflight);
       await sink.#hasher.close();
+      await sink.#writer.close();
       sink.#fh = undefined;
       await fh.close();
+      throw e;
+    }
+  }
+
+  /**
+   * Data runs go to the file with `O_DIRECT` straight from the slabs (page-aligned shared memory), so the kernel
+   * neither copies them into the page cache nor touches new page-cache memory; unaligned heads and tails, and
+   * filesystems without direct I/O, are written through `fh`.
+   */
+  static async #directWriter(dest: string, fh: FileHandle): Promise<DirectFileWriter> {
+    try {
+      return await DirectFileWriter.open(dest, fh);
+    } catch (e) {
+      await fh.close().catch(() => undefined); // nothing was written yet
       throw e;
     }
   }
@@ -228,15 +238,67 @@ export class ImageSink {
     }
   }
 
+  /**
+   * The free part of the current slab (at most `max` bytes), for a socket to read the next bytes straight into;
+   * `undefined` when every slab is in flight (wait with {@link whenRoom}). Hand what was read to {@link commitRead}
+   * before asking again.
+   */
+  readRegion(max: number): Buffer | undefined {
+    this.#requireOpen();
+    if (!this.#slab) {
+      const slab = this.#free.pop() ?? this.#allocateSlab();
+      if (!slab) return undefined;
+      this.#slab = slab;
+      this.#slabFill = 0;
+      this.#slabStart = this.#position;
+    }
+    const end = Math.min(SLAB_BYTES, this.#slabFill + Math.max(1, max));
+    return this.#slab.buf.subarray(this.#slabFill, end);
+  }
+
+  /**
+   * Accepts the first `n` bytes of the region {@link readRegion} returned last (they are not copied again). Bytes
+   * past the size limit fail with {@link SizeLimitError} and are not taken.
+   */
+  commitRead(n: number): void {
+    this.#requireOpen();
+    this.#throwIfFailed();
+    if (n <= 0) return;
+    const slab = this.#slab;
+    if (!slab || this.#slabFill + n > SLAB_BYTES) throw new Error('commitRead without a region to commit');
+    const limit = this.options.limit;
+    if (limit && !this.#padding && this.#position + n > limit.bytes) throw SizeLimitError.exceeded(limit);
+    if (!this.#headChecked) this.#collectHead(slab.buf.subarray(this.#slabFill, this.#slabFill + n));
+    this.#slabFill += n;
+    this.#position += n;
+    if (this.#slabFill === SLAB_BYTES) this.#dispatch(true);
+  }
+
+  /** Whether {@link readRegion} has a region to give now. */
+  get hasRoom(): boolean {
+    return this.#slab !== undefined || this.#free.length > 0 || this.#allocated < SLAB_COUNT;
+  }
+
+  /** Resolves once {@link hasRoom} (a slab in flight was hashed and written); rejects when one failed. */
+  async whenRoom(): Promise<void> {
+    while (!this.hasRoom) await Promise.race(this.#inflight);
+    this.#throwIfFailed();
+  }
+
+  #allocateSlab(): Slab | undefined {
+    if (this.#allocated >= SLAB_COUNT) return undefined;
+    this.#allocated++;
+    // page-aligned shared memory: the hash worker reads it and direct writes take it without a copy
+    const buf = alignedBuffer(SLAB_BYTES, { shared: true });
+    return { shared: buf.buffer as SharedArrayBuffer, buf };
+  }
+
   async #takeSlab(): Promise<Slab> {
     for (;;) {
       const free = this.#free.pop();
       if (free) return free;
-      if (this.#allocated < SLAB_COUNT) {
-        this.#allocated++;
-        const shared = new SharedArrayBuffer(SLAB_BYTES);
-        return { shared, buf: Buffer.from(shared) };
-      }
+      const allocated = this.#allocateSlab();
+      if (allocated) return allocated;
       await Promise.race(this.#inflight);
     }
   }
@@ -248,13 +310,12 @@ export class ImageSink {
     const start = this.#slabStart;
     this.#slab = undefined;
     this.#slabFill = 0;
-    const fh = this.#fh!;
     const hashed = this.#hasher.update(slab.shared, 0, length);
     let written: Promise<unknown> = Promise.resolve();
     if (write) {
       const data = slab.buf.subarray(0, length);
       const runs = this.options.writeZeros ? [[0, length] as [number, number]] : dataRuns(data, start);
-      written = Promise.all(runs.map(([s, e]) => writeFully(fh, data, s, e, start + s)));
+      written = Promise.all(runs.map(([s, e]) => this.#writer.write(data.subarray(s, e), start + s)));
     }
     const done: Promise<void> = Promise.all([hashed, written]).then(
       () => undefined,
@@ -317,6 +378,7 @@ export class ImageSink {
       await this.write(Buffer.alloc(pad)); // zeros: hashed, left as a hole, covered by the truncate
     }
     await this.#drain();
+    await this.#writer.close();
     await fh.truncate(this.#position);
     await fh.close();
     this.#fh = undefined;
@@ -348,6 +410,7 @@ export class ImageSink {
     this.#slab = undefined;
     while (this.#inflight.size > 0) await Promise.all(this.#inflight);
     await this.#hasher.close();
+    await this.#writer.close().catch(() => undefined); // the file is removed next
     await fh?.close().catch(() => undefined); // the file is removed next: a close error loses nothing
     await rm(this.dest, { force: true });
   }
