@@ -5,6 +5,7 @@ import type { DownloadRequest, ProgressSink, SourceResult } from './contract.js'
 import { COMPRESSION_MAGIC_BYTES, decompress, detectCompression, peek, type Compression } from './decompress.js';
 import { SourceCancelledError, SourceError, StallError, throwIfAborted } from './errors.js';
 import { ImageSink } from './image-sink.js';
+import { DirectResponse, directGetEligible, type DirectGetOptions } from './direct-get.js';
 import { SourceHostRefusedError } from './ip-policy.js';
 import { UnsafeImageError } from './qcow2.js';
 import { imageSizeLimit, SizeLimitError, type SizeLimit, type SizeLimitPolicy } from './size-limit.js';
@@ -33,6 +34,8 @@ export interface DownloadSettings {
   parallel: ParallelPolicy;
   /** Bounds the stored (decompressed) image; default: the destination disk's free space, at most 2 TiB. */
   sizeLimit?: SizeLimitPolicy;
+  /** Plain-HTTP bodies are read straight into the sink (`direct-get.ts`); without it every request goes through `client`. */
+  direct?: DirectGetOptions;
 }
 
 export const DEFAULT_RETRY: RetryPolicy = { limit: 5, baseDelayMs: 1000, maxDelayMs: 30_000 };
@@ -133,6 +136,9 @@ async function openGet(client: Got, url: string, headers: Record<string, string>
     throw e;
   }) as Promise<OpenedResponse>;
 }
+
+/** The body of an OpenedResponse whose bytes a direct response reads instead. */
+const NO_BODY: AsyncIterable<Buffer> = { async *[Symbol.asyncIterator]() {} };
 
 function statusError(url: string, status: number, expected = 200): Error {
   const msg = `expected status code ${expected} from ${url}, got ${status}`;
@@ -293,12 +299,14 @@ async function singleStream(
     }
     sourceDone = resumeAt;
     const { ctl, unlink } = linkedController(req.signal);
+    let direct: DirectResponse | undefined;
     try {
       const headers: Record<string, string> = resumeAt > 0 ? { range: `bytes=${resumeAt}-` } : {};
       const watch = stallWatch(s.stallTimeoutMs, ctl);
       let res: OpenedResponse;
       try {
-        res = await openGet(s.client, req.url, headers, ctl.signal);
+        direct = await openDirect(req.url, headers, s.direct, ctl.signal);
+        res = direct ? { status: direct.status, headers: direct.headers, body: NO_BODY } : await openGet(s.client, req.url, headers, ctl.signal);
       } finally {
         watch.stop();
       }
@@ -321,7 +329,21 @@ async function singleStream(
         req.sink.setSize(total);
       }
       rangesSupported = res.headers['accept-ranges'] === 'bytes';
-      let body: AsyncIterable<Buffer> = countBytes(res.body, (n, c) => {
+      // A direct body without compression is read straight into the sink; a compressed one goes through the
+      // decompressor below like the HTTP client's.
+      if (direct && (offset > 0 || !detectCompression(direct.leftover))) {
+        if (offset === 0) {
+          compression = undefined;
+          refuseDeclaredSize(limit, total);
+        }
+        await pumpDirect(direct, sink, s.stallTimeoutMs, ctl, (n, c) => {
+          sourceDone += n;
+          sourceChecksum.update(c);
+          progress.update(sourceDone);
+        });
+        return;
+      }
+      let body: AsyncIterable<Buffer> = countBytes(direct ? direct.chunks() : res.body, (n, c) => {
         sourceDone = offset + n;
         sourceChecksum.update(c);
       });
@@ -337,6 +359,7 @@ async function singleStream(
       }
       return;
     } catch (e) {
+      direct?.close(); // not held open through the backoff
       if (req.signal.aborted) throw new SourceCancelledError(req.signal.reason);
       const err = ctl.signal.reason instanceof StallError ? ctl.signal.reason : e;
       if (!isTransient(err)) throw err;
@@ -353,8 +376,75 @@ async function singleStream(
       req.onRetry?.({ attempt: failures, limit: s.retry.limit, error: (err as Error).message, retryInMs: delay });
       await sleep(delay, req.signal);
     } finally {
+      direct?.close();
       unlink();
     }
+  }
+}
+
+const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
+const MAX_REDIRECTS = 10;
+/** Dropped on a redirect to another origin (as the HTTP client does), with the configured origin headers. */
+const CREDENTIAL_HEADERS = ['authorization', 'cookie', 'proxy-authorization'];
+
+/**
+ * A GET through the direct path when it can serve this attempt: `http:` without a proxy, redirects followed (up to
+ * 10; credentials and the configured origin headers dropped on a move to another origin, every target checked
+ * against the SSRF policy). Returns the answer to use, or `undefined` when the HTTP client must take the attempt
+ * over (a redirect to `https:` or through a proxy, or a 200/206 body without a Content-Length or with a transfer or
+ * content coding): that answer is dropped, and the client starts again from `url`.
+ */
+async function openDirect(
+  url: string,
+  headers: Record<string, string>,
+  o: DirectGetOptions | undefined,
+  signal: AbortSignal,
+): Promise<DirectResponse | undefined> {
+  let at = new URL(url);
+  if (!directGetEligible(at, o)) return undefined;
+  let sent: DirectGetOptions = o;
+  let extra = headers;
+  for (let hop = 0; ; hop++) {
+    const res = await DirectResponse.open(at, extra, sent, signal);
+    const location = res.headers.location;
+    if (REDIRECT_STATUSES.has(res.status) && location !== undefined && hop < MAX_REDIRECTS) {
+      res.close();
+      const next = new URL(location, at);
+      if (next.origin !== at.origin) {
+        const drop = new Set([...CREDENTIAL_HEADERS, ...Object.keys(o.configuredHeaders ?? {})]);
+        sent = { ...sent, headers: Object.fromEntries(Object.entries(sent.headers).filter(([k]) => !drop.has(k))) };
+        extra = Object.fromEntries(Object.entries(extra).filter(([k]) => !drop.has(k.toLowerCase())));
+      }
+      at = next;
+      if (!directGetEligible(at, o)) return undefined;
+      continue;
+    }
+    if ((res.status === 200 || res.status === 206) && !res.direct) {
+      res.close();
+      return undefined;
+    }
+    return res;
+  }
+}
+
+/** Reads a direct response's body into the sink with stall detection (`ctl` aborts the attempt). */
+async function pumpDirect(res: DirectResponse, sink: ImageSink, stallTimeoutMs: number, ctl: AbortController, onBytes: (n: number, data: Buffer) => void): Promise<void> {
+  const watch = stallWatch(stallTimeoutMs, ctl);
+  try {
+    await res.pumpInto(
+      sink,
+      (n, data) => {
+        watch.touch();
+        onBytes(n, data);
+      },
+      ctl.signal,
+    );
+  } catch (e) {
+    if (ctl.signal.reason instanceof StallError) throw ctl.signal.reason;
+    throw e;
+  } finally {
+    watch.stop();
+    res.close();
   }
 }
 

@@ -2,6 +2,8 @@ import type { Got } from 'got';
 import type { CloneRequest, DownloadRequest, FileSourceProvider, ProgressSink, RestoreRequest, SourceResult, UploadRequest } from './contract.js';
 import { DEFAULT_PARALLEL, DEFAULT_RETRY, downloadToFile, type ParallelPolicy, type RetryPolicy } from './download.js';
 import { SourceError } from './errors.js';
+import type { DirectGetOptions } from './direct-get.js';
+import { SourceHostPolicy } from './ip-policy.js';
 import type { SizeLimitPolicy } from './size-limit.js';
 import { cloneToFile, restoreToFile, uploadToFile, type RestoreBackupFn } from './sources.js';
 
@@ -23,6 +25,11 @@ export interface FileSourcesOptions {
   parallel?: Partial<ParallelPolicy>;
   connectTimeoutMs?: number;
   /**
+   * Read plain-HTTP download bodies straight from the socket into the image's slabs (default true; see
+   * `direct-get.ts`); `false` sends every request through the HTTP client.
+   */
+  directHttp?: boolean;
+  /**
    * Bounds every image a source writes (downloads after decompression, uploads by their declared size, clones,
    * restores by the backup's declared size):
    * the destination disk's free space less `reservedBytes`, at most `maxImageSize` (default 2 TiB).
@@ -32,6 +39,19 @@ export interface FileSourcesOptions {
   restoreBackup?: RestoreBackupFn;
   /** encrypt/decrypt clones; default `luksCloneToFile` (cryptsetup + loop devices), loaded when first used. */
   encryptedClone?: (req: CloneRequest) => Promise<SourceResult>;
+}
+
+/** What the direct HTTP path sends and checks: the same policy, headers, timeout and proxy rules as the HTTP client. */
+function directGetOptions(options: FileSourcesOptions): DirectGetOptions {
+  const configured: Record<string, string> = {};
+  for (const [k, v] of Object.entries(options.downloadHeaders ?? {})) configured[k.toLowerCase()] = v;
+  return {
+    policy: new SourceHostPolicy(options.allowSourceHosts ?? []),
+    headers: { 'user-agent': 'backing-image-data-source', ...configured },
+    configuredHeaders: configured,
+    connectTimeoutMs: options.connectTimeoutMs ?? 30_000,
+    ...(options.proxy ? { proxy: { http: options.proxy.http, noProxy: options.proxy.noProxy } } : {}),
+  };
 }
 
 /** The kinds of source a {@link FileSourceProvider} launches. */
@@ -49,6 +69,7 @@ export function assembleFileSources(options: FileSourcesOptions, client: Got | u
     retry: { ...DEFAULT_RETRY, ...options.retry },
     parallel: { ...DEFAULT_PARALLEL, ...options.parallel },
     sizeLimit: options.sizeLimit,
+    ...(options.directHttp === false ? {} : { direct: directGetOptions(options) }),
   };
   const encryption = options.encryptedClone ?? (async (req: CloneRequest) => (await import('./luks.js')).luksCloneToFile(req));
   // The final size can differ from the announced one (decompression, zero-padding): report it at the end.

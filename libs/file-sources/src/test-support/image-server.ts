@@ -29,6 +29,8 @@ export interface RecordedRequest {
   range: string | undefined;
   authorization: string | undefined;
   referer: string | undefined;
+  connection: string | undefined;
+  userAgent: string | undefined;
 }
 
 export interface ImageServer {
@@ -51,6 +53,8 @@ export async function startImageServer(o: ImageServerOptions): Promise<ImageServ
       range: req.headers.range,
       authorization: req.headers.authorization,
       referer: req.headers.referer,
+      connection: req.headers.connection,
+      userAgent: req.headers['user-agent'],
     });
     const target = o.redirects?.[path];
     if (target) {
