@@ -49,6 +49,49 @@ async function fetchPrepared(d: DaemonProcess, name: string, uuid: string, patte
   return sha;
 }
 
+/**
+ * Makes `a` send `name` to three slow stand-in receivers that hold the sends open until `release()`, so that `a` is
+ * at its sending limit; checks that a fourth send is refused for that limit.
+ */
+async function holdThreeSends(a: DaemonProcess, name: string, uuid: string): Promise<{ release(): void }> {
+  const release: Array<() => void> = [];
+  const servers: http.Server[] = [];
+  const addrs: string[] = [];
+  let opened = 0;
+  for (let i = 0; i < 4; i++) {
+    const s = http.createServer((req, res) => {
+      req.resume();
+      if (req.url!.startsWith('/v1-ssync/open')) {
+        opened++;
+        return res.end('false');
+      }
+      release.push(() => res.end());
+    });
+    await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+    servers.push(s);
+    addrs.push(`127.0.0.1:${(s.address() as AddressInfo).port}`);
+  }
+  const releaseAll = (): void => {
+    for (const s of servers) {
+      s.closeAllConnections();
+      s.close();
+    }
+    release.forEach((f) => f());
+  };
+  try {
+    for (let i = 0; i < 3; i++) await a.client.send(name, uuid, addrs[i]!);
+    expect((await stateOf(a, name, uuid)).sendingReference).toBe(3);
+    const fourth = await grpcCode(a.client.send(name, uuid, addrs[3]!));
+    expect(fourth.details).toContain('reaches to the simultaneous sending limit 3');
+    // the sends have reached their receivers (a sender retries `open` for up to 120 s while nobody listens)
+    await waitFor('three opens', async () => (opened === 3 ? true : undefined), 10_000);
+  } catch (e) {
+    releaseAll();
+    throw e;
+  }
+  return { release: releaseAll };
+}
+
 describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
   let root: string;
   const daemons: DaemonProcess[] = [];
@@ -250,32 +293,9 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
     const a = await start(await makeDisk(root, 'fanA'));
     const sha = await fetchPrepared(a, 'fan', 'uf', 'dddd');
     await waitState(a, 'fan', 'uf', 'ready');
-    // slow stand-in receivers hold the three sends open until released
-    const release: Array<() => void> = [];
-    const servers: http.Server[] = [];
-    const addrs: string[] = [];
-    let opened = 0;
+    const held = await holdThreeSends(a, 'fan', 'uf');
     let late: Awaited<ReturnType<typeof start>> | undefined;
-    for (let i = 0; i < 4; i++) {
-      const s = http.createServer((req, res) => {
-        req.resume();
-        if (req.url!.startsWith('/v1-ssync/open')) {
-          opened++;
-          return res.end('false');
-        }
-        release.push(() => res.end());
-      });
-      await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-      servers.push(s);
-      addrs.push(`127.0.0.1:${(s.address() as AddressInfo).port}`);
-    }
     try {
-      for (let i = 0; i < 3; i++) await a.client.send('fan', 'uf', addrs[i]!);
-      expect((await stateOf(a, 'fan', 'uf')).sendingReference).toBe(3);
-      const fourth = await grpcCode(a.client.send('fan', 'uf', addrs[3]!));
-      expect(fourth.details).toContain('reaches to the simultaneous sending limit 3');
-      // the sends have reached their receivers (a sender retries `open` for up to 120 s while nobody listens)
-      await waitFor('three opens', async () => (opened === 3 ? true : undefined), 10_000);
       // A manager told to sync from this busy sender is not failed (Longhorn failed it, and the copy then waited out
       // the 60 s file backoff): it asks again as a send ends.
       late = await start(await makeDisk(root, 'fanLate'));
@@ -283,11 +303,7 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
       await waitFor('the late receiver told the sender is busy', async () => (late!.stderr().includes('asking again as a send ends') ? true : undefined), 10_000);
       expect((await stateOf(late, 'fan', 'uf')).state).not.toBe('failed');
     } finally {
-      for (const s of servers) {
-        s.closeAllConnections();
-        s.close();
-      }
-      release.forEach((f) => f());
+      held.release();
     }
     expect((await waitState(late!, 'fan', 'uf', 'ready')).checksum).toBe(sha);
     await waitFor('sends over', async () => ((await stateOf(a, 'fan', 'uf')).sendingReference === 0 ? true : undefined), 30_000);
@@ -295,6 +311,30 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
     const receivers = await Promise.all(['fan1', 'fan2', 'fan3'].map(async (n) => start(await makeDisk(root, n))));
     await Promise.all(receivers.map((b) => b.client.sync({ spec: { name: 'fan', uuid: 'uf', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress })));
     for (const b of receivers) expect((await waitState(b, 'fan', 'uf', 'ready')).checksum).toBe(sha);
+  });
+
+  it('asks the other senders the Sync names when its sender is at its sending limit, skipping one that cannot send', async () => {
+    const a = await start(await makeDisk(root, 'altA'));
+    const b = await start(await makeDisk(root, 'altB'));
+    const empty = await start(await makeDisk(root, 'altEmpty'));
+    const sha = await fetchPrepared(a, 'alt', 'ua', 'dddd');
+    await waitState(a, 'alt', 'ua', 'ready');
+    await b.client.sync({ spec: { name: 'alt', uuid: 'ua', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress });
+    await waitState(b, 'alt', 'ua', 'ready');
+    await waitFor('a done sending to b', async () => ((await stateOf(a, 'alt', 'ua')).sendingReference === 0 ? true : undefined), 10_000);
+    const held = await holdThreeSends(a, 'alt', 'ua');
+    try {
+      const r = await start(await makeDisk(root, 'altR'));
+      // a is busy and `empty` has no such file: the copy comes from b while a's three sends are still held
+      await r.client.sync({ spec: { name: 'alt', uuid: 'ua', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress, alternativeFromAddresses: [empty.grpcAddress, b.grpcAddress] });
+      expect((await waitState(r, 'alt', 'ua', 'ready')).checksum).toBe(sha);
+      expect(await sha512File(backingFilePath(r.disk, 'alt', 'ua'))).toBe(sha);
+      expect((await stateOf(a, 'alt', 'ua')).sendingReference).toBe(3);
+      expect(r.stderr()).toContain(`the peer manager ${b.grpcAddress} sends this file`);
+      expect(r.stderr()).toContain(`failed to ask the peer manager ${empty.grpcAddress} to send`);
+    } finally {
+      held.release();
+    }
   });
 
   it('cleans up a Delete during a transfer and a SIGTERM during a transfer', async () => {

@@ -22,6 +22,9 @@ import {
 import type { Empty } from './gen/google/protobuf/empty.js';
 
 /** API version spoken by this implementation (Longhorn's BackingImageManagerAPIVersion / MinVersion). */
+/** A {@link SyncRequest} whose `alternativeFromAddresses` (an addition to Longhorn's message) may be left out. */
+export type SyncInput = Omit<SyncRequest, 'alternativeFromAddresses'> & { alternativeFromAddresses?: string[] };
+
 export const MANAGER_API_VERSION = 3;
 export const MANAGER_API_MIN_VERSION = 3;
 
@@ -106,8 +109,9 @@ export class ManagerClient {
   versionGet(): Promise<VersionResponse> {
     return this.#unary((m, o, cb) => this.#client.versionGet({}, m, o, cb));
   }
-  sync(req: SyncRequest): Promise<BackingImageResponse> {
-    return this.#unary((m, o, cb) => this.#client.sync(req, m, o, cb));
+  sync(req: SyncInput): Promise<BackingImageResponse> {
+    const full: SyncRequest = { ...req, alternativeFromAddresses: req.alternativeFromAddresses ?? [] };
+    return this.#unary((m, o, cb) => this.#client.sync(full, m, o, cb));
   }
   async send(name: string, uuid: string, toAddress: string): Promise<void> {
     await this.#unary<Empty>((m, o, cb) => this.#client.send({ name, uuid, toAddress }, m, o, cb));

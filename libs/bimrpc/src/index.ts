@@ -25,4 +25,5 @@ export {
   MANAGER_API_VERSION,
   MANAGER_API_MIN_VERSION,
   ManagerClient,
+  type SyncInput,
 } from './client.js';

@@ -212,6 +212,21 @@ describe('backing image controllers over the embedded store', () => {
     expect([...h.sim.disks.get('disk-1')!.keys()]).toEqual([]);
   });
 
+  it('a Sync names the other ready copies as senders to ask when the chosen one is at its sending limit', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'alts', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 2 });
+    await waitReady('alts', 2);
+    expect(h.sim.syncCalls.map((c) => c.alternatives)).toEqual([[]]); // one ready copy: no one else to name
+    await h.cm.actions.updateMinNumberOfCopies('alts', 3);
+    await waitReady('alts', 3);
+    const third = h.sim.syncCalls[1]!;
+    const readyBefore = h.sim.syncCalls[0]!;
+    // the third copy's Sync names one of the two ready copies as its sender and the other as the alternative
+    expect(new Set([third.from, ...third.alternatives])).toEqual(new Set([readyBefore.from, readyBefore.to]));
+    expect(third.alternatives).toHaveLength(1);
+  });
+
   it('a controller restart mid-download converges without a second download', async () => {
     h = await startHarness();
     h.sim.transferMs = 600;

@@ -3,7 +3,7 @@
  * process or a pod: they ask the DataPlane to start, observe and stop workloads, and get typed clients for the
  * manager's gRPC API and the data source's HTTP API.
  */
-import type { BackingImageResponse, BackupCreateRequest, BackupStatusResponse, FetchRequest, ListResponse, PrepareDownloadResponse, SyncRequest, VersionResponse } from '@bis/bimrpc';
+import type { BackingImageResponse, BackupCreateRequest, BackupStatusResponse, FetchRequest, ListResponse, PrepareDownloadResponse, SyncInput, VersionResponse } from '@bis/bimrpc';
 import type { DataSourceFileInfo } from '@bis/data-source-api';
 import type { BackingImageDataSource, BackingImageManager } from './kinds.js';
 
@@ -32,7 +32,7 @@ export interface ManagerApi {
   delete(name: string, uuid: string): Promise<void>;
   versionGet(): Promise<VersionResponse>;
   fetch(req: FetchRequest): Promise<BackingImageResponse>;
-  sync(req: SyncRequest): Promise<BackingImageResponse>;
+  sync(req: SyncInput): Promise<BackingImageResponse>;
   prepareDownload(name: string, uuid: string): Promise<PrepareDownloadResponse>;
   backupCreate(req: BackupCreateRequest): Promise<void>;
   backupStatus(name: string): Promise<BackupStatusResponse>;

@@ -532,7 +532,7 @@ export class BackingImageManagerController extends Controller {
       const candidates = all
         .filter((m) => !m.metadata.deletionTimestamp && m.metadata.name !== name)
         .map((m) => ({ m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: m.status?.backingImageFileMap?.[biName] as BackingImageFileInfo | undefined }));
-      const { sender, anyReady } = pickSender(candidates, name);
+      const { sender, alternatives = [], anyReady } = pickSender(candidates, name);
       const size = bi.status?.size || bids.status?.size || 0;
       if (!anyReady) {
         backoff.next(biName);
@@ -551,7 +551,8 @@ export class BackingImageManagerController extends Controller {
       if (!from) continue;
       backoff.next(biName);
       try {
-        await api.sync({ spec: { name: biName, uuid, checksum: bi.status?.checksum ?? '', size, virtualSize: 0, realSize: 0 }, fromAddress: from });
+        const alternativeFromAddresses = alternatives.map((a) => a.m.metadata.annotations?.[Annotation.Address]).filter((a): a is string => !!a && a !== from);
+        await api.sync({ spec: { name: biName, uuid, checksum: bi.status?.checksum ?? '', size, virtualSize: 0, realSize: 0 }, fromAddress: from, alternativeFromAddresses });
       } catch (err) {
         if (!isAlreadyExistsError(err)) throw err;
       }

@@ -12,6 +12,7 @@ import {
   disksToPrestart,
   pickDiskForCopy,
   pickSender,
+  MAX_ALTERNATIVE_SENDERS,
   tagsMatch,
   unusedCopiesToRemove,
   updatedLastRefMap,
@@ -233,6 +234,18 @@ describe('senders and the per-node sync limit', () => {
     // a less busy sender wins over a busier one
     expect(pickSender([ready('busy', 2), ready('idle', 0)], 'bim-receiver-0').sender?.name).toBe('idle');
     expect(pickSender([ready('busy', 2), ready('idle', 0)], 'bim-receiver-1').sender?.name).toBe('idle');
+  });
+
+  it('names the other ready copies, least busy first, as alternatives to the chosen sender', () => {
+    const ready = (name: string, sendingReference: number) => ({ name, running: true, defaultImage: true, file: { state: 'ready' as const, sendingReference } });
+    const notReady = { name: 'pending', running: true, defaultImage: true, file: { state: 'in-progress' as const, sendingReference: 0 } };
+    const r = pickSender([ready('full', 3), ready('two', 2), notReady, ready('idle', 0), ready('one', 1)], 'bim-r');
+    expect(r.sender?.name).toBe('idle');
+    // a busy copy is still named: its count is a status old, and the receiver asks it last
+    expect(r.alternatives?.map((c) => c.name)).toEqual(['one', 'two', 'full']);
+    const many = Array.from({ length: 8 }, (_, i) => ready(`s${i}`, 0));
+    expect(pickSender(many, 'bim-r').alternatives).toHaveLength(MAX_ALTERNATIVE_SENDERS);
+    expect(pickSender([ready('only', 0)], 'bim-r').alternatives).toEqual([]);
   });
 
   it('limits concurrent syncs per node and frees slots when syncs finish', () => {

@@ -336,19 +336,23 @@ export interface SenderCandidate {
  * sender again while nothing changed. (Taking the first candidate in list order, as this did before, sent every
  * receiver to one sender: the 4th and later were refused at its limit of 3.)
  */
-export function pickSender<T extends SenderCandidate>(candidates: readonly T[], receiverKey = ''): { sender?: T; anyReady: boolean } {
-  let anyReady = false;
-  let best: { c: T; busy: number; rank: number } | undefined;
+export function pickSender<T extends SenderCandidate>(candidates: readonly T[], receiverKey = ''): { sender?: T; alternatives?: T[]; anyReady: boolean } {
+  const ready: { c: T; busy: number; rank: number }[] = [];
   for (const c of candidates) {
     if (!c.running || !c.defaultImage || c.file?.state !== 'ready') continue;
-    anyReady = true;
-    const busy = c.file.sendingReference ?? 0;
-    if (busy >= SENDING_LIMIT) continue;
-    const rank = stableHash(`${receiverKey}\u0000${c.name}`);
-    if (!best || busy < best.busy || (busy === best.busy && rank < best.rank)) best = { c, busy, rank };
+    ready.push({ c, busy: c.file.sendingReference ?? 0, rank: stableHash(`${receiverKey}\u0000${c.name}`) });
   }
-  return best ? { sender: best.c, anyReady } : { anyReady };
+  ready.sort((a, b) => a.busy - b.busy || a.rank - b.rank);
+  const best = ready[0];
+  if (!best || best.busy >= SENDING_LIMIT) return { anyReady: ready.length > 0 };
+  // The other ready copies, least busy first (busy ones too: the counts are a status old), for a receiver whose sender
+  // turns out to be at its limit by the time it asks (SyncRequest.alternative_from_addresses).
+  const alternatives = ready.slice(1, 1 + MAX_ALTERNATIVE_SENDERS).map((r) => r.c);
+  return { sender: best.c, alternatives, anyReady: true };
 }
+
+/** How many other senders a Sync names besides the chosen one. */
+export const MAX_ALTERNATIVE_SENDERS = 4;
 
 /** FNV-1a over the UTF-16 code units: a cheap hash that is the same in every process. */
 function stableHash(s: string): number {

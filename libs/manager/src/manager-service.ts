@@ -307,11 +307,18 @@ export class ManagerService {
     const work = this.#o.sync.workOf(filePath) ?? Promise.resolve();
     // The port is released exactly once, after the receiver's server is closed (the work settles after that).
     this.#track(work.finally(() => this.#o.ports.release(port)));
-    this.#track(this.#askPeerToSend(spec.name, spec.uuid, filePath, req.fromAddress, port));
+    const senders = [req.fromAddress, ...(req.alternativeFromAddresses ?? []).filter((a) => a && a !== req.fromAddress)];
+    this.#track(this.#askPeerToSend(spec.name, spec.uuid, filePath, [...new Set(senders)], port));
     return toBackingImageResponse(this.#o.sync.get(filePath));
   }
 
-  async #askPeerToSend(name: string, uuid: string, filePath: string, fromAddress: string, port: number): Promise<void> {
+  /**
+   * Asks the first of `senders` (the one the controller chose) to send, and on a refusal for its sending limit the
+   * others in turn (`SyncRequest.alternative_from_addresses`); after a round in which every one refused, asks again
+   * with a growing pause. A peer that refuses for another reason is not asked again; when none is left, the receive
+   * fails with the last refusal.
+   */
+  async #askPeerToSend(name: string, uuid: string, filePath: string, senders: string[], port: number): Promise<void> {
     const deadline = Date.now() + (this.#o.syncPendingTimeoutMs ?? 300_000);
     for (;;) {
       if (!this.#o.sync.has(filePath) || this.#stop.signal.aborted) return;
@@ -324,37 +331,56 @@ export class ManagerService {
       }
       await this.#nextChange(filePath, 100);
     }
-    const client = new ManagerClient(fromAddress, { token: this.#o.internalToken });
+    const clients = new Map<string, ManagerClient>();
+    const clientOf = (address: string): ManagerClient => {
+      let c = clients.get(address);
+      if (!c) clients.set(address, (c = new ManagerClient(address, { token: this.#o.internalToken })));
+      return c;
+    };
+    const queue = [...senders];
     try {
-      for (let waitMs = 250, told = false; ; waitMs = Math.min(waitMs * 2, 2000)) {
+      for (let waitMs = 250, told = false, refusedInRound = 0; ; ) {
+        const from = queue[0]!;
         try {
-          await client.send(name, uuid, `${this.#o.receiverHost}:${port}`);
+          await clientOf(from).send(name, uuid, `${this.#o.receiverHost}:${port}`);
+          if (from !== senders[0]) this.#log(`${filePath}: the peer manager ${from} sends this file (the first choice, ${senders[0]}, could not)`);
           return;
         } catch (err) {
           const details = (err as { details?: string }).details ?? errorMessage(err);
           // The sender is at its limit of simultaneous sends (Longhorn's 3; its words, so a Longhorn sender is
           // understood too). That is no failure of this copy: the controller chose the sender from a status up to a
-          // List old, and a slot frees when one of its sends ends. Ask again while the receiver waits for its first
-          // byte (the sync service fails it after its begin timeout); failing it here would hold the copy back for
-          // the whole file backoff (60 s).
+          // List old, and a slot frees when one of its sends ends. Ask the other senders named, then again while the
+          // receiver waits for its first byte (the sync service fails it after its begin timeout); failing it here
+          // would hold the copy back for the whole file backoff (60 s).
           if (isSendingLimitRefusal(details) && this.#waitingForSender(filePath)) {
-            if (!told) this.#log(`${filePath}: the peer manager ${fromAddress} is sending this file to as many peers as it may (${details}); asking again as a send ends`);
+            if (!told) {
+              const others = queue.length > 1 ? `; asking the ${queue.length - 1} other peer(s) named, then` : ';';
+              this.#log(`${filePath}: the peer manager ${from} is sending this file to as many peers as it may (${details})${others} asking again as a send ends`);
+            }
             told = true;
             // The sender answered: the receive's stall timeout (30 s by default) starts again, else a receiver waiting
             // its turn behind three long sends failed as if its sender were gone. Until the pending deadline only.
             if (Date.now() <= deadline) this.#o.sync.keepReceiverWaiting(filePath);
-            await sleep(waitMs, undefined, { signal: this.#stop.signal }).catch(() => undefined); // stopped: the loop ends below
+            queue.push(queue.shift()!);
+            if (++refusedInRound >= queue.length) {
+              refusedInRound = 0;
+              await sleep(waitMs, undefined, { signal: this.#stop.signal }).catch(() => undefined); // stopped: the loop ends below
+              waitMs = Math.min(waitMs * 2, 2000);
+            }
             if (this.#waitingForSender(filePath)) continue;
             return;
           }
-          const msg = `failed to ask the peer manager ${fromAddress} to send: ${details}`;
+          const msg = `failed to ask the peer manager ${from} to send: ${details}`;
           this.#log(`${filePath}: ${msg}`);
+          // An alternative that cannot send (its copy went away, say) is dropped; the last one left fails the receive.
+          queue.shift();
+          if (queue.length > 0 && this.#waitingForSender(filePath)) continue;
           this.#o.sync.cancel(filePath, msg);
           return;
         }
       }
     } finally {
-      client.close();
+      for (const c of clients.values()) c.close();
     }
   }
 

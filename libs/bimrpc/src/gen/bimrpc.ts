@@ -104,6 +104,11 @@ export interface VersionResponse {
 export interface SyncRequest {
   spec?: BackingImageSpec | undefined;
   fromAddress: string;
+  /**
+   * Not in Longhorn's API (a Longhorn manager ignores it): other managers that hold the file ready. A receiver whose
+   * sender refuses with its simultaneous sending limit asks these in turn instead of waiting for that one sender.
+   */
+  alternativeFromAddresses: string[];
 }
 
 export interface SendRequest {
@@ -1247,7 +1252,7 @@ export const VersionResponse: MessageFns<VersionResponse> = {
 };
 
 function createBaseSyncRequest(): SyncRequest {
-  return { spec: undefined, fromAddress: "" };
+  return { spec: undefined, fromAddress: "", alternativeFromAddresses: [] };
 }
 
 export const SyncRequest: MessageFns<SyncRequest> = {
@@ -1257,6 +1262,9 @@ export const SyncRequest: MessageFns<SyncRequest> = {
     }
     if (message.fromAddress !== "") {
       writer.uint32(18).string(message.fromAddress);
+    }
+    for (const v of message.alternativeFromAddresses) {
+      writer.uint32(26).string(v!);
     }
     return writer;
   },
@@ -1290,6 +1298,14 @@ export const SyncRequest: MessageFns<SyncRequest> = {
             message.fromAddress = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.alternativeFromAddresses.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1310,6 +1326,11 @@ export const SyncRequest: MessageFns<SyncRequest> = {
         : isSet(object.from_address)
         ? globalThis.String(object.from_address)
         : "",
+      alternativeFromAddresses: globalThis.Array.isArray(object?.alternativeFromAddresses)
+        ? object.alternativeFromAddresses.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.alternative_from_addresses)
+        ? object.alternative_from_addresses.map((e: any) => globalThis.String(e))
+        : [],
     };
   },
 
@@ -1320,6 +1341,9 @@ export const SyncRequest: MessageFns<SyncRequest> = {
     }
     if (message.fromAddress !== "") {
       obj.fromAddress = message.fromAddress;
+    }
+    if (message.alternativeFromAddresses?.length) {
+      obj.alternativeFromAddresses = message.alternativeFromAddresses;
     }
     return obj;
   },
@@ -1333,6 +1357,7 @@ export const SyncRequest: MessageFns<SyncRequest> = {
       ? BackingImageSpec.fromPartial(object.spec)
       : undefined;
     message.fromAddress = object.fromAddress ?? "";
+    message.alternativeFromAddresses = object.alternativeFromAddresses?.map((e) => e) || [];
     return message;
   },
 };

@@ -64,7 +64,7 @@ export class SimDataPlane implements DataPlane {
   readonly urls = new Map<string, SimContent>();
   readonly downloads = new Map<string, number>();
   readonly backups = new Map<string, { name: string; checksum: string; size: number; data: string; createdAt: string }>();
-  readonly syncCalls: { to: string; from: string; bi: string }[] = [];
+  readonly syncCalls: { to: string; from: string; bi: string; alternatives: string[] }[] = [];
   private readonly backupStates = new Map<string, { state: string; url: string; progress: number }>();
   private readonly listeners = new Set<(kind: 'manager' | 'data-source', name: string) => void>();
   private port = 20000;
@@ -160,14 +160,15 @@ export class SimDataPlane implements DataPlane {
         this.changed(m);
         return response(file);
       },
-      sync: async ({ spec, fromAddress }) => {
+      sync: async ({ spec, fromAddress, alternativeFromAddresses = [] }) => {
         const m = find();
         const name = spec!.name;
         if (m.files.has(name) && m.files.get(name)!.state !== 'failed') throw grpcError(6, `backing image ${name} already exists`);
         const sender = [...this.managers.values()].find((x) => x.address === fromAddress);
         const src = sender?.files.get(name);
         if (!sender || src?.state !== 'ready') throw grpcError(9, `sender ${fromAddress} has no ready file ${name}`);
-        this.syncCalls.push({ to: m.name, from: sender.name, bi: name });
+        const alternatives = alternativeFromAddresses.map((a) => [...this.managers.values()].find((x) => x.address === a)?.name ?? a);
+        this.syncCalls.push({ to: m.name, from: sender.name, bi: name, alternatives });
         const file: SimFile = { name, uuid: spec!.uuid, size: src.size, checksum: '', state: 'in-progress', progress: 0, message: '', sendingReference: 0 };
         m.files.set(name, file);
         src.sendingReference++;
