@@ -8,6 +8,7 @@
 import { createServer } from 'node:http';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { readdirSync, readFileSync } from 'node:fs';
 import { execFileSync, spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join, dirname, resolve } from 'node:path';
@@ -36,15 +37,33 @@ try {
   const time = (fn) => { const t = process.hrtime.bigint(); fn(); return Number(process.hrtime.bigint() - t) / 1e9; };
   const out = join(dir, 'out.img');
   // Server runs in this process: run the clients as children so the event loop keeps serving.
-  const runAsync = (cmd, args, env) => new Promise((res, rej) => {
+  // Per-thread CPU of a child (user + system seconds by thread id), sampled from /proc every 50 ms: a thread's last
+  // sample before it exits is kept (the hash worker ends before the process does).
+  const threadCpu = (pid, into) => {
+    try {
+      for (const tid of readdirSync(`/proc/${pid}/task`)) {
+        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+        const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        into.set(tid, (Number(f[11]) + Number(f[12])) / 100);
+      }
+    } catch {
+      // the process or thread ended between the listing and the read
+    }
+  };
+  const runAsync = (cmd, args, env, threads) => new Promise((res, rej) => {
     const t = process.hrtime.bigint();
     const c = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'], ...(env ? { env: { ...process.env, ...env } } : {}) });
+    const sampler = threads ? setInterval(() => threadCpu(c.pid, threads), 50) : undefined;
     let stdout = '';
     c.stdout.on('data', (d) => (stdout += d));
-    c.on('close', (code) => (code === 0 ? res({ s: Number(process.hrtime.bigint() - t) / 1e9, stdout }) : rej(new Error(`${cmd} exited ${code}`))));
+    c.on('close', (code) => {
+      clearInterval(sampler);
+      return code === 0 ? res({ s: Number(process.hrtime.bigint() - t) / 1e9, stdout }) : rej(new Error(`${cmd} exited ${code}`));
+    });
   });
   const samples = { curl: [], sha512sum: [], openssl: [], curlThenSha: [], dataSource: [] };
   let maxRssKiB = 0;
+  const threadSamples = [];
   const child = join(root, 'tools/bench/data-source-download-child.mjs');
   for (let i = 0; i < runs; i++) {
     await rm(out, { force: true });
@@ -55,8 +74,14 @@ try {
     samples.curlThenSha.push((await runAsync('sh', ['-c', `curl -sS -o ${out} ${url} && sha512sum ${out}`])).s);
     await rm(out, { force: true });
     // The environment the data plane gives every data-source process (glibc malloc settings).
-    const r = await runAsync('node', [child, url, out, sha], DATA_SOURCE_MALLOC_ENV);
+    const threads = new Map();
+    const r = await runAsync('node', [child, url, out, sha], DATA_SOURCE_MALLOC_ENV, threads);
     const ds = JSON.parse(r.stdout.trim().split('\n').pop());
+    // The busiest thread is the hash worker; the main thread (tid = pid) receives; the rest write and start up.
+    const cpu = [...threads.entries()].sort((a, b) => b[1] - a[1]);
+    const hashCpu = cpu[0]?.[1] ?? 0;
+    const total = cpu.reduce((n, [, v]) => n + v, 0);
+    threadSamples.push({ hash: hashCpu, other: total - hashCpu });
     samples.dataSource.push(ds.seconds);
     maxRssKiB = Math.max(maxRssKiB, ds.maxRssKiB);
     await rm(out, { force: true });
@@ -75,6 +100,9 @@ try {
   console.log(`data-source / max(curl, sha512sum) = ${(results.dataSource / best).toFixed(2)}`);
   console.log(`data-source / max(curl, openssl dgst -sha512) = ${(results.dataSource / bestOpenssl).toFixed(2)}  (goal <= 1.10)`);
   console.log(`data-source / (curl then sha512sum) = ${(results.dataSource / results.curlThenSha).toFixed(2)}`);
+  const hashCpu = median(threadSamples.map((t) => t.hash));
+  const otherCpu = median(threadSamples.map((t) => t.other));
+  console.log(`data-source CPU (median): hash thread ${hashCpu.toFixed(2)} s, every other thread ${otherCpu.toFixed(2)} s`);
   console.log(`data-source max RSS ${(maxRssKiB / 1024).toFixed(0)} MiB (goal < 150 MB)`);
 } finally {
   await rm(dir, { recursive: true, force: true });

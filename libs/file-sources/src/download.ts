@@ -28,7 +28,11 @@ export interface ParallelPolicy {
 }
 
 export interface DownloadSettings {
-  client: Got;
+  /**
+   * The HTTP client (got), for what the direct path does not serve; a loader, so that a process whose downloads all
+   * go the direct way never loads got.
+   */
+  client: () => Promise<Got>;
   stallTimeoutMs: number;
   retry: RetryPolicy;
   parallel: ParallelPolicy;
@@ -233,7 +237,7 @@ function refuseDeclaredSize(limit: SizeLimit, contentLength: number): void {
 
 async function probeRanges(s: DownloadSettings, url: string, signal: AbortSignal): Promise<{ size: number } | undefined> {
   try {
-    const res = await s.client.head(url, { signal });
+    const res = await (await s.client()).head(url, { signal });
     if (res.statusCode !== 200) return undefined; // e.g. a server that refuses HEAD (longhorn#7892): single stream
     const size = contentLength(res.headers);
     if (res.headers['accept-ranges'] !== 'bytes' || size < s.parallel.minSize) return undefined;
@@ -306,7 +310,7 @@ async function singleStream(
       let res: OpenedResponse;
       try {
         direct = await openDirect(req.url, headers, s.direct, ctl.signal);
-        res = direct ? { status: direct.status, headers: direct.headers, body: NO_BODY } : await openGet(s.client, req.url, headers, ctl.signal);
+        res = direct ? { status: direct.status, headers: direct.headers, body: NO_BODY } : await openGet(await s.client(), req.url, headers, ctl.signal);
       } finally {
         watch.stop();
       }
@@ -492,7 +496,7 @@ async function fetchSegment(s: DownloadSettings, url: string, start: number, end
   for (;;) {
     const { ctl, unlink } = linkedController(signal);
     try {
-      const res = await openGet(s.client, url, { range: `bytes=${start}-${end}` }, ctl.signal);
+      const res = await openGet(await s.client(), url, { range: `bytes=${start}-${end}` }, ctl.signal);
       if (res.status !== 206 || contentRangeStart(res.headers) !== start) {
         for await (const _ of res.body) break;
         throw statusError(url, res.status, 206);

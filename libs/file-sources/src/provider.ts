@@ -6,5 +6,6 @@ export { DEFAULT_STALL_TIMEOUT_MS, loadFileSources, type FileSourceKind, type Fi
 
 /** Builds the {@link FileSourceProvider} a sync service launches sources through. */
 export function createFileSources(options: FileSourcesOptions = {}): FileSourceProvider {
-  return assembleFileSources(options, createDownloadClientFor(options));
+  const client = Promise.resolve(createDownloadClientFor(options));
+  return assembleFileSources(options, () => client);
 }

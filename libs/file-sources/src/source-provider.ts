@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import type { Got } from 'got';
 import type { CloneRequest, DownloadRequest, FileSourceProvider, ProgressSink, RestoreRequest, SourceResult, UploadRequest } from './contract.js';
 import { DEFAULT_PARALLEL, DEFAULT_RETRY, downloadToFile, type ParallelPolicy, type RetryPolicy } from './download.js';
@@ -61,7 +62,7 @@ export type FileSourceKind = 'download' | 'upload' | 'clone' | 'restore';
  * The provider around an HTTP client for downloads (`undefined`: this provider does no downloads and its `download`
  * fails naming why). The HTTP client (got) is the one heavy part, so it is built by the caller.
  */
-export function assembleFileSources(options: FileSourcesOptions, client: Got | undefined): FileSourceProvider {
+export function assembleFileSources(options: FileSourcesOptions, client: (() => Promise<Got>) | undefined): FileSourceProvider {
   const stallTimeoutMs = options.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS;
   const download = client && {
     client,
@@ -91,12 +92,27 @@ export function assembleFileSources(options: FileSourcesOptions, client: Got | u
 }
 
 /**
- * Like `createFileSources`, but loads the download client (got, the proxy agents) only when `kinds` includes
- * `download`: a process that never downloads does not pay for loading it. The client is built here, so a bad
- * `caBundlePath` or proxy URL fails now, as with `createFileSources`.
+ * Like `createFileSources`, but a process that never downloads does not pay for loading the download client (got,
+ * the proxy agents): without `download` in `kinds` there is none, and with it got is loaded at the first request
+ * the direct path does not serve (`https:`, a proxy, a redirect there, a chunked body, parallel ranges). A bad
+ * `caBundlePath` or proxy URL still fails now, as with `createFileSources`.
  */
 export async function loadFileSources(options: FileSourcesOptions, kinds: readonly FileSourceKind[]): Promise<FileSourceProvider> {
   if (!kinds.includes('download')) return assembleFileSources(options, undefined);
-  const { createDownloadClientFor } = await import('./http-client.js');
-  return assembleFileSources(options, createDownloadClientFor(options));
+  checkDownloadClientOptions(options);
+  let client: Promise<Got> | undefined;
+  return assembleFileSources(options, () => (client ??= import('./http-client.js').then((m) => m.createDownloadClientFor(options))));
+}
+
+/** What building the download client would refuse: an unreadable CA bundle, a proxy address that is not a URL. */
+function checkDownloadClientOptions(options: FileSourcesOptions): void {
+  if (options.caBundlePath) readFileSync(options.caBundlePath, 'utf8');
+  for (const [scheme, proxy] of Object.entries({ http: options.proxy?.http, https: options.proxy?.https })) {
+    if (proxy === undefined || proxy === '') continue;
+    try {
+      new URL(proxy);
+    } catch {
+      throw new TypeError(`invalid ${scheme} proxy URL ${JSON.stringify(proxy)}`);
+    }
+  }
 }

@@ -4,7 +4,7 @@ import { access, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createFileSources } from './provider.js';
+import { createFileSources, loadFileSources } from './provider.js';
 import { ImageSink, dataRuns, SLAB_BYTES, SLAB_COUNT } from './image-sink.js';
 import { parseExpectedChecksum, ChecksumMismatchError } from './checksum.js';
 import { startImageServer, type ImageServer } from './test-support/image-server.js';
@@ -233,5 +233,25 @@ describe('download through a proxy', () => {
       sources.download({ url: `${origin.url}/img`, dest: join(dir, 'p.tmp'), sink: new RecordingProgress(), signal: never() }),
     ).rejects.toThrow(/127\.0\.0\.1/);
     expect(proxy.requests).toEqual([]);
+  });
+});
+
+describe('loadFileSources', () => {
+  it('refuses a missing CA bundle or a proxy that is not a URL at once, before any download', async () => {
+    await expect(loadFileSources({ caBundlePath: join(dir, 'missing.pem') }, ['download'])).rejects.toThrow(/ENOENT.*missing\.pem/);
+    await expect(loadFileSources({ proxy: { https: 'not a url' } }, ['download'])).rejects.toThrow('invalid https proxy URL "not a url"');
+    // without downloads neither is looked at
+    await expect(loadFileSources({ caBundlePath: join(dir, 'missing.pem') }, ['upload'])).resolves.toBeDefined();
+  });
+
+  it('downloads over the direct path and through the HTTP client it loads when first needed', async () => {
+    const img = padTo512(sparseImage());
+    const origin = await startImageServer({ body: img, noContentLength: true });
+    closers.push(() => origin.close());
+    const sources = await loadFileSources({ allowSourceHosts: ['127.0.0.1'] }, ['download']);
+    // chunked: the direct answer is dropped and the HTTP client, loaded now, asks again
+    const r = await sources.download({ url: `${origin.url}/img`, dest: join(dir, 'l.tmp'), sink: new RecordingProgress(), signal: never() });
+    expect(r.sha512).toBe(sha('sha512', img));
+    expect(origin.requests.map((q) => q.connection)).toEqual(['close', 'keep-alive']);
   });
 });
