@@ -227,6 +227,20 @@ describe('backing image controllers over the embedded store', () => {
     expect(third.alternatives).toHaveLength(1);
   });
 
+  it('asks a ready copy for at most 3 sends at once, and the later copies come from the copies ready by then', async () => {
+    h = await startHarness(Array.from({ length: 6 }, (_, i) => ({ uuid: `disk-${i + 1}` })));
+    h.sim.transferMs = 400;
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'wide', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 6 });
+    await waitReady('wide', 6, 20_000);
+    const calls = h.sim.syncCalls.filter((c) => c.bi === 'wide');
+    expect(calls).toHaveLength(5);
+    const first = calls[0]!.from;
+    // the status of the first copy still said 0 sends when the later Syncs were asked: the controller counts its own
+    expect(calls.filter((c) => c.from === first)).toHaveLength(3);
+    expect(calls.slice(3).every((c) => c.from !== first && calls.slice(0, 3).some((e) => e.to === c.from))).toBe(true);
+  });
+
   it('a controller restart mid-download converges without a second download', async () => {
     h = await startHarness();
     h.sim.transferMs = 600;

@@ -12,7 +12,7 @@ import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImageManager } from './kinds.js';
 import { fileMapFromList } from './manager-api.js';
 import { Annotation, FINALIZER } from './names.js';
-import { NodeSyncLimiter, pickSender } from './rules.js';
+import { NodeSyncLimiter, pickSender, SENDING_LIMIT, SenderGrants } from './rules.js';
 import { SettingName } from './settings.js';
 
 export const MAX_MONITOR_RECEIVE_ERRORS = 10;
@@ -79,6 +79,10 @@ export class BackingImageManagerController extends Controller {
   /** Workload restart backoff (1 s → 120 s), keyed by manager name. */
   readonly restartBackoff: Backoff;
   readonly syncLimiter = new NodeSyncLimiter();
+  /** Syncs asked for per sender, counted until the receiving copies show them (see SenderGrants). */
+  readonly senderGrants = new SenderGrants();
+  /** Managers with a copy to sync that found every ready copy at its sending limit: looked at again on any file change. */
+  private readonly waitingForSender = new Set<string>();
   private readonly gcTimer: NodeJS.Timeout;
   /** Fetch/Sync calls made and not yet visible in the manager's file map: manager name → BI name → when. */
   private readonly requested = new Map<string, Map<string, number>>();
@@ -101,6 +105,8 @@ export class BackingImageManagerController extends Controller {
       if (t === 'MODIFIED' && old?.status?.backingImageFileMap !== o.status?.backingImageFileMap) {
         const waiting = this.waitingForSlot.get(o.spec?.nodeID ?? '');
         if (waiting) for (const n of waiting) if (n !== o.metadata.name) this.enqueue(n);
+        // a send may have ended or a copy become ready: a sender may have room now
+        for (const n of this.waitingForSender) if (n !== o.metadata.name) this.enqueue(n);
       }
     });
     ctx.informers.on(BackingImageKind, (_t, bi) => {
@@ -237,6 +243,8 @@ export class BackingImageManagerController extends Controller {
     this.failureSeen.delete(name);
     this.requested.delete(name);
     for (const w of this.waitingForSlot.values()) w.delete(name);
+    this.waitingForSender.delete(name);
+    this.senderGrants.dropManager(name);
     this.restartBackoff.reset(name);
     await this.ctx.dataPlane.deleteManager(name);
     const finalizers = (bim.metadata.finalizers ?? []).filter((f) => f !== FINALIZER);
@@ -458,6 +466,7 @@ export class BackingImageManagerController extends Controller {
       return shared;
     };
     let waiting = 0;
+    let noFreeSender = 0;
     const fetches: Promise<void>[] = [];
     let requested = this.requested.get(name);
     if (!requested) this.requested.set(name, (requested = new Map()));
@@ -529,9 +538,16 @@ export class BackingImageManagerController extends Controller {
         waiting++;
         continue;
       }
+      // A sender's count is the larger of its status and the Syncs asked of it that its receivers do not show done.
+      const stateOn = (receiver: string): string | undefined => all.find((x) => x.metadata.name === receiver)?.status?.backingImageFileMap?.[biName]?.state;
       const candidates = all
         .filter((m) => !m.metadata.deletionTimestamp && m.metadata.name !== name)
-        .map((m) => ({ m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: m.status?.backingImageFileMap?.[biName] as BackingImageFileInfo | undefined }));
+        .map((m) => {
+          const file = m.status?.backingImageFileMap?.[biName] as BackingImageFileInfo | undefined;
+          const granted = file?.state === 'ready' ? this.senderGrants.live(m.metadata.name, biName, stateOn) : 0;
+          const counted = file && granted > (file.sendingReference ?? 0) ? { ...file, sendingReference: granted } : file;
+          return { m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: counted };
+        });
       const { sender, alternatives = [], anyReady } = pickSender(candidates, name);
       const size = bi.status?.size || bids.status?.size || 0;
       if (!anyReady) {
@@ -546,7 +562,12 @@ export class BackingImageManagerController extends Controller {
         this.event(bim, 'Normal', EventReason.Fetching, `Reuse the existing file for backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID}`);
         continue;
       }
-      if (!sender) continue;
+      if (!sender) {
+        // every ready copy sends to as many peers as it may: the slot goes back, and a file change brings this back
+        this.syncLimiter.release(bim.spec?.nodeID ?? '', disk, biName);
+        noFreeSender++;
+        continue;
+      }
       const from = sender.m.metadata.annotations?.[Annotation.Address];
       if (!from) continue;
       backoff.next(biName);
@@ -556,6 +577,7 @@ export class BackingImageManagerController extends Controller {
       } catch (err) {
         if (!isAlreadyExistsError(err)) throw err;
       }
+      this.senderGrants.grant(sender.name, biName, name);
       markRequested(biName);
       this.fileListChanged(name);
       this.event(bim, 'Normal', EventReason.Syncing, `Syncing backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID} from ${sender.name}(${from})`);
@@ -575,6 +597,13 @@ export class BackingImageManagerController extends Controller {
       this.queue.addAfter(name, 1000);
     } else {
       this.waitingForSlot.get(node)?.delete(name);
+    }
+    if (noFreeSender > 0) {
+      this.waitingForSender.add(name);
+      this.ctx.log.info(`backing image manager ${name}: ${noFreeSender} backing image(s) wait for a ready copy with room to send (each sends to at most ${SENDING_LIMIT} peers at once)`);
+      this.queue.addAfter(name, 1000);
+    } else {
+      this.waitingForSender.delete(name);
     }
   }
 

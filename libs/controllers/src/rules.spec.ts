@@ -13,6 +13,8 @@ import {
   pickDiskForCopy,
   pickSender,
   MAX_ALTERNATIVE_SENDERS,
+  SenderGrants,
+  SYNC_GRANT_GRACE_MS,
   tagsMatch,
   unusedCopiesToRemove,
   updatedLastRefMap,
@@ -246,6 +248,36 @@ describe('senders and the per-node sync limit', () => {
     const many = Array.from({ length: 8 }, (_, i) => ready(`s${i}`, 0));
     expect(pickSender(many, 'bim-r').alternatives).toHaveLength(MAX_ALTERNATIVE_SENDERS);
     expect(pickSender([ready('only', 0)], 'bim-r').alternatives).toEqual([]);
+  });
+
+  it('counts the sends asked of a sender until the receiving copies are done, or the grace passed unlisted', () => {
+    let t = 0;
+    const g = new SenderGrants(() => t);
+    g.grant('s', 'img', 'r1');
+    g.grant('s', 'img', 'r2');
+    g.grant('s', 'img', 'r3');
+    g.grant('s', 'other', 'r1');
+    const states: Record<string, string | undefined> = { r1: 'pending', r2: 'in-progress', r3: undefined };
+    expect(g.live('s', 'img', (r) => states[r])).toBe(3);
+    states.r1 = 'ready';
+    states.r2 = 'failed';
+    expect(g.live('s', 'img', (r) => states[r])).toBe(1); // r3 not listed yet: counted within the grace
+    t = SYNC_GRANT_GRACE_MS + 1;
+    expect(g.live('s', 'img', (r) => states[r])).toBe(0);
+    expect(g.live('s', 'other', () => 'in-progress')).toBe(1);
+    g.dropManager('r1');
+    expect(g.live('s', 'other', () => 'in-progress')).toBe(0);
+    g.grant('gone', 'img', 'r9');
+    g.dropManager('gone');
+    expect(g.live('gone', 'img', () => 'in-progress')).toBe(0);
+  });
+
+  it('gives back a node slot that no sync used', () => {
+    const l = new NodeSyncLimiter(() => 0);
+    expect(l.tryAcquire('n', 'd1', 'a', 1)).toBe(true);
+    expect(l.tryAcquire('n', 'd2', 'b', 1)).toBe(false);
+    l.release('n', 'd1', 'a');
+    expect(l.tryAcquire('n', 'd2', 'b', 1)).toBe(true);
   });
 
   it('limits concurrent syncs per node and frees slots when syncs finish', () => {

@@ -411,6 +411,11 @@ export class NodeSyncLimiter {
     return true;
   }
 
+  /** Gives back a slot {@link tryAcquire} granted but no sync used (no sender was free). */
+  release(nodeID: string, diskUUID: string, biName: string): void {
+    this.granted.get(nodeID)?.delete(`${diskUUID}/${biName}`);
+  }
+
   /** The `diskUUID/biName` keys counted against the node's limit now. */
   counted(nodeID: string): string[] {
     return [...(this.granted.get(nodeID)?.keys() ?? [])];
@@ -427,3 +432,50 @@ export class NodeSyncLimiter {
     for (const set of this.granted.values()) for (const k of [...set.keys()]) if (k.startsWith(`${diskUUID}/`)) set.delete(k);
   }
 }
+
+/**
+ * The Syncs this controller asked for, per sender and image, counted until the receiving copy is received (or
+ * fails), or for {@link SYNC_GRANT_GRACE_MS} while it is not listed. A sender's `sendingReference` is a status old:
+ * the Syncs of one reconcile pass all saw the first copy idle, so seven receivers were sent to it at once, four were
+ * refused at its limit of 3 and waited for it while other copies became ready. With the grants counted, a receiver
+ * gets a Sync only when a sender has room, and the later ones choose among the copies ready by then.
+ */
+export class SenderGrants {
+  /** `sender/biName` → receiving manager → when the Sync was asked for */
+  private readonly grants = new Map<string, Map<string, number>>();
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  grant(sender: string, biName: string, receiver: string): void {
+    const key = `${sender}/${biName}`;
+    let m = this.grants.get(key);
+    if (!m) this.grants.set(key, (m = new Map()));
+    m.set(receiver, this.now());
+  }
+
+  /**
+   * Sends from `sender` for `biName` still under way by this controller's account. `stateOf(receiver)` is the state
+   * of the receiving manager's copy (`undefined` when it is not listed); finished grants are forgotten.
+   */
+  live(sender: string, biName: string, stateOf: (receiver: string) => string | undefined): number {
+    const key = `${sender}/${biName}`;
+    const m = this.grants.get(key);
+    if (!m) return 0;
+    const t = this.now();
+    for (const [receiver, at] of [...m]) {
+      const state = stateOf(receiver);
+      if (state === undefined ? t - at > SYNC_GRANT_GRACE_MS : !IN_PROGRESS.has(state)) m.delete(receiver);
+    }
+    if (m.size === 0) this.grants.delete(key);
+    return m.size;
+  }
+
+  /** Forgets the grants of a sender or receiver that is gone. */
+  dropManager(name: string): void {
+    for (const [key, m] of [...this.grants]) {
+      if (key.startsWith(`${name}/`)) this.grants.delete(key);
+      else if (m.delete(name) && m.size === 0) this.grants.delete(key);
+    }
+  }
+}
+
