@@ -302,10 +302,13 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
       await late.client.sync({ spec: { name: 'fan', uuid: 'uf', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress });
       await waitFor('the late receiver told the sender is busy', async () => (late!.stderr().includes('asking again as a send ends') ? true : undefined), 10_000);
       expect((await stateOf(late, 'fan', 'uf')).state).not.toBe('failed');
+      // the copy names its sender while it waits for it (controllers count a sender's receivers by it)
+      expect((await late.client.get('fan', 'uf')).status!.senderManagerAddress).toBe(a.grpcAddress);
     } finally {
       held.release();
     }
     expect((await waitState(late!, 'fan', 'uf', 'ready')).checksum).toBe(sha);
+    await waitFor('the sender no longer named once the copy is received', async () => ((await late!.client.get('fan', 'uf')).status!.senderManagerAddress === '' ? true : undefined), 10_000);
     await waitFor('sends over', async () => ((await stateOf(a, 'fan', 'uf')).sendingReference === 0 ? true : undefined), 30_000);
     // and three real receivers at once
     const receivers = await Promise.all(['fan1', 'fan2', 'fan3'].map(async (n) => start(await makeDisk(root, n))));

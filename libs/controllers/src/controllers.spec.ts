@@ -241,6 +241,26 @@ describe('backing image controllers over the embedded store', () => {
     expect(calls.slice(3).every((c) => c.from !== first && calls.slice(0, 3).some((e) => e.to === c.from))).toBe(true);
   });
 
+  it("counts the copies other controllers' managers list as received from a sender (a restarted controller has no grants)", async () => {
+    h = await startHarness(Array.from({ length: 6 }, (_, i) => ({ uuid: `disk-${i + 1}` })));
+    h.sim.transferMs = 1500;
+    h.sim.reportSends = false;
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'listed', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 4 });
+    // three copies are received from the first one, and their managers' statuses say so
+    await waitFor('three receivers listed', async () => {
+      const bims = await h!.store.list(BackingImageManagerKind, { namespace: NS });
+      const n = bims.items.filter((m) => m.status?.backingImageFileMap?.listed?.state === 'in-progress' && m.status.backingImageFileMap.listed.senderManagerAddress).length;
+      return n === 3 ? true : undefined;
+    });
+    await h.restartControllers();
+    await h.cm.actions.updateMinNumberOfCopies('listed', 6);
+    await waitReady('listed', 6, 20_000);
+    const calls = h.sim.syncCalls.filter((c) => c.bi === 'listed');
+    const first = calls[0]!.from;
+    expect(calls.filter((c) => c.from === first)).toHaveLength(3);
+  });
+
   it('a controller restart mid-download converges without a second download', async () => {
     h = await startHarness();
     h.sim.transferMs = 600;

@@ -12,7 +12,7 @@ import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImageManager } from './kinds.js';
 import { fileMapFromList } from './manager-api.js';
 import { Annotation, FINALIZER } from './names.js';
-import { NodeSyncLimiter, pickSender, SENDING_LIMIT, SenderGrants } from './rules.js';
+import { NodeSyncLimiter, pickSender, receiversBySender, SENDING_LIMIT, SenderGrants } from './rules.js';
 import { SettingName } from './settings.js';
 
 export const MAX_MONITOR_RECEIVE_ERRORS = 10;
@@ -538,13 +538,16 @@ export class BackingImageManagerController extends Controller {
         waiting++;
         continue;
       }
-      // A sender's count is the larger of its status and the Syncs asked of it that its receivers do not show done.
+      // A sender's count is the largest of its status, the copies listed as received from it (by the controllers of
+      // every node), and the Syncs this controller asked of it that its receivers do not show done.
       const stateOn = (receiver: string): string | undefined => all.find((x) => x.metadata.name === receiver)?.status?.backingImageFileMap?.[biName]?.state;
+      const receiving = receiversBySender(all.map((x) => x.status?.backingImageFileMap?.[biName]));
       const candidates = all
         .filter((m) => !m.metadata.deletionTimestamp && m.metadata.name !== name)
         .map((m) => {
           const file = m.status?.backingImageFileMap?.[biName] as BackingImageFileInfo | undefined;
-          const granted = file?.state === 'ready' ? this.senderGrants.live(m.metadata.name, biName, stateOn) : 0;
+          const address = m.metadata.annotations?.[Annotation.Address] ?? '';
+          const granted = file?.state === 'ready' ? Math.max(this.senderGrants.live(m.metadata.name, biName, stateOn), receiving.get(address) ?? 0) : 0;
           const counted = file && granted > (file.sendingReference ?? 0) ? { ...file, sendingReference: granted } : file;
           return { m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: counted };
         });

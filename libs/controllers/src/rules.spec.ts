@@ -15,6 +15,7 @@ import {
   MAX_ALTERNATIVE_SENDERS,
   SenderGrants,
   SYNC_GRANT_GRACE_MS,
+  receiversBySender,
   tagsMatch,
   unusedCopiesToRemove,
   updatedLastRefMap,
@@ -270,6 +271,18 @@ describe('senders and the per-node sync limit', () => {
     g.grant('gone', 'img', 'r9');
     g.dropManager('gone');
     expect(g.live('gone', 'img', () => 'in-progress')).toBe(0);
+  });
+
+  it('counts the copies being received per sender address from the statuses', () => {
+    const counts = receiversBySender([
+      { state: 'in-progress', senderManagerAddress: 'a:8000' },
+      { state: 'pending', senderManagerAddress: 'a:8000' },
+      { state: 'starting', senderManagerAddress: 'b:8000' },
+      { state: 'ready', senderManagerAddress: 'a:8000' },
+      { state: 'in-progress', senderManagerAddress: '' },
+      undefined,
+    ]);
+    expect(Object.fromEntries(counts)).toEqual({ 'a:8000': 2, 'b:8000': 1 });
   });
 
   it('gives back a node slot that no sync used', () => {

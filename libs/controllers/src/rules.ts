@@ -479,3 +479,19 @@ export class SenderGrants {
   }
 }
 
+/**
+ * How many copies of an image each sender (by manager address) has receivers for, from the managers' statuses: the
+ * copies being received (`pending`, `starting`, `in-progress`) name their sender in `senderManagerAddress`. Unlike the
+ * sender's own `sendingReference`, this counts a receiver from the moment its manager lists it, also one still
+ * waiting for a slot, and the statuses are written by the controllers of every node.
+ */
+export function receiversBySender(files: Iterable<Pick<BackingImageFileInfo, 'state' | 'senderManagerAddress'> | undefined>): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const f of files) {
+    const from = f?.senderManagerAddress;
+    if (!from || !IN_PROGRESS.has(f.state ?? '')) continue;
+    counts.set(from, (counts.get(from) ?? 0) + 1);
+  }
+  return counts;
+}
+

@@ -1,8 +1,11 @@
 import type { BackingImageResponse } from '@bis/bimrpc';
 import { backingImageNameFromPath, type FileInfo } from '@bis/sync-service';
 
-/** Longhorn's `backingImageResponse()`: a sync-service record as the gRPC response. */
-export function toBackingImageResponse(info: FileInfo): BackingImageResponse {
+/**
+ * Longhorn's `backingImageResponse()`: a sync-service record as the gRPC response. `senderManagerAddress` is the peer
+ * manager a file being synced comes from (empty otherwise).
+ */
+export function toBackingImageResponse(info: FileInfo, senderManagerAddress = ''): BackingImageResponse {
   return {
     spec: {
       name: backingImageNameFromPath(info.filePath, info.uuid),
@@ -16,7 +19,7 @@ export function toBackingImageResponse(info: FileInfo): BackingImageResponse {
       state: info.state,
       errorMsg: info.message,
       sendingReference: info.sendingReference,
-      senderManagerAddress: '',
+      senderManagerAddress,
       progress: info.progress,
       checksum: info.currentChecksum,
     },

@@ -113,6 +113,8 @@ export class ManagerService {
   readonly #backups: BackupTracker;
   /** Callers of `#nextChange`, per file path (one listener on the sync service serves them all). */
   readonly #changeWaiters = new Map<string, Set<() => void>>();
+  /** The peer manager each file being synced comes from (`senderManagerAddress` of its status), until the receive ends. */
+  readonly #senders = new Map<string, string>();
   readonly #onChange = (filePath: string) => {
     this.#scheduleNotify();
     const waiters = this.#changeWaiters.get(filePath);
@@ -213,7 +215,8 @@ export class ManagerService {
   async get(req: GetRequest): Promise<BackingImageResponse> {
     if (!req.name || !req.uuid) throw invalid();
     try {
-      return toBackingImageResponse(this.#o.sync.get(await this.#confined(req.name, req.uuid)));
+      const filePath = await this.#confined(req.name, req.uuid);
+      return toBackingImageResponse(this.#o.sync.get(filePath), this.#senders.get(filePath));
     } catch (err) {
       if (err instanceof SyncFileNotFoundError) {
         throw new RpcError(status.NOT_FOUND, `cannot find backing image ${req.name}(${req.uuid})`);
@@ -227,7 +230,7 @@ export class ManagerService {
     const root = path.join(this.#root, 'backing-images');
     for (const info of Object.values(this.#o.sync.list())) {
       if (path.dirname(path.dirname(info.filePath)) !== root) continue;
-      backingImages[backingImageNameFromPath(info.filePath, info.uuid)] = toBackingImageResponse(info);
+      backingImages[backingImageNameFromPath(info.filePath, info.uuid)] = toBackingImageResponse(info, this.#senders.get(info.filePath));
     }
     // our extension (a new optional field of ListResponse): the disk's background scrub
     return { backingImages, diskScrub: this.#o.sync.scrubStatus() };
@@ -305,11 +308,18 @@ export class ManagerService {
       throw err;
     }
     const work = this.#o.sync.workOf(filePath) ?? Promise.resolve();
+    // The sender shows in the file's status while it is received (other controllers count a sender's receivers by it).
+    this.#senders.set(filePath, req.fromAddress);
     // The port is released exactly once, after the receiver's server is closed (the work settles after that).
-    this.#track(work.finally(() => this.#o.ports.release(port)));
+    this.#track(
+      work.finally(() => {
+        this.#o.ports.release(port);
+        this.#senders.delete(filePath);
+      }),
+    );
     const senders = [req.fromAddress, ...(req.alternativeFromAddresses ?? []).filter((a) => a && a !== req.fromAddress)];
     this.#track(this.#askPeerToSend(spec.name, spec.uuid, filePath, [...new Set(senders)], port));
-    return toBackingImageResponse(this.#o.sync.get(filePath));
+    return toBackingImageResponse(this.#o.sync.get(filePath), req.fromAddress);
   }
 
   /**
@@ -343,7 +353,10 @@ export class ManagerService {
         const from = queue[0]!;
         try {
           await clientOf(from).send(name, uuid, `${this.#o.receiverHost}:${port}`);
-          if (from !== senders[0]) this.#log(`${filePath}: the peer manager ${from} sends this file (the first choice, ${senders[0]}, could not)`);
+          if (from !== senders[0]) {
+            if (this.#senders.has(filePath)) this.#senders.set(filePath, from);
+            this.#log(`${filePath}: the peer manager ${from} sends this file (the first choice, ${senders[0]}, could not)`);
+          }
           return;
         } catch (err) {
           const details = (err as { details?: string }).details ?? errorMessage(err);

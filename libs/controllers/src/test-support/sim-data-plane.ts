@@ -19,6 +19,8 @@ interface SimFile {
   progress: number;
   message: string;
   sendingReference: number;
+  /** The sender's address while the file is synced (as a real manager reports it). */
+  sender?: string;
 }
 
 interface SimManager {
@@ -70,6 +72,11 @@ export class SimDataPlane implements DataPlane {
   private port = 20000;
   /** Time a download / sync takes (ms). */
   transferMs = 150;
+  /**
+   * Whether a sender's `sendingReference` shows its sends. False plays a sender whose sends have not begun yet (its
+   * receivers are refused or not yet asked), so only the receivers' statuses tell that it is taken.
+   */
+  reportSends = true;
 
   serve(url: string, data: string): string {
     this.urls.set(url, { size: data.length, data });
@@ -127,7 +134,7 @@ export class SimDataPlane implements DataPlane {
     };
     const response = (f: SimFile): BackingImageResponse => ({
       spec: { name: f.name, uuid: f.uuid, size: f.size, virtualSize: f.size, realSize: f.size, checksum: f.checksum },
-      status: { state: f.state, errorMsg: f.message, sendingReference: f.sendingReference, senderManagerAddress: '', progress: f.progress, checksum: f.state === 'ready' ? f.checksum : '' },
+      status: { state: f.state, errorMsg: f.message, sendingReference: this.reportSends ? f.sendingReference : 0, senderManagerAddress: f.state === 'ready' || f.state === 'failed' ? '' : (f.sender ?? ''), progress: f.progress, checksum: f.state === 'ready' ? f.checksum : '' },
     });
     return {
       list: async (): Promise<ListResponse> => ({ backingImages: Object.fromEntries([...find().files.values()].map((f) => [f.name, response(f)])) }),
@@ -169,7 +176,7 @@ export class SimDataPlane implements DataPlane {
         if (!sender || src?.state !== 'ready') throw grpcError(9, `sender ${fromAddress} has no ready file ${name}`);
         const alternatives = alternativeFromAddresses.map((a) => [...this.managers.values()].find((x) => x.address === a)?.name ?? a);
         this.syncCalls.push({ to: m.name, from: sender.name, bi: name, alternatives });
-        const file: SimFile = { name, uuid: spec!.uuid, size: src.size, checksum: '', state: 'in-progress', progress: 0, message: '', sendingReference: 0 };
+        const file: SimFile = { name, uuid: spec!.uuid, size: src.size, checksum: '', state: 'in-progress', progress: 0, message: '', sendingReference: 0, sender: fromAddress };
         m.files.set(name, file);
         src.sendingReference++;
         this.changed(m);
