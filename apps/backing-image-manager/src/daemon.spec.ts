@@ -340,6 +340,31 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
     }
   });
 
+  it('a copy waiting for a busy sender asks the sender of a new Sync; for a received copy it still "already exists"', async () => {
+    const a = await start(await makeDisk(root, 'againA'));
+    const b = await start(await makeDisk(root, 'againB'));
+    const sha = await fetchPrepared(a, 'again', 'ug', 'dddd');
+    await waitState(a, 'again', 'ug', 'ready');
+    const spec = { name: 'again', uuid: 'ug', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 };
+    await b.client.sync({ spec, fromAddress: a.grpcAddress });
+    await waitState(b, 'again', 'ug', 'ready');
+    await waitFor('a done sending to b', async () => ((await stateOf(a, 'again', 'ug')).sendingReference === 0 ? true : undefined), 10_000);
+    const held = await holdThreeSends(a, 'again', 'ug');
+    try {
+      const r = await start(await makeDisk(root, 'againR'));
+      await r.client.sync({ spec, fromAddress: a.grpcAddress });
+      await waitFor('the receiver told a is busy', async () => (r.stderr().includes('asking again as a send ends') ? true : undefined), 10_000);
+      // the controller chose again: b
+      await r.client.sync({ spec, fromAddress: b.grpcAddress });
+      expect((await waitState(r, 'again', 'ug', 'ready')).checksum).toBe(sha);
+      expect((await stateOf(a, 'again', 'ug')).sendingReference).toBe(3);
+      expect(r.stderr()).toContain('chosen again by the controller');
+      expect((await grpcCode(r.client.sync({ spec, fromAddress: b.grpcAddress }))).details).toMatch(/already exists/);
+    } finally {
+      held.release();
+    }
+  });
+
   it('cleans up a Delete during a transfer and a SIGTERM during a transfer', async () => {
     const a = await start(await makeDisk(root, 'delA'));
     const sha = await fetchPrepared(a, 'del', 'ud', 'd'.repeat(48));

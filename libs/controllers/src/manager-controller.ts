@@ -7,9 +7,9 @@ import { Controller, isResponsibleFor, type ControllerContext } from './base-con
 import { DISK_PROBE_BYTES, probeDiskWrite, recordDiskHealth } from './disk-conditions.js';
 import { DISK_HEALTHY_CONDITION, failedCopyMessage } from './disk-errors.js';
 import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
-import type { WorkloadStatus } from './data-plane.js';
+import type { ManagerApi, WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
-import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImageManager } from './kinds.js';
+import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImage, type BackingImageDataSource, type BackingImageManager } from './kinds.js';
 import { fileMapFromList } from './manager-api.js';
 import { Annotation, FINALIZER } from './names.js';
 import { NodeSyncLimiter, pickSender, receiversBySender, SENDING_LIMIT, SenderGrants } from './rules.js';
@@ -83,6 +83,8 @@ export class BackingImageManagerController extends Controller {
   readonly senderGrants = new SenderGrants();
   /** Managers with a copy to sync that found every ready copy at its sending limit: looked at again on any file change. */
   private readonly waitingForSender = new Set<string>();
+  /** When a waiting copy (`manager/bi`) was last told to ask another sender. */
+  private readonly syncedAgainAt = new Map<string, number>();
   private readonly gcTimer: NodeJS.Timeout;
   /** Fetch/Sync calls made and not yet visible in the manager's file map: manager name → BI name → when. */
   private readonly requested = new Map<string, Map<string, number>>();
@@ -449,6 +451,70 @@ export class BackingImageManagerController extends Controller {
     }
   }
 
+  /**
+   * The sender for a copy of `biName` on manager `name`, and the other ready copies to name. A sender's count is the
+   * largest of its status, the copies listed as received from it (by the controllers of every node), and the Syncs
+   * this controller asked of it that its receivers do not show done.
+   */
+  private chooseSender(all: readonly Stored<BackingImageManager>[], biName: string, name: string, image: string) {
+    const stateOn = (receiver: string): string | undefined => all.find((x) => x.metadata.name === receiver)?.status?.backingImageFileMap?.[biName]?.state;
+    const receiving = receiversBySender(all.map((x) => x.status?.backingImageFileMap?.[biName]));
+    const candidates = all
+      .filter((m) => !m.metadata.deletionTimestamp && m.metadata.name !== name)
+      .map((m) => {
+        const file = m.status?.backingImageFileMap?.[biName] as BackingImageFileInfo | undefined;
+        const address = m.metadata.annotations?.[Annotation.Address] ?? '';
+        const granted = file?.state === 'ready' ? Math.max(this.senderGrants.live(m.metadata.name, biName, stateOn), receiving.get(address) ?? 0) : 0;
+        const counted = file && granted > (file.sendingReference ?? 0) ? { ...file, sendingReference: granted } : file;
+        return { m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: counted };
+      });
+    const { sender, alternatives = [], anyReady } = pickSender(candidates, name);
+    return { sender, alternatives, anyReady };
+  }
+
+  /**
+   * A copy whose receive waits for its sender, which sends to as many peers as it may (3 copies listed as being
+   * received from it): when another ready copy has room, the manager is told to ask that one (a Sync again, which
+   * gives a waiting receive new senders). Several controllers chose that sender at once, before any of them saw
+   * the others' Syncs; meanwhile more copies became ready. At most once per 5 s per copy.
+   */
+  private async syncAgainIfSenderFull(
+    bim: Stored<BackingImageManager>,
+    api: ManagerApi,
+    all: readonly Stored<BackingImageManager>[],
+    bi: Stored<BackingImage>,
+    bids: Stored<BackingImageDataSource>,
+    file: BackingImageFileInfo,
+    image: string,
+  ): Promise<boolean> {
+    const name = bim.metadata.name;
+    const biName = bi.metadata.name;
+    const current = file.senderManagerAddress ?? '';
+    const served = all.filter((m) => {
+      const f = m.status?.backingImageFileMap?.[biName];
+      return f?.state === 'in-progress' && f.senderManagerAddress === current;
+    }).length;
+    if (served < SENDING_LIMIT) return false;
+    const key = `${name}/${biName}`;
+    const t = Date.now();
+    if (t - (this.syncedAgainAt.get(key) ?? -Infinity) < 5000) return false;
+    const { sender, alternatives } = this.chooseSender(all, biName, name, image);
+    const from = sender?.m.metadata.annotations?.[Annotation.Address];
+    if (!sender || !from || from === current) return false;
+    this.syncedAgainAt.set(key, t);
+    const size = bi.status?.size || bids.status?.size || 0;
+    try {
+      await api.sync({ spec: { name: biName, uuid: bi.status?.uuid ?? '', checksum: bi.status?.checksum ?? '', size, virtualSize: 0, realSize: 0 }, fromAddress: from, alternativeFromAddresses: addressesOf(alternatives, from) });
+    } catch (err) {
+      if (isAlreadyExistsError(err)) return false; // a sender took it meanwhile
+      throw err;
+    }
+    this.senderGrants.grant(sender.name, biName, name);
+    this.fileListChanged(name);
+    this.event(bim, 'Normal', EventReason.Syncing, `Syncing backing image ${biName} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID} from ${sender.name}(${from}) instead: ${current} sends to as many peers as it may`);
+    return true;
+  }
+
   private async prepareFiles(bim: Stored<BackingImageManager>, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>, image: string): Promise<void> {
     const { store, namespace } = this.ctx;
     const name = bim.metadata.name;
@@ -479,7 +545,12 @@ export class BackingImageManagerController extends Controller {
       const file = status.backingImageFileMap![biName];
       if (file) requested.delete(biName);
       const requireFile = !file || file.state === 'failed' || bids.status?.currentState === 'failed';
-      if (!requireFile) continue;
+      if (!requireFile) {
+        if (file && (file.state === 'pending' || file.state === 'starting') && file.senderManagerAddress) {
+          if (await this.syncAgainIfSenderFull(bim, api, (await sharedView()).all, bi, bids, file, image)) break;
+        }
+        continue;
+      }
       // Requested by an earlier reconcile and not listed yet (a failed data source is still cleaned up at once).
       if (!file && bids.status?.currentState !== 'failed' && now - (requested.get(biName) ?? -Infinity) < FILE_REQUEST_GRACE_MS) continue;
       const uuid = bi.status?.uuid ?? '';
@@ -538,20 +609,7 @@ export class BackingImageManagerController extends Controller {
         waiting++;
         continue;
       }
-      // A sender's count is the largest of its status, the copies listed as received from it (by the controllers of
-      // every node), and the Syncs this controller asked of it that its receivers do not show done.
-      const stateOn = (receiver: string): string | undefined => all.find((x) => x.metadata.name === receiver)?.status?.backingImageFileMap?.[biName]?.state;
-      const receiving = receiversBySender(all.map((x) => x.status?.backingImageFileMap?.[biName]));
-      const candidates = all
-        .filter((m) => !m.metadata.deletionTimestamp && m.metadata.name !== name)
-        .map((m) => {
-          const file = m.status?.backingImageFileMap?.[biName] as BackingImageFileInfo | undefined;
-          const address = m.metadata.annotations?.[Annotation.Address] ?? '';
-          const granted = file?.state === 'ready' ? Math.max(this.senderGrants.live(m.metadata.name, biName, stateOn), receiving.get(address) ?? 0) : 0;
-          const counted = file && granted > (file.sendingReference ?? 0) ? { ...file, sendingReference: granted } : file;
-          return { m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: counted };
-        });
-      const { sender, alternatives = [], anyReady } = pickSender(candidates, name);
+      const { sender, alternatives, anyReady } = this.chooseSender(all, biName, name, image);
       const size = bi.status?.size || bids.status?.size || 0;
       if (!anyReady) {
         backoff.next(biName);
@@ -575,8 +633,7 @@ export class BackingImageManagerController extends Controller {
       if (!from) continue;
       backoff.next(biName);
       try {
-        const alternativeFromAddresses = alternatives.map((a) => a.m.metadata.annotations?.[Annotation.Address]).filter((a): a is string => !!a && a !== from);
-        await api.sync({ spec: { name: biName, uuid, checksum: bi.status?.checksum ?? '', size, virtualSize: 0, realSize: 0 }, fromAddress: from, alternativeFromAddresses });
+        await api.sync({ spec: { name: biName, uuid, checksum: bi.status?.checksum ?? '', size, virtualSize: 0, realSize: 0 }, fromAddress: from, alternativeFromAddresses: addressesOf(alternatives, from) });
       } catch (err) {
         if (!isAlreadyExistsError(err)) throw err;
       }
@@ -810,3 +867,9 @@ export class BackingImageManagerController extends Controller {
     }
   }
 }
+
+/** The manager addresses of `copies`, without `except` (the sender asked first). */
+function addressesOf(copies: readonly { m: Stored<BackingImageManager> }[], except: string): string[] {
+  return copies.map((c) => c.m.metadata.annotations?.[Annotation.Address]).filter((a): a is string => !!a && a !== except);
+}
+

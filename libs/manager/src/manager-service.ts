@@ -104,6 +104,12 @@ function unary<Req, Res>(fn: (req: Req) => Promise<Res>): Unary<Req, Res> {
  * `bimrpc.BackingImageManagerService` over an in-process sync service: one per disk. Files are addressed as
  * `<disk>/backing-images/<name>-<uuid>/backing`.
  */
+/** The senders a receive asks in turn, first the one asked next; a new Sync for the same copy replaces them. */
+interface Asking {
+  queue: string[];
+  chosenAgain: boolean;
+}
+
 export class ManagerService {
   readonly #o: ManagerServiceOptions;
   readonly #subscribers = new Set<{ call: ServerWritableStream<Empty, Empty>; blocked: boolean; missed: boolean }>();
@@ -115,6 +121,8 @@ export class ManagerService {
   readonly #changeWaiters = new Map<string, Set<() => void>>();
   /** The peer manager each file being synced comes from (`senderManagerAddress` of its status), until the receive ends. */
   readonly #senders = new Map<string, string>();
+  /** The senders each receive still asks, until one takes it (a new Sync replaces them). */
+  readonly #askers = new Map<string, Asking>();
   readonly #onChange = (filePath: string) => {
     this.#scheduleNotify();
     const waiters = this.#changeWaiters.get(filePath);
@@ -293,6 +301,17 @@ export class ManagerService {
     if (!spec.name || !spec.uuid || !req.fromAddress) throw invalid();
     if (!(spec.size > 0)) throw invalid(`invalid size ${spec.size} for syncing backing image ${spec.name}`);
     const filePath = await this.#confined(spec.name, spec.uuid);
+    const senderList = [...new Set([req.fromAddress, ...(req.alternativeFromAddresses ?? []).filter((a) => a)])];
+    // A copy whose receive still waits for a sender to take it (every one asked is at its sending limit): a Sync from
+    // the controller, which chose again, gives it the new senders to ask (Longhorn answered "already exists").
+    const asking = this.#askers.get(filePath);
+    if (asking && this.#o.sync.has(filePath) && this.#o.sync.get(filePath).uuid === spec.uuid && this.#waitingForSender(filePath)) {
+      asking.queue = senderList;
+      asking.chosenAgain = true;
+      this.#senders.set(filePath, req.fromAddress);
+      this.#log(`${filePath}: still waiting for a peer to send it; asking ${req.fromAddress} now (chosen again by the controller)`);
+      return toBackingImageResponse(this.#o.sync.get(filePath), req.fromAddress);
+    }
     const port = this.#o.ports.allocate();
     try {
       await this.#o.sync.receiveFromPeer({
@@ -317,8 +336,13 @@ export class ManagerService {
         this.#senders.delete(filePath);
       }),
     );
-    const senders = [req.fromAddress, ...(req.alternativeFromAddresses ?? []).filter((a) => a && a !== req.fromAddress)];
-    this.#track(this.#askPeerToSend(spec.name, spec.uuid, filePath, [...new Set(senders)], port));
+    const own: Asking = { queue: senderList, chosenAgain: false };
+    this.#askers.set(filePath, own);
+    this.#track(
+      this.#askPeerToSend(spec.name, spec.uuid, filePath, own, port).finally(() => {
+        if (this.#askers.get(filePath) === own) this.#askers.delete(filePath);
+      }),
+    );
     return toBackingImageResponse(this.#o.sync.get(filePath), req.fromAddress);
   }
 
@@ -328,7 +352,7 @@ export class ManagerService {
    * with a growing pause. A peer that refuses for another reason is not asked again; when none is left, the receive
    * fails with the last refusal.
    */
-  async #askPeerToSend(name: string, uuid: string, filePath: string, senders: string[], port: number): Promise<void> {
+  async #askPeerToSend(name: string, uuid: string, filePath: string, asking: Asking, port: number): Promise<void> {
     const deadline = Date.now() + (this.#o.syncPendingTimeoutMs ?? 300_000);
     for (;;) {
       if (!this.#o.sync.has(filePath) || this.#stop.signal.aborted) return;
@@ -347,16 +371,22 @@ export class ManagerService {
       if (!c) clients.set(address, (c = new ManagerClient(address, { token: this.#o.internalToken })));
       return c;
     };
-    const queue = [...senders];
+    let first = asking.queue[0];
     try {
       for (let waitMs = 250, told = false, refusedInRound = 0; ; ) {
+        if (asking.chosenAgain) {
+          // a new Sync named other senders: start a round with them
+          asking.chosenAgain = false;
+          first = asking.queue[0];
+          waitMs = 250;
+          refusedInRound = 0;
+        }
+        const queue = asking.queue;
         const from = queue[0]!;
         try {
           await clientOf(from).send(name, uuid, `${this.#o.receiverHost}:${port}`);
-          if (from !== senders[0]) {
-            if (this.#senders.has(filePath)) this.#senders.set(filePath, from);
-            this.#log(`${filePath}: the peer manager ${from} sends this file (the first choice, ${senders[0]}, could not)`);
-          }
+          if (this.#senders.has(filePath)) this.#senders.set(filePath, from);
+          if (from !== first) this.#log(`${filePath}: the peer manager ${from} sends this file (the first choice, ${first}, could not)`);
           return;
         } catch (err) {
           const details = (err as { details?: string }).details ?? errorMessage(err);
@@ -387,7 +417,7 @@ export class ManagerService {
           this.#log(`${filePath}: ${msg}`);
           // An alternative that cannot send (its copy went away, say) is dropped; the last one left fails the receive.
           queue.shift();
-          if (queue.length > 0 && this.#waitingForSender(filePath)) continue;
+          if ((queue.length > 0 || asking.chosenAgain) && this.#waitingForSender(filePath)) continue;
           this.#o.sync.cancel(filePath, msg);
           return;
         }

@@ -10,6 +10,8 @@ import type { FileState } from '@bis/state-machine';
 import type { BackupTargetApi, DataPlane, DataSourceApi, DataSourceLaunch, ManagerApi, WorkloadStatus } from '../data-plane.js';
 import type { BackingImageDataSource, BackingImageManager } from '../kinds.js';
 
+const SIM_SENDING_LIMIT = 3;
+
 interface SimFile {
   name: string;
   uuid: string;
@@ -21,6 +23,8 @@ interface SimFile {
   sendingReference: number;
   /** The sender's address while the file is synced (as a real manager reports it). */
   sender?: string;
+  /** Refused by its busy sender: waits for one of its sends to end, or for a Sync naming another sender. */
+  waiting?: boolean;
 }
 
 interface SimManager {
@@ -77,6 +81,8 @@ export class SimDataPlane implements DataPlane {
    * receivers are refused or not yet asked), so only the receivers' statuses tell that it is taken.
    */
   reportSends = true;
+  /** Whether a sender takes at most 3 sends at once, the others waiting (a real manager's limit). */
+  enforceSendingLimit = false;
 
   serve(url: string, data: string): string {
     this.urls.set(url, { size: data.length, data });
@@ -126,6 +132,43 @@ export class SimDataPlane implements DataPlane {
     this.notify('manager', name);
   }
 
+  /** A send from `sender` to `m`'s `file`; when it ends, the next copy waiting for this sender begins. */
+  private beginSend(m: SimManager, file: SimFile, sender: SimManager, src: SimFile): void {
+    const name = file.name;
+    file.waiting = false;
+    file.state = 'in-progress';
+    src.sendingReference++;
+    this.changed(m);
+    setTimeout(() => {
+      src.sendingReference = Math.max(0, src.sendingReference - 1);
+      this.beginNextWaiting(sender, src);
+      if (this.managers.get(m.name) !== m || m.files.get(name) !== file) return;
+      const failure = this.syncFailure(m.diskUUID);
+      if (this.managers.get(sender.name) !== sender) {
+        file.state = 'failed';
+        file.message = 'sender went away';
+      } else if (failure) {
+        file.state = 'failed';
+        file.message = failure;
+      } else {
+        Object.assign(file, { state: 'ready', progress: 100, checksum: src.checksum });
+        const disk = this.disks.get(m.diskUUID) ?? new Map<string, SimFile>();
+        this.disks.set(m.diskUUID, disk);
+        disk.set(`${name}-${file.uuid}`, file);
+      }
+      this.changed(m);
+      this.changed(sender);
+    }, this.transferMs).unref();
+  }
+
+  private beginNextWaiting(sender: SimManager, src: SimFile): void {
+    if (src.sendingReference >= SIM_SENDING_LIMIT) return;
+    for (const m of this.managers.values()) {
+      const f = m.files.get(src.name);
+      if (f?.waiting && f.sender === sender.address) return this.beginSend(m, f, sender, src);
+    }
+  }
+
   managerClient(address: string): ManagerApi {
     const find = () => {
       const m = [...this.managers.values()].find((x) => x.address === address);
@@ -170,35 +213,24 @@ export class SimDataPlane implements DataPlane {
       sync: async ({ spec, fromAddress, alternativeFromAddresses = [] }) => {
         const m = find();
         const name = spec!.name;
-        if (m.files.has(name) && m.files.get(name)!.state !== 'failed') throw grpcError(6, `backing image ${name} already exists`);
+        const existing = m.files.get(name);
         const sender = [...this.managers.values()].find((x) => x.address === fromAddress);
         const src = sender?.files.get(name);
+        // a copy still waiting for a sender takes the one a new Sync names (as a real manager does)
+        const again = existing?.state === 'starting' && existing.waiting === true;
+        if (existing && existing.state !== 'failed' && !again) throw grpcError(6, `backing image ${name} already exists`);
         if (!sender || src?.state !== 'ready') throw grpcError(9, `sender ${fromAddress} has no ready file ${name}`);
         const alternatives = alternativeFromAddresses.map((a) => [...this.managers.values()].find((x) => x.address === a)?.name ?? a);
         this.syncCalls.push({ to: m.name, from: sender.name, bi: name, alternatives });
-        const file: SimFile = { name, uuid: spec!.uuid, size: src.size, checksum: '', state: 'in-progress', progress: 0, message: '', sendingReference: 0, sender: fromAddress };
+        const file: SimFile = again ? existing : { name, uuid: spec!.uuid, size: src.size, checksum: '', state: 'starting', progress: 0, message: '', sendingReference: 0 };
+        file.sender = fromAddress;
         m.files.set(name, file);
-        src.sendingReference++;
-        this.changed(m);
-        setTimeout(() => {
-          src.sendingReference = Math.max(0, src.sendingReference - 1);
-          if (this.managers.get(m.name) !== m || m.files.get(name) !== file) return;
-          const failure = this.syncFailure(m.diskUUID);
-          if (this.managers.get(sender.name) !== sender) {
-            file.state = 'failed';
-            file.message = 'sender went away';
-          } else if (failure) {
-            file.state = 'failed';
-            file.message = failure;
-          } else {
-            Object.assign(file, { state: 'ready', progress: 100, checksum: src.checksum });
-            const disk = this.disks.get(m.diskUUID) ?? new Map<string, SimFile>();
-            this.disks.set(m.diskUUID, disk);
-            disk.set(`${name}-${file.uuid}`, file);
-          }
+        if (this.enforceSendingLimit && src.sendingReference >= SIM_SENDING_LIMIT) {
+          file.waiting = true; // refused by the busy sender: waits for one of its sends to end
           this.changed(m);
-          this.changed(sender);
-        }, this.transferMs).unref();
+          return response(file);
+        }
+        this.beginSend(m, file, sender, src);
         return response(file);
       },
       prepareDownload: async (name, uuid) => ({ srcFilePath: `/data/backing-images/${name}-${uuid}/backing`, address: find().address }),
