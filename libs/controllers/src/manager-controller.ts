@@ -12,7 +12,7 @@ import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImage, type BackingImageDataSource, type BackingImageManager } from './kinds.js';
 import { fileMapFromList } from './manager-api.js';
 import { Annotation, FINALIZER } from './names.js';
-import { NodeSyncLimiter, pickSender, receiversBySender, SENDING_LIMIT, SenderGrants } from './rules.js';
+import { NodeSyncLimiter, pickSender, receiversBySender, SENDING_LIMIT, SenderGrants, senderIsFull } from './rules.js';
 import { SettingName } from './settings.js';
 
 export const MAX_MONITOR_RECEIVE_ERRORS = 10;
@@ -473,10 +473,10 @@ export class BackingImageManagerController extends Controller {
   }
 
   /**
-   * A copy whose receive waits for its sender, which sends to as many peers as it may (3 copies listed as being
-   * received from it): when another ready copy has room, the manager is told to ask that one (a Sync again, which
-   * gives a waiting receive new senders). Several controllers chose that sender at once, before any of them saw
-   * the others' Syncs; meanwhile more copies became ready. At most once per 5 s per copy.
+   * A copy whose receive waits for its sender: when that sender sends to as many peers as it may (3 copies listed as
+   * being received from it) or more copies wait for it than for another ready copy with room, the manager is told to
+   * ask that one (a Sync again, which gives a waiting receive new senders). Several controllers chose that sender at
+   * once, before any of them saw the others' Syncs; meanwhile more copies became ready. At most once per 5 s per copy.
    */
   private async syncAgainIfSenderFull(
     bim: Stored<BackingImageManager>,
@@ -490,17 +490,19 @@ export class BackingImageManagerController extends Controller {
     const name = bim.metadata.name;
     const biName = bi.metadata.name;
     const current = file.senderManagerAddress ?? '';
-    const served = all.filter((m) => {
-      const f = m.status?.backingImageFileMap?.[biName];
-      return f?.state === 'in-progress' && f.senderManagerAddress === current;
-    }).length;
-    if (served < SENDING_LIMIT) return false;
     const key = `${name}/${biName}`;
     const t = Date.now();
     if (t - (this.syncedAgainAt.get(key) ?? -Infinity) < 5000) return false;
+    const files = all.map((m) => m.status?.backingImageFileMap?.[biName]);
     const { sender, alternatives } = this.chooseSender(all, biName, name, image);
     const from = sender?.m.metadata.annotations?.[Annotation.Address];
     if (!sender || !from || from === current) return false;
+    // Move when the sender is full, or when the other copy has fewer takers even with this one (the copies listed
+    // as received from it, this one included): when the first copies become ready and their sender frees its slots
+    // at the same moment, the copies waiting for it spread over the new ones instead of taking it again.
+    const takers = receiversBySender(files);
+    const full = senderIsFull(files, current);
+    if (!full && (takers.get(from) ?? 0) + 1 >= (takers.get(current) ?? 0)) return false;
     this.syncedAgainAt.set(key, t);
     const size = bi.status?.size || bids.status?.size || 0;
     try {
@@ -511,7 +513,8 @@ export class BackingImageManagerController extends Controller {
     }
     this.senderGrants.grant(sender.name, biName, name);
     this.fileListChanged(name);
-    this.event(bim, 'Normal', EventReason.Syncing, `Syncing backing image ${biName} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID} from ${sender.name}(${from}) instead: ${current} sends to as many peers as it may`);
+    const why = full ? `${current} sends to as many peers as it may` : `${takers.get(current) ?? 0} copies wait for or take ${current}`;
+    this.event(bim, 'Normal', EventReason.Syncing, `Syncing backing image ${biName} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID} from ${sender.name}(${from}) instead: ${why}`);
     return true;
   }
 

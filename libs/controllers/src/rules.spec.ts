@@ -16,6 +16,7 @@ import {
   SenderGrants,
   SYNC_GRANT_GRACE_MS,
   receiversBySender,
+  senderIsFull,
   tagsMatch,
   unusedCopiesToRemove,
   updatedLastRefMap,
@@ -283,6 +284,15 @@ describe('senders and the per-node sync limit', () => {
       undefined,
     ]);
     expect(Object.fromEntries(counts)).toEqual({ 'a:8000': 2, 'b:8000': 1 });
+  });
+
+  it('calls a sender full when 3 copies are listed as being received from it', () => {
+    const f = (state: string, senderManagerAddress: string) => ({ state: state as 'ready', senderManagerAddress });
+    const taken = [f('in-progress', 'x'), f('in-progress', 'x'), f('in-progress', 'x')];
+    expect(senderIsFull(taken, 'x')).toBe(true);
+    expect(senderIsFull(taken, 'y')).toBe(false);
+    // copies waiting for it (starting) or done (ready) do not take its slots
+    expect(senderIsFull([...taken.slice(1), f('starting', 'x'), f('ready', 'x'), undefined], 'x')).toBe(false);
   });
 
   it('gives back a node slot that no sync used', () => {

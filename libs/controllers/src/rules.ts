@@ -495,3 +495,13 @@ export function receiversBySender(files: Iterable<Pick<BackingImageFileInfo, 'st
   return counts;
 }
 
+/**
+ * Whether the sender at `address` is sending to as many peers as it may, by the copies listed as being received
+ * from it (`in-progress`: the sender took them; a copy still `pending` or `starting` may be waiting for it).
+ */
+export function senderIsFull(files: Iterable<Pick<BackingImageFileInfo, 'state' | 'senderManagerAddress'> | undefined>, address: string): boolean {
+  let served = 0;
+  for (const f of files) if (f?.state === 'in-progress' && f.senderManagerAddress === address) served++;
+  return served >= SENDING_LIMIT;
+}
+
