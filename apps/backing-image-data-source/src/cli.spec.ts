@@ -210,7 +210,7 @@ describe('backing-image-data-source start (modules loaded per source type)', () 
     return exited;
   }
 
-  it('a download loads its HTTP client and none of the modules it does not need, through to ready-for-transfer', async () => {
+  it('a plain http download loads neither got nor the modules it does not need, through to ready-for-transfer', async () => {
     const img = Buffer.concat([randomBytes(1 << 20), Buffer.alloc(4096)]);
     const origin: Server = createHttpServer((_req, res) => res.writeHead(200, { 'content-length': img.length }).end(img));
     await new Promise<void>((r) => origin.listen(0, '127.0.0.1', r));
@@ -222,12 +222,32 @@ describe('backing-image-data-source start (modules loaded per source type)', () 
     expect(i).toMatchObject({ state: 'ready-for-transfer', currentChecksum: sha512(img) });
     expect(await stop(ds.child)).toBe(0);
     const files = await rec.loadedFiles();
-    // the recorder saw both kinds of module: ES (got) and CommonJS (fastify)
-    expect(present(files, /\/node_modules\/got\//).length).toBeGreaterThan(0);
+    // the recorder saw both kinds of module: ES (the direct HTTP GET of @bis/file-sources) and CommonJS (fastify)
+    expect(present(files, /\/libs\/file-sources\/(src|dist)\/direct-get\./).length).toBeGreaterThan(0);
     expect(present(files, /\/node_modules\/fastify\/fastify\.js$/)).toHaveLength(1);
-    for (const [what, re] of NOT_FOR_DOWNLOAD_OR_UPLOAD) expect({ what, loaded: present(files, re) }).toEqual({ what, loaded: [] });
+    // the body was read by the direct path: the HTTP client (got, the proxy agents) is never loaded
+    for (const [what, re] of [...NOT_FOR_DOWNLOAD_OR_UPLOAD, ['got', /\/node_modules\/(got|hpagent)\//] as [string, RegExp]]) {
+      expect({ what, loaded: present(files, re) }).toEqual({ what, loaded: [] });
+    }
     // the SHA-512 chain is recorded in the pass that writes the file: its library and addon are loaded for that
     expect(present(files, /\/libs\/sha512-chain\/(src|dist)\/recorder\./).length).toBeGreaterThan(0);
+  });
+
+  it('a download whose origin answers chunked loads got when it needs it, and completes', async () => {
+    const img = Buffer.concat([randomBytes(1 << 20), Buffer.alloc(4096)]);
+    // no Content-Length: Node sends the body chunked, which the direct path leaves to the HTTP client
+    const origin: Server = createHttpServer((_req, res) => {
+      res.writeHead(200);
+      res.end(img);
+    });
+    await new Promise<void>((r) => origin.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => origin.close(() => r())));
+    const rec = await recorder();
+    const originUrl = `http://127.0.0.1:${(origin.address() as AddressInfo).port}/img`;
+    const ds = await launch(['--source-type', 'download', '--parameters', `url=${originUrl}`, '--allow-source-hosts', '127.0.0.1'], {}, rec.nodeArgs);
+    expect(await waitState(ds.url, ['ready-for-transfer', 'failed'])).toMatchObject({ state: 'ready-for-transfer', currentChecksum: sha512(img) });
+    expect(await stop(ds.child)).toBe(0);
+    expect(present(await rec.loadedFiles(), /\/node_modules\/got\//).length).toBeGreaterThan(0);
   });
 
   it('an upload does not load the download client (got) either', async () => {
