@@ -1,8 +1,10 @@
 import { parseHostPort } from '@bis/net-address';
 import { readFile } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { httpAuthHook, readTokenFile, type InternalAuth } from '@bis/internal-auth';
 import { createLogger, messageLog } from '@bis/logging';
+import type { DataSourceRunIO } from '@bis/data-source/host';
 import type { FileSourceKind } from '@bis/file-sources/source-provider';
 import {
   DataSourceConfigError,
@@ -35,7 +37,7 @@ const SOURCE_KINDS: Record<DataSourceType, readonly FileSourceKind[]> = {
 export const CREDENTIAL_ENV = 'BACKING_IMAGE_DATA_SOURCE_CREDENTIAL';
 
 /** Parses {@link CREDENTIAL_ENV}; an invalid value is a configuration error that never echoes the value. */
-export function credentialFromEnv(env: NodeJS.ProcessEnv): Record<string, string> {
+export function credentialFromEnv(env: Readonly<Record<string, string | undefined>>): Record<string, string> {
   const raw = env[CREDENTIAL_ENV];
   if (raw === undefined || raw === '') return {};
   let v: unknown;
@@ -138,6 +140,33 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
+  const env = { ...process.env };
+  // Not passed on to anything this process starts.
+  delete process.env[CREDENTIAL_ENV];
+  const ac = new AbortController();
+  const stop = (): void => ac.abort();
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  try {
+    return await runDataSource(argv, { env, signal: ac.signal });
+  } finally {
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
+  }
+}
+
+function addressOf(server: { address(): AddressInfo | string | null }): string {
+  const a = server.address();
+  return a !== null && typeof a === 'object' ? `${a.address}:${a.port}` : String(a);
+}
+
+/**
+ * Runs one data source until `io.signal` aborts: its HTTP API and its sync server, each on its own address. Returns an
+ * exit code (2 for a configuration error, 0 after a stop). Nothing here touches process-wide state (signals,
+ * environment, exit), so a host runs several at once.
+ */
+export async function runDataSource(argv: readonly string[], io: DataSourceRunIO): Promise<number> {
+  const errors = io.errors ?? ((line: string) => process.stderr.write(`${line}\n`));
   let args: ParsedArgs;
   let config;
   try {
@@ -147,28 +176,25 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
       uuid: args.single['uuid'],
       sourceType: args.single['source-type'],
       parameters: parseKeyValues('--parameters', args.repeated['parameters']!),
-      credential: { ...credentialFromEnv(process.env), ...parseKeyValues('--credential', args.repeated['credential']!) },
+      credential: { ...credentialFromEnv(io.env), ...parseKeyValues('--credential', args.repeated['credential']!) },
       checksum: args.single['checksum'],
     });
   } catch (e) {
-    process.stderr.write(`backing-image-data-source: ${(e as Error).message}\n`);
+    errors(`backing-image-data-source: ${(e as Error).message}`);
     return 2;
-  } finally {
-    // Not passed on to anything this process starts.
-    delete process.env[CREDENTIAL_ENV];
   }
   const s = args.single;
   const tokenFile = s['internal-token-file'];
   const allowUnauthenticated = args.flags.has('allow-unauthenticated-internal-calls');
   if (allowUnauthenticated && !tokenFile) {
-    process.stderr.write('backing-image-data-source: --allow-unauthenticated-internal-calls needs --internal-token-file\n');
+    errors('backing-image-data-source: --allow-unauthenticated-internal-calls needs --internal-token-file');
     return 2;
   }
   let internalAuth: InternalAuth | undefined;
   try {
     internalAuth = tokenFile ? { token: await readTokenFile(tokenFile), allowUnauthenticated } : undefined;
   } catch (e) {
-    process.stderr.write(`backing-image-data-source: ${(e as Error).message}\n`);
+    errors(`backing-image-data-source: ${(e as Error).message}`);
     return 2;
   }
   const listen = hostPort('listen', s['listen'] ?? 'localhost:8000');
@@ -184,11 +210,15 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
   }
   // JSON lines on stderr (the runtime appends them to the data source's log file; in Kubernetes, the pod log).
   const log = messageLog(
-    createLogger({ component: 'backing-image-data-source', bindings: { image: config.name, uuid: config.uuid, sourceType: config.sourceType, diskPath } }),
+    createLogger({
+      component: 'backing-image-data-source',
+      bindings: { image: config.name, uuid: config.uuid, sourceType: config.sourceType, diskPath },
+      ...(io.logDestination ? { outputs: [{ destination: io.logDestination }] } : {}),
+    }),
   );
   // Download credentials become origin request headers (never process environment, never in-cluster calls).
   const downloadHeaders = config.sourceType === 'download' ? config.credential : {};
-  const env = process.env;
+  const env = io.env;
   // Only what this source type needs is loaded, after the arguments are valid (one process per image being
   // prepared: its start cost is paid for every image). A download loads the HTTP client; no source type loads the
   // backup engine before a restore runs, nor the peer transfer, SHA-512 chain and block-mapping modules before the
@@ -249,14 +279,11 @@ export async function runDataSourceCli(argv: readonly string[]): Promise<number 
   app.addHook('onRequest', httpAuthHook(internalAuth, { onRefused: (req, reason) => log(`refused ${req.url}: ${reason}`) }));
   await app.register(dataSourceRoutes, { dataSource: ds });
   await app.listen({ host: listen.host, port: listen.port });
-  const addr = app.server.address();
   log(`data source: internal calls ${!internalAuth ? 'are NOT authenticated (no --internal-token-file)' : allowUnauthenticated ? 'need the token when they send one; calls without a token are admitted' : 'need the token'}`);
-  log(`data source ${config.name}-${config.uuid} (${config.sourceType}) listening on ${typeof addr === 'object' && addr ? `${addr.address}:${addr.port}` : String(addr)}`);
-  await new Promise<void>((resolve) => {
-    const stop = (): void => resolve();
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
-  });
+  const http = addressOf(app.server);
+  log(`data source ${config.name}-${config.uuid} (${config.sourceType}) listening on ${http}`);
+  io.onListening?.({ http, sync: addressOf(syncServer.server) });
+  if (!io.signal.aborted) await new Promise<void>((resolve) => io.signal.addEventListener('abort', () => resolve(), { once: true }));
   log('shutting down');
   await ds.close();
   await app.close();

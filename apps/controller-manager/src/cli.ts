@@ -7,7 +7,8 @@ import { readTokenFile } from '@bis/internal-auth';
 import { checkRestExposure, startStandalone, type StandaloneHandle } from '@bis/standalone';
 
 export const USAGE = `usage: controller-manager standalone [--data-dir <dir>] [--listen <host:port>] [--disks <n>]
-       [--allow-source-hosts <hosts or CIDRs, comma-separated>] [--max-data-sources <n>] [--ui-dir <dir>] [--verbose]
+       [--allow-source-hosts <hosts or CIDRs, comma-separated>] [--max-data-sources <n>]
+       [--data-sources-per-process <n>] [--ui-dir <dir>] [--verbose]
        [--log-format pretty|json]
        [--auth-token-file <file> | --insecure] [--internal-token-file <file>] [--allow-unauthenticated-internal-calls]
 
@@ -78,6 +79,7 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
         disks: { type: 'string', default: '3' },
         'allow-source-hosts': { type: 'string', default: '' },
         'max-data-sources': { type: 'string', default: '8' },
+        'data-sources-per-process': { type: 'string', default: '8' },
         'ui-dir': { type: 'string', default: defaultUiDir() },
         verbose: { type: 'boolean', default: false },
         'log-format': { type: 'string' },
@@ -100,6 +102,11 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
   const maxDataSources = Number(values['max-data-sources']);
   if (!Number.isInteger(maxDataSources) || maxDataSources < 1) {
     io.err(`controller-manager: invalid --max-data-sources "${values['max-data-sources']}": a positive number`);
+    return 2;
+  }
+  const perProcess = Number(values['data-sources-per-process']);
+  if (!Number.isInteger(perProcess) || perProcess < 1 || perProcess > 256) {
+    io.err(`controller-manager: invalid --data-sources-per-process "${values['data-sources-per-process']}": a number from 1 to 256`);
     return 2;
   }
   const logFormat = values['log-format'] ?? (process.stderr.isTTY ? 'pretty' : 'json');
@@ -141,6 +148,7 @@ export async function runStandaloneCli(argv: readonly string[], io: CliIo): Prom
       binaries,
       log,
       maxDataSources,
+      dataSourcesPerProcess: perProcess,
       uiDir: values['ui-dir'],
       authToken,
       insecure: values.insecure,

@@ -1,1 +1,1 @@
-export { createLogger, lineStream, messageLog, type CreateLoggerOptions, type Logger, type LogLevel, type RootLogger } from './logger.js';
+export { createLogger, lineStream, messageLog, type CreateLoggerOptions, type LogDestination, type Logger, type LogLevel, type RootLogger } from './logger.js';

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { WatchHub } from './watch-hub.js';
 import net from 'node:net';
 import type { Socket } from 'node:net';
 import { LIVENESS_FD_ENV, procStat, removeProcessRecord, writeProcessRecord } from './process-lifecycle.js';
@@ -77,7 +78,7 @@ const runtimeLine = (level: 'info' | 'warn' | 'error', msg: string): string => `
  */
 export class LocalProcessRuntime implements WorkloadRuntime {
   private readonly workloads = new Map<string, Workload>();
-  private readonly subscribers = new Set<(e: WorkloadEvent) => void>();
+  private readonly hub = new WatchHub<WorkloadEvent>();
   private readonly opts: Required<Omit<LocalProcessRuntimeOptions, 'log' | 'baseEnv' | 'pidDir'>> & Pick<LocalProcessRuntimeOptions, 'log' | 'baseEnv' | 'pidDir'>;
   private readonly onProcessExit = (): void => {
     for (const w of this.workloads.values()) if (w.child?.pid) killGroup(w.child.pid, 'SIGKILL');
@@ -177,34 +178,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
   }
 
   watch(signal: AbortSignal): AsyncIterable<WorkloadEvent> {
-    const self = this;
-    return {
-      async *[Symbol.asyncIterator]() {
-        const queue: WorkloadEvent[] = [...self.workloads.values()].map((w) => ({ type: 'ADDED' as const, status: self.snapshot(w) }));
-        let wake: (() => void) | undefined;
-        const sub = (e: WorkloadEvent): void => {
-          queue.push(e);
-          wake?.();
-        };
-        const onAbort = (): void => wake?.();
-        self.subscribers.add(sub);
-        signal.addEventListener('abort', onAbort);
-        try {
-          while (!signal.aborted) {
-            const e = queue.shift();
-            if (e) {
-              yield e;
-              continue;
-            }
-            await new Promise<void>((r) => (wake = r));
-            wake = undefined;
-          }
-        } finally {
-          self.subscribers.delete(sub);
-          signal.removeEventListener('abort', onAbort);
-        }
-      },
-    };
+    return this.hub.watch(signal, () => [...this.workloads.values()].map((w) => ({ type: 'ADDED' as const, status: this.snapshot(w) })));
   }
 
   // ------------------------------------------------------------------ internals
@@ -215,7 +189,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
 
   private emit(type: WorkloadEvent['type'], w: Workload): void {
     const e = { type, status: this.snapshot(w) };
-    for (const s of this.subscribers) s(e);
+    this.hub.publish(e);
   }
 
   private spawnRun(w: Workload): Promise<void> {

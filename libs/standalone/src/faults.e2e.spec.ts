@@ -33,13 +33,13 @@ import {
   getImage,
   imageBytes,
   inProcessSystem,
-  isDataSource,
+  dataSourceFlag,
+  dataSourceProcess,
   isManager,
   killLeftovers,
   logTails,
   processesOf,
   readyDisks,
-  recordedProcess,
   rng,
   startOrigin,
   suiteSeed,
@@ -145,7 +145,7 @@ async function deleteAndRestore(sys: FaultSystem, image: string): Promise<void> 
 }
 
 async function waitForDataSource(dataDir: string, image: string, timeoutMs = 60_000): Promise<number> {
-  return (await until(`the data source of ${image} to run`, () => recordedProcess(dataDir, (n) => n === `backing-image-ds-${image}`), timeoutMs, 50)).pid;
+  return (await until(`the data source of ${image} to run`, () => dataSourceProcess(dataDir, image), timeoutMs, 50)).pid;
 }
 
 async function canMountTmpfs(dir: string): Promise<string | undefined> {
@@ -203,8 +203,7 @@ const cases: FaultCase[] = [
       await waitForDataSource(ctx.dataDir, 'img');
       await until('the origin to have sent the point', () => origin.sent() >= point, 120_000, 20);
       // the manager of the disk the data source writes to
-      const ds = (await processesOf(ctx.dataDir)).find(isDataSource)!;
-      const diskDir = ds.args[ds.args.indexOf('--disk-path') + 1]!;
+      const diskDir = (await dataSourceFlag(ctx.dataDir, 'img', '--disk-path'))!;
       const m = await managerOfDisk(ctx.dataDir, diskDir);
       ctx.note(`manager of ${path.basename(diskDir)} killed after ${(point / MiB).toFixed(1)} MiB`);
       if (m) await kill9(m);

@@ -39,8 +39,15 @@ export interface ProcessDataPlaneOptions {
   binaries: DataPlaneBinaries;
   nodeID: string;
   logsDir: string;
-  /** At most this many data-source processes at once (default 8); more are deferred. */
+  /** At most this many data sources at once (default 8); more are deferred. */
   maxDataSources?: number;
+  /**
+   * Runs the data sources instead of `runtime` (one process each): `DataSourceHosts`, several in a shared host
+   * process. Given the data source's arguments without the program.
+   */
+  dataSourceRuntime?: WorkloadRuntime;
+  /** Port reservations shared with the data-source hosts (default: its own). */
+  ports?: PortReservations;
   /** Hosts/CIDRs the data sources may download from although private or loopback. */
   allowSourceHosts?: readonly string[];
   host?: string;
@@ -77,16 +84,21 @@ export class ProcessDataPlane implements DataPlane {
   private readonly ports: PortReservations;
   private readonly host: string;
 
+  /** Runs the data sources: the shared hosts, or `runtime`. */
+  private readonly dsRuntime: WorkloadRuntime;
+
   constructor(private readonly o: ProcessDataPlaneOptions) {
     this.host = o.host ?? '127.0.0.1';
-    this.ports = new PortReservations(this.host);
+    this.ports = o.ports ?? new PortReservations(this.host);
+    this.dsRuntime = o.dataSourceRuntime ?? o.runtime;
     // watchRuntime() never rejects: the watch ends with close().
-    void this.watchRuntime();
+    void this.watchRuntime(o.runtime);
+    if (this.dsRuntime !== o.runtime) void this.watchRuntime(this.dsRuntime);
   }
 
-  private async watchRuntime(): Promise<void> {
+  private async watchRuntime(runtime: WorkloadRuntime): Promise<void> {
     try {
-      for await (const ev of this.o.runtime.watch(this.ac.signal)) {
+      for await (const ev of runtime.watch(this.ac.signal)) {
         const s = ev.status;
         if (ev.type === 'DELETED') this.everReady.delete(s.name);
         else if (s.ready && this.endpoints.has(s.name)) this.everReady.add(s.name);
@@ -108,12 +120,13 @@ export class ProcessDataPlane implements DataPlane {
 
   /** Process id of a running workload (for operators and tests). */
   pidOf(name: string): number | undefined {
-    return this.o.runtime.get(name)?.pid;
+    return (this.o.runtime.get(name) ?? this.dsRuntime.get(name))?.pid;
   }
 
-  /** Names of the workloads that exist now. */
+  /** Names of the workloads that exist now (with shared data-source hosts: the hosts and each data source). */
   workloads(): string[] {
-    return this.o.runtime.list().map((w) => w.name);
+    const names = this.o.runtime.list().map((w) => w.name);
+    return this.dsRuntime === this.o.runtime ? names : [...names, ...this.dsRuntime.list().map((w) => w.name)];
   }
 
   /** Stops watching the runtime and closes every gRPC channel (does not stop workloads). */
@@ -191,11 +204,11 @@ export class ProcessDataPlane implements DataPlane {
     return ['--internal-token-file', a.tokenFile, ...(a.allowUnauthenticated ? ['--allow-unauthenticated-internal-calls'] : [])];
   }
 
-  private async start(name: string, args: string[], ports: number[], labels: Record<string, string>, env?: Record<string, string>): Promise<void> {
+  private async start(name: string, args: string[], ports: number[], labels: Record<string, string>, env?: Record<string, string>, runtime = this.o.runtime): Promise<void> {
     await mkdir(this.o.logsDir, { recursive: true });
     const logFile = path.join(this.o.logsDir, `${name}.log`);
     await appendFile(logFile, `${JSON.stringify({ level: 'info', time: new Date().toISOString(), component: 'runtime', msg: `starting ${name}: ${args.join(' ')}` })}\n`);
-    await this.o.runtime.start({
+    await runtime.start({
       name,
       labels,
       command: this.o.binaries.node ?? process.execPath,
@@ -219,10 +232,10 @@ export class ProcessDataPlane implements DataPlane {
   }
 
   /** Stops a workload and forgets everything kept about it (ports, endpoint, readiness seen). */
-  private async stop(name: string): Promise<void> {
-    if (this.o.runtime.get(name)) {
+  private async stop(name: string, runtime = this.o.runtime): Promise<void> {
+    if (runtime.get(name)) {
       try {
-        await this.o.runtime.stop(name);
+        await runtime.stop(name);
       } catch (err) {
         if ((err as Error).name !== 'WorkloadNotFoundError') throw err;
       }
@@ -245,7 +258,7 @@ export class ProcessDataPlane implements DataPlane {
 
   async dataSourceStatus(bids: BackingImageDataSource): Promise<WorkloadStatus> {
     const w = dataSourceWorkloadName(bids.metadata.name);
-    return this.toStatus(w, this.o.runtime.get(w));
+    return this.toStatus(w, this.dsRuntime.get(w));
   }
 
   async startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<'started' | 'deferred'> {
@@ -262,8 +275,8 @@ export class ProcessDataPlane implements DataPlane {
   }
 
   private async launchDataSource(name: string, bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<'started' | 'deferred'> {
-    if (this.o.runtime.get(name)) return 'started';
-    const running = this.o.runtime.list({ [COMPONENT]: 'backing-image-data-source' }).length;
+    if (this.dsRuntime.get(name)) return 'started';
+    const running = this.dsRuntime.list({ [COMPONENT]: 'backing-image-data-source' }).length;
     if (running >= (this.o.maxDataSources ?? 8)) return 'deferred';
     this.ports.release(name);
     const [http, sync] = (await this.ports.reserve(name, 2)) as [number, number];
@@ -271,7 +284,6 @@ export class ProcessDataPlane implements DataPlane {
     this.endpoints.set(name, ep);
     this.everReady.delete(name);
     const args = [
-      this.o.binaries.dataSource,
       '--listen', ep.address,
       '--sync-listen', ep.syncAddress,
       '--disk-path', launch.diskPath,
@@ -286,18 +298,17 @@ export class ProcessDataPlane implements DataPlane {
       ...this.authArgs(),
     ];
     const env = { ...DATA_SOURCE_MALLOC_ENV, ...(Object.keys(launch.credentials).length > 0 ? { [DATA_SOURCE_CREDENTIAL_ENV]: JSON.stringify(launch.credentials) } : {}) };
-    await this.start(name, args, [http], {
-      [COMPONENT]: 'backing-image-data-source',
-      'longhorn.io/backing-image-data-source': bids.metadata.name,
-      'longhorn.io/disk-uuid': ep.diskUUID,
-    }, env);
+    const labels = { [COMPONENT]: 'backing-image-data-source', 'longhorn.io/backing-image-data-source': bids.metadata.name, 'longhorn.io/disk-uuid': ep.diskUUID };
+    // A data source of its own is a process running the program; a shared host is given the arguments alone.
+    const shared = this.dsRuntime !== this.o.runtime;
+    await this.start(name, shared ? args : [this.o.binaries.dataSource, ...args], [http], labels, env, this.dsRuntime);
     return 'started';
   }
 
   async deleteDataSource(bidsName: string): Promise<void> {
     const name = dataSourceWorkloadName(bidsName);
     await this.starting.get(name)?.catch(() => undefined); // only waits for a start in progress to settle; its failure went to its own caller
-    await this.stop(name);
+    await this.stop(name, this.dsRuntime);
   }
 
   /** The data source's file set in `<disk>/tmp`, confined to the disk (its name and uuid are checked as any path). */

@@ -6,6 +6,7 @@ import path from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import {
   ControllerManager,
+  DATA_SOURCE_MALLOC_ENV,
   DISK_HEALTHY_CONDITION,
   ensureDefaultBackupTarget,
   NodeKind,
@@ -35,6 +36,11 @@ import { ActivityObserver, BackingImageMetrics, metricsPlugin } from '@bis/metri
 import { endRecordedProcesses, LocalProcessRuntime } from '@bis/runtime';
 import { uiServerPlugin } from '@bis/ui-server';
 import { ProcessDataPlane, type DataPlaneBinaries } from './process-data-plane.js';
+import { DataSourceHosts } from './data-source-hosts.js';
+import { PortReservations } from './ports.js';
+
+/** Data sources per shared host process by default. */
+export const DEFAULT_DATA_SOURCES_PER_PROCESS = 8;
 
 export const STANDALONE_NAMESPACE = 'longhorn-system';
 export const STANDALONE_NODE = 'local';
@@ -70,8 +76,13 @@ export interface StandaloneOptions {
   /** Hosts or CIDRs download URLs may point to although loopback or private (e.g. `127.0.0.1`). */
   allowSourceHosts?: readonly string[];
   binaries: DataPlaneBinaries;
-  /** At most this many data-source processes at once (default 8). */
+  /** At most this many data sources at once (default 8). */
   maxDataSources?: number;
+  /**
+   * Data sources run by one shared host process (default 8): hosts start when the others are full and stop after
+   * 30 s without data sources. 1: one process per data source (as a pod per data source in Kubernetes).
+   */
+  dataSourcesPerProcess?: number;
   log?: Logger;
   /** Adds more resources to the API (the backing-image resources of `@bis/api-resources` are always registered). */
   registerResources?: (registry: ApiRegistry, system: StandaloneSystem) => void;
@@ -261,8 +272,26 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     throw err;
   }
   const runtime = new LocalProcessRuntime({ probeIntervalMs: 200, terminationGracePeriodMs: 10_000, pidDir: processesDir });
+  const ports = new PortReservations('127.0.0.1');
+  const perProcess = opts.dataSourcesPerProcess ?? DEFAULT_DATA_SOURCES_PER_PROCESS;
+  const dataSourceHosts =
+    perProcess > 1
+      ? new DataSourceHosts({
+          base: runtime,
+          node: opts.binaries.node ?? process.execPath,
+          binary: opts.binaries.dataSource,
+          logsDir,
+          instancesPerHost: perProcess,
+          host: '127.0.0.1',
+          ports,
+          internalAuth: { tokenFile: internalTokenFile, token: internalToken },
+          env: { ...DATA_SOURCE_MALLOC_ENV },
+        })
+      : undefined;
   const dataPlane = new ProcessDataPlane({
     runtime,
+    ports,
+    ...(dataSourceHosts ? { dataSourceRuntime: dataSourceHosts } : {}),
     backupTarget: backupTargetOperations,
     binaries: opts.binaries,
     nodeID: STANDALONE_NODE,
@@ -285,6 +314,8 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     await controllers?.stop().catch(stopFailed('the controllers'));
     await controllers?.events.flush().catch(stopFailed('the event recorder'));
     dataPlane.close();
+    await dataSourceHosts?.stopAll().catch(stopFailed('the data sources'));
+    dataSourceHosts?.close();
     await runtime.stopAll().catch(stopFailed('the data-plane processes'));
     await store.close();
   };

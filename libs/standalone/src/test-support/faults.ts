@@ -6,7 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, readlink } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { seededRandom } from '@bis/datastore';
@@ -389,6 +389,38 @@ export async function processesOf(dataDir: string): Promise<Proc[]> {
 
 export const isManager = (p: Proc): boolean => p.args.some((a) => a.endsWith('backing-image-manager.js'));
 export const isDataSource = (p: Proc): boolean => p.args.some((a) => a.endsWith('backing-image-data-source.js'));
+
+/** The log of an image's data source (written by its process or by the shared host that runs it). */
+export const dataSourceLog = (dataDir: string, image: string): string => path.join(dataDir, 'logs', `backing-image-ds-${image}.log`);
+
+/**
+ * The data-source process that runs an image's data source now: a process of its own (started with `--name <image>`),
+ * or the shared host that holds the data source's log open.
+ */
+export async function dataSourceProcess(dataDir: string, image: string): Promise<Proc | undefined> {
+  const log = dataSourceLog(dataDir, image);
+  const candidates = (await processesOf(dataDir)).filter(isDataSource);
+  const own = candidates.find((p) => p.args[p.args.indexOf('--name') + 1] === image && p.args.includes('--name'));
+  if (own) return own;
+  for (const p of candidates.filter((c) => c.args.includes('host'))) {
+    const fds = await readdir(`/proc/${p.pid}/fd`).catch(() => [] as string[]);
+    for (const fd of fds) {
+      const target = await readlink(`/proc/${p.pid}/fd/${fd}`).catch(() => '');
+      if (target === log) return p;
+    }
+  }
+  return undefined;
+}
+
+/** The value of a flag the image's data source was last started with (from the start line in its log). */
+export async function dataSourceFlag(dataDir: string, image: string, flag: string): Promise<string | undefined> {
+  const lines = (await readFile(dataSourceLog(dataDir, image), 'utf8').catch(() => '')).split('\n');
+  const start = lines.reverse().find((l) => l.includes(`"msg":"starting backing-image-ds-${image}:`));
+  if (!start) return undefined;
+  const args = (JSON.parse(start) as { msg: string }).msg.split(' ');
+  const i = args.indexOf(flag);
+  return i >= 0 ? args[i + 1] : undefined;
+}
 
 /** The pid recorded for a workload under `<dataDir>/processes` (managers: `<bim name>`, data sources: `backing-image-ds-<image>`). */
 export async function recordedPids(dataDir: string): Promise<{ name: string; pid: number }[]> {
