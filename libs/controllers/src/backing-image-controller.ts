@@ -24,6 +24,8 @@ import type { Topology } from './topology.js';
 const NOT_READY_DISK_MESSAGE = (d: string) =>
   `Disk ${d} is not ready or does not exist. If the disk will not come back, remove it from the BackingImage spec to stop reconciliation attempts`;
 
+const readyCount = (bi: BackingImage): number => Object.values(bi.status?.diskFileStatusMap ?? {}).filter((f) => f.state === 'ready').length;
+
 /** Longhorn's BackingImage controller (§3.1). */
 export class BackingImageController extends Controller {
   readonly name = 'backing-image';
@@ -86,6 +88,7 @@ export class BackingImageController extends Controller {
 
     if (bi.metadata.deletionTimestamp) return this.handleDeletion(bi);
 
+    let cur: StoredBI = bi;
     const next = clone(bi);
     next.spec ??= {};
     next.status ??= {};
@@ -95,23 +98,41 @@ export class BackingImageController extends Controller {
     const replicas = await replicasOf(this.ctx, name);
     const disksInUse = new Set(replicas.map((r) => r.spec.diskID));
 
-    const transferred = await this.handleDataSource(next, topo);
+    let transferred = await this.handleDataSource(next, topo);
     if (next.spec.diskFileSpecMap) {
       await this.addReplicaDisks(next, topo, replicas.map((r) => r.spec.diskID));
       await this.handleManagers(next, topo);
+      const readyBefore = readyCount(next);
       await this.syncFileInfo(next);
+      // EXTENSION: the first copy may have become ready in this very reconcile (its manager listed it): mark the file
+      // transferred now, so that replenishment places the other copies in this reconcile rather than the next one.
+      if (!transferred && readyCount(next) > readyBefore) transferred = await this.handleDataSource(next, topo);
       next.status.diskLastRefAtMap = this.lastRefMap(next, disksInUse);
+      const placedBefore = Object.keys(next.spec.diskFileSpecMap ?? {}).length;
       await this.replenish(next, topo, transferred);
+      if (Object.keys(next.spec.diskFileSpecMap ?? {}).length > placedBefore) {
+        // EXTENSION: the new copies are written to the image's spec now and handed to their managers in this
+        // reconcile (Longhorn adds an image to a manager's spec at the reconcile after the one that placed the copy).
+        cur = await this.writeSpec(cur, next);
+        await this.handleManagers(next, topo);
+      }
       this.evict(next, disksInUse);
       await this.prestartManagers(next, topo);
     }
     await this.checkCopiesSatisfiable(bi, next, topo);
-    await this.writeBack(bi, next);
+    await this.writeBack(cur, next);
     // Come back while copies are still being produced.
     const handling = Object.values(next.status.diskFileStatusMap ?? {}).some((s) => ['', 'pending', 'starting', 'in-progress', 'ready-for-transfer'].includes(s.state ?? ''));
     // Backpressure: with a long queue the events and the resync bring images back; polling would only add load.
     const pending = handling || Object.keys(next.spec.diskFileSpecMap ?? {}).length !== Object.keys(next.status.diskFileStatusMap ?? {}).length;
     if (pending && this.queue.length < 50) this.queue.addAfter(name, this.ctx.timing.waitRequeueMs);
+  }
+
+  /** Writes the spec if it changed; returns the object as stored (its new resourceVersion). */
+  private async writeSpec(old: StoredBI, next: Stored<BackingImage>): Promise<StoredBI> {
+    if (!changed(old.spec, next.spec)) return old;
+    const u = await this.ctx.store.update(BackingImageKind, { ...old, spec: next.spec });
+    return { ...old, spec: u.spec, metadata: u.metadata };
   }
 
   private async writeBack(old: StoredBI, next: Stored<BackingImage>): Promise<void> {

@@ -114,6 +114,12 @@ export async function listManagers(ctx: ControllerContext) {
   return (await ctx.store.list(BackingImageManagerKind, { namespace: ctx.namespace })).items;
 }
 
+/** The backing images from the informer cache once synced (read-only: replace, never edit), else from the store. */
+export async function listImages(ctx: ControllerContext) {
+  if (ctx.informers.hasSynced(BackingImageKind)) return ctx.informers.cached(BackingImageKind);
+  return (await ctx.store.list(BackingImageKind, { namespace: ctx.namespace })).items;
+}
+
 export async function selectorPolicy(ctx: ControllerContext, bi: BackingImage): Promise<SelectorPolicy> {
   return {
     nodeSelector: bi.spec?.nodeSelector ?? [],

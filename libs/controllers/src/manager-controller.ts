@@ -17,6 +17,9 @@ import { SettingName } from './settings.js';
 
 export const MAX_MONITOR_RECEIVE_ERRORS = 10;
 
+/** How often a manager that keeps waiting for the per-node replenish limit logs it again. */
+const LIMIT_LOG_INTERVAL_MS = 10_000;
+
 /** A file of a manager on the node, as the per-node replenish limit counts it (a read-only view). */
 type NodeFile = { diskUUID: string; biName: string; state: string };
 
@@ -92,6 +95,8 @@ export class BackingImageManagerController extends Controller {
   private readonly failureSeen = new Map<string, Map<string, number>>();
   /** Managers that found the per-node replenish limit reached, by node: enqueued when a copy on the node finishes. */
   private readonly waitingForSlot = new Map<string, Set<string>>();
+  /** When each waiting manager last logged the per-node limit. */
+  private readonly limitLoggedAt = new Map<string, number>();
   /** When each unhealthy disk was last probed (ms). */
   private readonly lastProbe = new Map<string, number>();
 
@@ -245,6 +250,7 @@ export class BackingImageManagerController extends Controller {
     this.failureSeen.delete(name);
     this.requested.delete(name);
     for (const w of this.waitingForSlot.values()) w.delete(name);
+    this.limitLoggedAt.delete(name);
     this.waitingForSender.delete(name);
     this.senderGrants.dropManager(name);
     this.restartBackoff.reset(name);
@@ -655,11 +661,18 @@ export class BackingImageManagerController extends Controller {
       let w = this.waitingForSlot.get(node);
       if (!w) this.waitingForSlot.set(node, (w = new Set()));
       w.add(name);
-      // One line per reconcile (not per waiting image: with many images that is a log storm).
-      this.ctx.log.warn(`backing image manager ${name}: per-node replenish limit ${shared?.limit} reached (${this.syncLimiter.counted(node).join(', ')}), ${waiting} backing image(s) wait`);
+      // One line when the manager starts waiting, then at most one per LIMIT_LOG_INTERVAL_MS while it waits (not per
+      // waiting image, nor per reconcile: with many images either is a log storm).
+      const now = this.ctx.now().getTime();
+      const last = this.limitLoggedAt.get(name);
+      if (last === undefined || now - last >= LIMIT_LOG_INTERVAL_MS) {
+        this.limitLoggedAt.set(name, now);
+        this.ctx.log.warn(`backing image manager ${name}: per-node replenish limit ${shared?.limit} reached (${this.syncLimiter.counted(node).join(', ')}), ${waiting} backing image(s) wait`);
+      }
       this.queue.addAfter(name, 1000);
     } else {
       this.waitingForSlot.get(node)?.delete(name);
+      this.limitLoggedAt.delete(name);
     }
     if (noFreeSender > 0) {
       this.waitingForSender.add(name);

@@ -1,5 +1,5 @@
 import { Controller, type ControllerContext } from './base-controller.js';
-import { cachedOrGet, getOrUndefined } from './common.js';
+import { cachedOrGet, getOrUndefined, listImages } from './common.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, NodeKind, ReplicaKind, SettingKind, type Node } from './kinds.js';
 import { unusedCopiesToRemove } from './rules.js';
@@ -50,7 +50,7 @@ export class NodeController extends Controller {
     const now = this.ctx.now().getTime();
     const waitMs = waitMin * 60_000;
     let earliest = Infinity;
-    for (const bi of (await store.list(BackingImageKind, { namespace })).items) {
+    for (const bi of await listImages(this.ctx)) {
       if (bi.metadata.deletionTimestamp) continue;
       const bids = await cachedOrGet(this.ctx, BackingImageDataSourceKind, bi.metadata.name);
       if (!bids?.spec?.fileTransferred) continue;
@@ -84,7 +84,7 @@ export class NodeController extends Controller {
     const info = nodeInfo(node);
     // FIX: Longhorn returns early when no eviction flag remains, so cancelled requests are never cleared from the
     // images' spec maps. Here the flags are always made to follow the node and disk settings.
-    for (const bi of (await store.list(BackingImageKind, { namespace })).items) {
+    for (const bi of await listImages(this.ctx)) {
       if (bi.metadata.deletionTimestamp) continue;
       const spec = bi.spec?.diskFileSpecMap ?? {};
       let next: typeof spec | undefined;
