@@ -51,6 +51,18 @@ describe('sync HTTP service: path confinement', () => {
     await expect(fsp.stat(good)).rejects.toThrow('ENOENT');
   });
 
+  it('serves a file whose id is longer than fastify\'s default parameter limit (a deep path inside the disk)', async () => {
+    const deep = validBackingFile(s, `deep-${'d'.repeat(165)}`, 'y'.repeat(60));
+    expect(encodeFileId(deep).length).toBeGreaterThan(200);
+    const up = await httpRequest(port, 'POST', `/v1/files?action=upload&file-path=${encodeURIComponent(deep)}&uuid=${'y'.repeat(60)}&disk-uuid=${DISK_UUID}&size=512`, Buffer.alloc(512, 2), octet);
+    expect(up).toEqual({ status: 200, text: '' });
+    const info = await httpRequest(port, 'GET', `/v1/files/${encodeFileId(deep)}`);
+    expect(info.status).toBe(200);
+    expect(JSON.parse(info.text)).toMatchObject({ filePath: deep, state: 'ready', size: 512 });
+    expect((await httpRequest(port, 'DELETE', `/v1/files/${encodeFileId(deep)}`)).status).toBe(200);
+    await fsp.rm(deep.slice(0, deep.lastIndexOf('/')), { recursive: true });
+  });
+
   it('refuses the reported attacks: a download and a registration+DELETE outside the disk', async () => {
     const before = await snapshotOutside(s);
     const dl = await httpRequest(

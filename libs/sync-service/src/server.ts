@@ -22,7 +22,7 @@ export async function startSyncServer(
     logger: false,
     bodyLimit: 1 << 20,
     forceCloseConnections: true,
-    maxParamLength: 3 * PATH_MAX_LENGTH,
+    routerOptions: { maxParamLength: 3 * PATH_MAX_LENGTH },
     schemaController: lazySchemaCompilers(),
   });
   app.addHook('onRequest', httpAuthHook(opts.auth, { openPaths: ['/'] }));
