@@ -33,6 +33,17 @@ const run: DataSourceRun = async (argv, io) => {
   return 0;
 };
 
+/** Waits until the file holds a match of `re` (a log is written asynchronously); returns the first group. */
+async function logged(file: string, re: RegExp, timeoutMs = 20_000): Promise<string> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const m = re.exec(await readFile(file, 'utf8').catch(() => ''));
+    if (m) return m[1] ?? m[0];
+    if (Date.now() > end) throw new Error(`${file} did not log ${String(re)} within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 async function getJson(url: string): Promise<unknown> {
   const res = await fetch(url);
   return res.json();
@@ -69,10 +80,9 @@ describe('DataSourceHost (the instance table) behind its routes, through its one
     const list = await client.list();
     expect(list.pid).toBe(process.pid);
     expect(list.instances.map((i) => i.name).sort()).toEqual(['backing-image-ds-a', 'backing-image-ds-b']);
-    const logA = await readFile(path.join(dir, 'backing-image-ds-a.log'), 'utf8');
-    const port = /listening on (\d+)/.exec(logA)![1];
+    const port = await logged(path.join(dir, 'backing-image-ds-a.log'), /listening on (\d+)/);
     expect(await getJson(`http://127.0.0.1:${port}/`)).toEqual({ name: 'a', credential: 'from-host' });
-    const portB = /listening on (\d+)/.exec(await readFile(path.join(dir, 'backing-image-ds-b.log'), 'utf8'))![1];
+    const portB = await logged(path.join(dir, 'backing-image-ds-b.log'), /listening on (\d+)/);
     expect(await getJson(`http://127.0.0.1:${portB}/`)).toEqual({ name: 'b', credential: 'for-b' });
 
     const stopped = await client.stop('backing-image-ds-a');

@@ -115,11 +115,11 @@ describe('DataSourceHosts (several data sources per process)', () => {
     }
     // calls without the token are refused by the data sources and by the hosts' control API
     await expect(new DataSourceClient(addresses[0]!).get()).rejects.toThrow(/401/);
-    const hostAddress = (await readFile(path.join(dir, 'logs', `${hosts.hosts()[0]}.log`), 'utf8')).match(/--listen (\S+)/)![1]!;
+    const hostAddress = await waitFor('the host\'s start line', async () => /--listen (\S+)/.exec(await readFile(path.join(dir, 'logs', `${hosts.hosts()[0]}.log`), 'utf8'))?.[1]);
     await expect(new DataSourceHostClient(hostAddress).list()).rejects.toMatchObject({ statusCode: 401 });
     expect((await new DataSourceHostClient(hostAddress, { token }).list()).instances.length).toBeGreaterThan(0);
     // each data source logs to its own file
-    expect(await readFile(path.join(dir, 'logs', 'backing-image-ds-b.log'), 'utf8')).toMatch(/data source img-b-u-b \(download\) listening on/);
+    await waitFor('b\'s listening line in its own log', async () => /data source img-b-u-b \(download\) listening on/.test(await readFile(path.join(dir, 'logs', 'backing-image-ds-b.log'), 'utf8')) || undefined);
   });
 
   it('stops one data source without touching its neighbour, and stops a host once it has been idle', async () => {
