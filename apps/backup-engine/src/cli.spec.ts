@@ -76,7 +76,7 @@ describe('backup-engine CLI', () => {
     const disk = path.join(work, 'disk');
     await fs.mkdir(disk);
     const inside = await run(['restore', '--backup-url', `${target}?backingImage=disk`, '--root', disk, '--output', 'restored.img']);
-    expect(inside.code).toBe(0);
+    expect(inside).toMatchObject({ code: 0 }); // the whole result: its stderr says why when it fails
     expect((await fs.readFile(path.join(disk, 'restored.img'))).equals(data)).toBe(true);
     const escape = await run(['restore', '--backup-url', `${target}?backingImage=disk`, '--root', disk, '--output', '../escaped.img']);
     expect(escape.code).toBe(1);
