@@ -1,3 +1,4 @@
+import { parseArgs } from 'node:util';
 import { parseHostPort } from '@bis/net-address';
 import { httpAuthHook, readTokenFile, type InternalAuth } from '@bis/internal-auth';
 import { createLogger, messageLog } from '@bis/logging';
@@ -9,45 +10,42 @@ const USAGE = `usage: backing-image-data-source host --listen host:port --logs-d
 Runs several data sources in one process (each with its own ports and log file <logs-dir>/<name>.log), started and
 stopped over the control API at --listen (the standalone data plane's data-source hosts).`;
 
-const VALUED = new Set(['listen', 'logs-dir', 'max-instances', 'internal-token-file']);
-
 /** Runs a data-source host until SIGINT/SIGTERM. Returns an exit code. */
 export async function runDataSourceHostCli(argv: readonly string[]): Promise<number> {
   if (argv.some((a) => a === '--help' || a === '-h')) {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
-  const v: Record<string, string> = {};
-  let allowUnauthenticated = false;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === '--allow-unauthenticated-internal-calls') {
-      allowUnauthenticated = true;
-      continue;
-    }
-    const [k, inline] = a.startsWith('--') ? (a.slice(2).split(/=(.*)/s, 2) as [string, string | undefined]) : ['', undefined];
-    if (!VALUED.has(k)) {
-      process.stderr.write(`backing-image-data-source host: unknown argument "${a}"\n${USAGE}\n`);
-      return 2;
-    }
-    const value = inline ?? argv[++i];
-    if (value === undefined) {
-      process.stderr.write(`backing-image-data-source host: flag --${k} needs a value\n`);
-      return 2;
-    }
-    v[k] = value;
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      options: {
+        listen: { type: 'string' },
+        'logs-dir': { type: 'string' },
+        'max-instances': { type: 'string', default: '8' },
+        'internal-token-file': { type: 'string' },
+        'allow-unauthenticated-internal-calls': { type: 'boolean', default: false },
+      },
+      strict: true,
+    }));
+  } catch (e) {
+    process.stderr.write(`backing-image-data-source host: ${(e as Error).message}\n${USAGE}\n`);
+    return 2;
   }
-  const maxInstances = Number(v['max-instances'] ?? '8');
-  if (!v['listen'] || !v['logs-dir'] || !Number.isInteger(maxInstances) || maxInstances < 1 || maxInstances > 256) {
+  const { listen: listenFlag, 'logs-dir': logsDir, 'internal-token-file': tokenFile } = values;
+  const allowUnauthenticated = values['allow-unauthenticated-internal-calls'] === true;
+  const maxInstances = Number(values['max-instances']);
+  if (!listenFlag || !logsDir || !Number.isInteger(maxInstances) || maxInstances < 1 || maxInstances > 256) {
     process.stderr.write(`backing-image-data-source host: --listen and --logs-dir are required, --max-instances is 1 to 256\n${USAGE}\n`);
     return 2;
   }
   let listen;
   let auth: InternalAuth | undefined;
   try {
-    listen = parseHostPort(v['listen'], { what: '--listen', defaultHost: '127.0.0.1' });
-    if (allowUnauthenticated && !v['internal-token-file']) throw new Error('--allow-unauthenticated-internal-calls needs --internal-token-file');
-    auth = v['internal-token-file'] ? { token: await readTokenFile(v['internal-token-file']), allowUnauthenticated } : undefined;
+    listen = parseHostPort(listenFlag, { what: '--listen', defaultHost: '127.0.0.1' });
+    if (allowUnauthenticated && !tokenFile) throw new Error('--allow-unauthenticated-internal-calls needs --internal-token-file');
+    auth = tokenFile ? { token: await readTokenFile(tokenFile), allowUnauthenticated } : undefined;
   } catch (e) {
     process.stderr.write(`backing-image-data-source host: ${(e as Error).message}\n`);
     return 2;
@@ -55,18 +53,18 @@ export async function runDataSourceHostCli(argv: readonly string[]): Promise<num
   const env = { ...process.env };
   delete process.env[CREDENTIAL_ENV];
   delete env[CREDENTIAL_ENV];
-  const log = messageLog(createLogger({ component: 'backing-image-data-source-host', bindings: { listen: v['listen'] } }));
+  const log = messageLog(createLogger({ component: 'backing-image-data-source-host', bindings: { listen: listenFlag } }));
   const [{ DataSourceHost }, { dataSourceHostRoutes, HOST_SERVER_OPTIONS }, { default: Fastify }] = await Promise.all([
     import('@bis/data-source/host'),
     import('@bis/data-source-api/host'),
     import('fastify'),
   ]);
-  const host = new DataSourceHost({ run: runDataSource, logsDir: v['logs-dir'], maxInstances, env, log });
+  const host = new DataSourceHost({ run: runDataSource, logsDir, maxInstances, env, log });
   const app = Fastify({ ...HOST_SERVER_OPTIONS, logger: false, forceCloseConnections: true });
   app.addHook('onRequest', httpAuthHook(auth, { onRefused: (req, reason) => log(`refused ${req.url}: ${reason}`) }));
   await app.register(dataSourceHostRoutes, { host });
   await app.listen({ host: listen.host, port: listen.port });
-  log(`data-source host listening on ${v['listen']}, at most ${maxInstances} instances; internal calls ${auth ? 'need the token' : 'are NOT authenticated (no --internal-token-file)'}`);
+  log(`data-source host listening on ${listenFlag}, at most ${maxInstances} instances; internal calls ${auth ? 'need the token' : 'are NOT authenticated (no --internal-token-file)'}`);
   await new Promise<void>((resolve) => {
     process.once('SIGINT', () => resolve());
     process.once('SIGTERM', () => resolve());

@@ -136,15 +136,8 @@ export class BackingImageController extends Controller {
   }
 
   private async writeBack(old: StoredBI, next: Stored<BackingImage>): Promise<void> {
-    const { store } = this.ctx;
-    let rv = old.metadata.resourceVersion;
-    if (changed(old.spec, next.spec)) {
-      const u = await store.update(BackingImageKind, { ...old, spec: next.spec });
-      rv = u.metadata.resourceVersion;
-    }
-    if (changed(old.status, next.status)) {
-      await store.updateStatus(BackingImageKind, { ...old, metadata: { ...old.metadata, resourceVersion: rv }, status: next.status });
-    }
+    const cur = await this.writeSpec(old, next);
+    if (changed(old.status, next.status)) await this.ctx.store.updateStatus(BackingImageKind, { ...old, metadata: cur.metadata, status: next.status });
   }
 
   private async handleDeletion(bi: StoredBI): Promise<void> {

@@ -86,9 +86,8 @@ export class HostRefusal extends Error {
   }
 }
 
-/** Checks a start request's shape and bounds; throws {@link HostRefusal} (400). */
-export function checkStartRequest(name: string, body: unknown): StartInstanceRequest {
-  if (!INSTANCE_NAME_PATTERN.test(name)) throw new HostRefusal(400, `invalid instance name "${name.slice(0, 64)}"`);
+/** Checks a start request's shape and bounds (the host checks the name); throws {@link HostRefusal} (400). */
+export function checkStartRequest(body: unknown): StartInstanceRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HostRefusal(400, 'the body must be a JSON object');
   const { args, env } = body as { args?: unknown; env?: unknown };
   if (!Array.isArray(args) || args.length > MAX_INSTANCE_ARGS || !args.every((a) => typeof a === 'string' && a.length <= MAX_ARG_LENGTH)) {
@@ -136,7 +135,7 @@ export async function dataSourceHostRoutes(app: FastifyInstance, opts: { host: D
   app.put(`${DATA_SOURCE_HOST_INSTANCES_PATH}/:name`, async (req, reply) => {
     const { name } = req.params as { name: string };
     try {
-      return await host.start(name, checkStartRequest(name, req.body));
+      return await host.start(name, checkStartRequest(req.body));
     } catch (e) {
       if (e instanceof HostRefusal) return reply.code(e.statusCode).send({ message: e.message });
       throw e;

@@ -4,4 +4,4 @@ export { endRecordedProcesses, exitWithParent } from './process-lifecycle.js';
 export { startModuleWorker } from './module-worker.js';
 export { RotatingLogFile, type RotatingLogOptions } from './rotating-log.js';
 export { WatchHub } from './watch-hub.js';
-export { WorkloadExistsError, WorkloadNotFoundError, type WorkloadEvent, type WorkloadSpec } from './types.js';
+export { matchesLabels, WorkloadExistsError, WorkloadNotFoundError, type WorkloadEvent, type WorkloadSpec } from './types.js';

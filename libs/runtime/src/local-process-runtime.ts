@@ -5,6 +5,7 @@ import type { Socket } from 'node:net';
 import { LIVENESS_FD_ENV, procStat, removeProcessRecord, writeProcessRecord } from './process-lifecycle.js';
 import { RotatingLogFile, type RotatingLogOptions } from './rotating-log.js';
 import {
+  matchesLabels,
   WorkloadExistsError,
   WorkloadNotFoundError,
   type WorkloadEvent,
@@ -134,7 +135,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
 
   list(labels?: Record<string, string>): WorkloadStatus[] {
     return [...this.workloads.values()]
-      .filter((w) => Object.entries(labels ?? {}).every(([k, v]) => w.status.labels[k] === v))
+      .filter((w) => matchesLabels(w.status.labels, labels))
       .map((w) => this.snapshot(w))
       .sort((a, b) => a.name.localeCompare(b.name));
   }

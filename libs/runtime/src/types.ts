@@ -68,3 +68,8 @@ export class WorkloadNotFoundError extends Error {
     this.name = 'WorkloadNotFoundError';
   }
 }
+
+/** Whether a workload's labels carry every label of the selector (no selector: all match). */
+export function matchesLabels(labels: Readonly<Record<string, string>>, selector?: Readonly<Record<string, string>>): boolean {
+  return Object.entries(selector ?? {}).every(([k, v]) => labels[k] === v);
+}

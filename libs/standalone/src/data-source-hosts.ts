@@ -4,6 +4,7 @@ import {
   WatchHub,
   WorkloadExistsError,
   WorkloadNotFoundError,
+  matchesLabels,
   type WorkloadEvent,
   type WorkloadRuntime,
   type WorkloadSpec,
@@ -44,6 +45,8 @@ interface Host {
   ended?: string;
   ac: AbortController;
   idleTimer?: NodeJS.Timeout;
+  /** Set when the host ended: its process stopped and its port released. */
+  stopped?: Promise<void>;
   /** The last instance table read. */
   table?: { version: number; byName: Map<string, InstanceStatus> };
 }
@@ -86,7 +89,7 @@ export class DataSourceHosts implements WorkloadRuntime {
         const s = ev.status;
         if (ev.type === 'DELETED' || s.phase === 'failed' || s.phase === 'succeeded') {
           const how = s.signal ? `signal ${s.signal}` : s.exitCode !== undefined ? `exit code ${s.exitCode}` : s.message || 'removed';
-          this.#hostEnded(h, `ended (${how})`);
+          void this.#hostEnded(h, `ended (${how})`);
         } else if (s.ready) h.readyResolve();
       }
     } catch {
@@ -134,11 +137,11 @@ export class DataSourceHosts implements WorkloadRuntime {
       });
       const st = this.o.base.get(h.name);
       if (st?.ready) h.readyResolve();
-      else if (!st || st.phase === 'failed' || st.phase === 'succeeded') this.#hostEnded(h, `could not start: ${st?.message ?? 'gone'}`);
+      else if (!st || st.phase === 'failed' || st.phase === 'succeeded') void this.#hostEnded(h, `could not start: ${st?.message ?? 'gone'}`);
       await h.ready.catch(() => undefined);
       if (!h.ended) void this.#follow(h);
     } catch (e) {
-      this.#hostEnded(h, `could not start: ${(e as Error).message}`);
+      void this.#hostEnded(h, `could not start: ${(e as Error).message}`);
     }
   }
 
@@ -188,8 +191,9 @@ export class DataSourceHosts implements WorkloadRuntime {
     this.#emit('MODIFIED', i);
   }
 
-  #hostEnded(h: Host, how: string): void {
-    if (h.ended) return;
+  /** Marks the host ended and fails its data sources; resolves once its process is stopped and its port released. */
+  #hostEnded(h: Host, how: string, gracePeriodMs?: number): Promise<void> {
+    if (h.ended) return h.stopped ?? Promise.resolve();
     h.ended = how;
     h.ac.abort();
     clearTimeout(h.idleTimer);
@@ -201,7 +205,11 @@ export class DataSourceHosts implements WorkloadRuntime {
       if (i && !i.stopping && (i.status.phase === 'running' || i.status.phase === 'pending')) this.#fail(i, `data-source host ${h.name} ${how}`);
     }
     // Its process record and its port (it may have ended by itself).
-    void this.o.base.stop(h.name).catch(() => undefined).finally(() => this.o.ports.release(h.name));
+    h.stopped = this.o.base
+      .stop(h.name, gracePeriodMs === undefined ? undefined : { gracePeriodMs })
+      .then(() => undefined, () => undefined)
+      .finally(() => this.o.ports.release(h.name));
+    return h.stopped;
   }
 
   #leave(h: Host, name: string): void {
@@ -209,7 +217,7 @@ export class DataSourceHosts implements WorkloadRuntime {
     if (h.members.size > 0 || h.ended) return;
     clearTimeout(h.idleTimer);
     h.idleTimer = setTimeout(() => {
-      if (h.members.size === 0 && !h.ended) this.#hostEnded(h, 'stopped after being idle');
+      if (h.members.size === 0 && !h.ended) void this.#hostEnded(h, 'stopped after being idle');
     }, this.o.idleStopMs ?? 30_000);
     h.idleTimer.unref();
   }
@@ -273,7 +281,7 @@ export class DataSourceHosts implements WorkloadRuntime {
 
   list(labels?: Record<string, string>): WorkloadStatus[] {
     return [...this.#instances.values()]
-      .filter((i) => Object.entries(labels ?? {}).every(([k, v]) => i.status.labels[k] === v))
+      .filter((i) => matchesLabels(i.status.labels, labels))
       .map((i) => structuredClone(i.status))
       .sort((a, b) => a.name.localeCompare(b.name));
   }
@@ -290,9 +298,7 @@ export class DataSourceHosts implements WorkloadRuntime {
   /** Stops every data source, then every host. */
   async stopAll(opts: { gracePeriodMs?: number } = {}): Promise<void> {
     await Promise.all([...this.#instances.keys()].map((n) => this.stop(n, opts).catch(() => undefined)));
-    const hosts = [...this.#hosts.values()];
-    for (const h of hosts) this.#hostEnded(h, 'stopped');
-    await Promise.all(hosts.map((h) => this.o.base.stop(h.name, opts).catch(() => undefined)));
+    await Promise.all([...this.#hosts.values()].map((h) => this.#hostEnded(h, 'stopped', opts.gracePeriodMs)));
   }
 
   /** Stops following the hosts (does not stop them: `stopAll` does). */

@@ -400,7 +400,10 @@ export const dataSourceLog = (dataDir: string, image: string): string => path.jo
 export async function dataSourceProcess(dataDir: string, image: string): Promise<Proc | undefined> {
   const log = dataSourceLog(dataDir, image);
   const candidates = (await processesOf(dataDir)).filter(isDataSource);
-  const own = candidates.find((p) => p.args[p.args.indexOf('--name') + 1] === image && p.args.includes('--name'));
+  const own = candidates.find((p) => {
+    const i = p.args.indexOf('--name');
+    return i >= 0 && p.args[i + 1] === image;
+  });
   if (own) return own;
   for (const p of candidates.filter((c) => c.args.includes('host'))) {
     const fds = await readdir(`/proc/${p.pid}/fd`).catch(() => [] as string[]);
