@@ -340,6 +340,42 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
     }
   });
 
+  it('a busy sender points a receiver that names itself to the copy it sends to; the receiver asks that one', async () => {
+    const a = await start(await makeDisk(root, 'hintA'));
+    const b = await start(await makeDisk(root, 'hintB'));
+    const sha = await fetchPrepared(a, 'hint', 'uh', 'dddd');
+    await waitState(a, 'hint', 'uh', 'ready');
+    // b holds a copy too
+    await b.client.sync({ spec: { name: 'hint', uuid: 'uh', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress });
+    await waitState(b, 'hint', 'uh', 'ready');
+    await waitFor('a done sending to b', async () => ((await stateOf(a, 'hint', 'uh')).sendingReference === 0 ? true : undefined), 10_000);
+    // a sends to a held stand-in receiver on behalf of b (as if b were receiving it from a)
+    let release: (() => void) | undefined;
+    const held = http.createServer((req, res) => {
+      req.resume();
+      if (req.url!.startsWith('/v1-ssync/open')) return res.end('false');
+      release = () => res.end();
+    });
+    await new Promise<void>((r) => held.listen(0, '127.0.0.1', r));
+    try {
+      await a.client.send('hint', 'uh', `127.0.0.1:${(held.address() as AddressInfo).port}`, b.grpcAddress);
+      // a manager that names itself is pointed to b; one that does not (Longhorn's) is served up to the limit of 3
+      const refused = await grpcCode(a.client.send('hint', 'uh', '127.0.0.1:9', '127.0.0.1:1'));
+      expect(refused.details).toContain('reaches to the simultaneous sending limit 1');
+      expect(refused.details).toContain(`; ask the peer manager ${b.grpcAddress}, which receives it from here`);
+      const r = await start(await makeDisk(root, 'hintR'));
+      await r.client.sync({ spec: { name: 'hint', uuid: 'uh', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress });
+      expect((await waitState(r, 'hint', 'uh', 'ready')).checksum).toBe(sha);
+      expect(await sha512File(backingFilePath(r.disk, 'hint', 'uh'))).toBe(sha);
+      expect(r.stderr()).toContain(`the peer manager ${b.grpcAddress} sends this file (the first choice, ${a.grpcAddress}, could not)`);
+      expect((await stateOf(a, 'hint', 'uh')).sendingReference).toBe(1);
+    } finally {
+      held.closeAllConnections();
+      held.close();
+      release?.();
+    }
+  });
+
   it('a copy waiting for a busy sender asks the sender of a new Sync; for a received copy it still "already exists"', async () => {
     const a = await start(await makeDisk(root, 'againA'));
     const b = await start(await makeDisk(root, 'againB'));

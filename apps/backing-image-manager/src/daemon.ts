@@ -96,6 +96,8 @@ export async function startDaemon(cfg: DaemonConfig): Promise<RunningDaemon> {
     await http.close();
     throw err;
   }
+  // peers reach this manager at the advertised host: it names itself there when it asks them to send
+  if (cfg.advertiseHost !== '0.0.0.0') manager.setAddress(`${cfg.advertiseHost}:${grpcPort}`);
   cfg.log(`backing-image-manager: internal calls ${authMode(cfg.internalAuth)}`);
   cfg.log(`backing-image-manager: disk ${cfg.diskPath} (${diskUUID}), gRPC ${grpcAddr.host}:${grpcPort}, sync ${syncAddr.host}:${syncPort}`);
   let stopping: Promise<void> | undefined;

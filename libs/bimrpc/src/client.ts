@@ -113,8 +113,9 @@ export class ManagerClient {
     const full: SyncRequest = { ...req, alternativeFromAddresses: req.alternativeFromAddresses ?? [] };
     return this.#unary((m, o, cb) => this.#client.sync(full, m, o, cb));
   }
-  async send(name: string, uuid: string, toAddress: string): Promise<void> {
-    await this.#unary<Empty>((m, o, cb) => this.#client.send({ name, uuid, toAddress }, m, o, cb));
+  /** `fromManagerAddress`: the asking manager's own address (our extension; see `SendRequest.from_manager_address`). */
+  async send(name: string, uuid: string, toAddress: string, fromManagerAddress = ''): Promise<void> {
+    await this.#unary<Empty>((m, o, cb) => this.#client.send({ name, uuid, toAddress, fromManagerAddress }, m, o, cb));
   }
   fetch(req: FetchRequest): Promise<BackingImageResponse> {
     return this.#unary((m, o, cb) => this.#client.fetch(req, m, o, cb));

@@ -227,7 +227,7 @@ describe('backing image controllers over the embedded store', () => {
     expect(third.alternatives).toHaveLength(1);
   });
 
-  it('asks a ready copy for at most 3 sends at once, and the later copies come from the copies ready by then', async () => {
+  it('copies being received forward to the next ones: six copies fill as a chain, each sender asked for one send', async () => {
     h = await startHarness(Array.from({ length: 6 }, (_, i) => ({ uuid: `disk-${i + 1}` })));
     h.sim.transferMs = 400;
     const sum = h.sim.serve(URL, DATA);
@@ -236,15 +236,35 @@ describe('backing image controllers over the embedded store', () => {
     const calls = h.sim.syncCalls.filter((c) => c.bi === 'wide');
     expect(calls).toHaveLength(5);
     const first = calls[0]!.from;
-    // the status of the first copy still said 0 sends when the later Syncs were asked: the controller counts its own
-    expect(calls.filter((c) => c.from === first)).toHaveLength(3);
-    expect(calls.slice(3).every((c) => c.from !== first && calls.slice(0, 3).some((e) => e.to === c.from))).toBe(true);
+    // the first copy sends to one; every later copy is sent by a copy that was itself being received (asked before)
+    expect(new Set(calls.map((c) => c.from)).size).toBe(5);
+    expect(calls.slice(1).every((c, i) => c.from !== first && calls.slice(0, i + 1).some((e) => e.to === c.from))).toBe(true);
+    // each Sync names the ready copy as the alternative to ask when its forwarder cannot send
+    expect(calls.slice(1).every((c) => c.alternatives.includes(first))).toBe(true);
+  });
+
+  it('converges when the copies being received do not forward: each receiver takes the ready copy its Sync names', async () => {
+    h = await startHarness(Array.from({ length: 6 }, (_, i) => ({ uuid: `disk-${i + 1}` })));
+    h.sim.transferMs = 400;
+    h.sim.forwarding = false;
+    h.sim.enforceSendingLimit = true;
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'wide', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 6 });
+    await waitReady('wide', 6, 20_000);
+    const sends = h.sim.sends.filter((c) => c.bi === 'wide');
+    const calls = h.sim.syncCalls.filter((c) => c.bi === 'wide');
+    expect(sends).toHaveLength(5);
+    // the controller chose copies being received, which refused: the sends came from the ready alternatives named
+    const chosenForwarders = calls.filter((c) => c.from !== calls[0]!.from && c.alternatives.includes(calls[0]!.from));
+    expect(chosenForwarders.length).toBeGreaterThan(0);
+    for (const c of chosenForwarders) expect(sends.find((x) => x.to === c.to)?.from).not.toBe(c.from);
   });
 
   it("counts the copies other controllers' managers list as received from a sender (a restarted controller has no grants)", async () => {
     h = await startHarness(Array.from({ length: 6 }, (_, i) => ({ uuid: `disk-${i + 1}` })));
     h.sim.transferMs = 1500;
     h.sim.reportSends = false;
+    h.sim.forwarding = false; // the receivers take the ready copy the Syncs name as the alternative
     const sum = h.sim.serve(URL, DATA);
     await h.cm.actions.create({ name: 'listed', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 4 });
     // three copies are received from the first one, and their managers' statuses say so
@@ -253,12 +273,16 @@ describe('backing image controllers over the embedded store', () => {
       const n = bims.items.filter((m) => m.status?.backingImageFileMap?.listed?.state === 'in-progress' && m.status.backingImageFileMap.listed.senderManagerAddress).length;
       return n === 3 ? true : undefined;
     });
+    const before = h.sim.syncCalls.length;
     await h.restartControllers();
     await h.cm.actions.updateMinNumberOfCopies('listed', 6);
     await waitReady('listed', 6, 20_000);
-    const calls = h.sim.syncCalls.filter((c) => c.bi === 'listed');
-    const first = calls[0]!.from;
-    expect(calls.filter((c) => c.from === first)).toHaveLength(3);
+    const first = h.sim.syncCalls.find((c) => c.bi === 'listed')!.from;
+    // the first copy's status says it sends nothing (reportSends false), but three copies list it as their sender:
+    // the restarted controller does not take it as an idle sender
+    const after = h.sim.syncCalls.slice(before).filter((c) => c.bi === 'listed');
+    expect(after.length).toBeGreaterThanOrEqual(2);
+    expect(after.every((c) => c.from !== first)).toBe(true);
   });
 
   it('a controller restart mid-download converges without a second download', async () => {

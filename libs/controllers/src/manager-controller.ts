@@ -465,14 +465,21 @@ export class BackingImageManagerController extends Controller {
   private chooseSender(all: readonly Stored<BackingImageManager>[], biName: string, name: string, image: string) {
     const stateOn = (receiver: string): string | undefined => all.find((x) => x.metadata.name === receiver)?.status?.backingImageFileMap?.[biName]?.state;
     const receiving = receiversBySender(all.map((x) => x.status?.backingImageFileMap?.[biName]));
+    const byAddress = new Map(all.map((m) => [m.metadata.annotations?.[Annotation.Address] ?? '', m.metadata.name]));
     const candidates = all
       .filter((m) => !m.metadata.deletionTimestamp && m.metadata.name !== name)
       .map((m) => {
         const file = m.status?.backingImageFileMap?.[biName] as BackingImageFileInfo | undefined;
         const address = m.metadata.annotations?.[Annotation.Address] ?? '';
-        const granted = file?.state === 'ready' ? Math.max(this.senderGrants.live(m.metadata.name, biName, stateOn), receiving.get(address) ?? 0) : 0;
-        const counted = file && granted > (file.sendingReference ?? 0) ? { ...file, sendingReference: granted } : file;
-        return { m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: counted };
+        // a copy being received from a peer, by its status or by a Sync this controller just asked for: it can forward
+        let receivesFrom: string | undefined;
+        if (file && RECEIVING.has(file.state ?? '') && file.senderManagerAddress) receivesFrom = byAddress.get(file.senderManagerAddress) ?? '';
+        else if (!file) receivesFrom = this.senderGrants.upstreamOf(biName, m.metadata.name);
+        const counts = file?.state === 'ready' || receivesFrom !== undefined;
+        const granted = counts ? Math.max(this.senderGrants.live(m.metadata.name, biName, stateOn), receiving.get(address) ?? 0) : 0;
+        const base = file ?? (receivesFrom !== undefined ? { state: 'pending' as const, sendingReference: 0 } : undefined);
+        const counted = base && granted > (base.sendingReference ?? 0) ? { ...base, sendingReference: granted } : base;
+        return { m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: counted, receivesFrom };
       });
     const { sender, alternatives = [], anyReady } = pickSender(candidates, name);
     return { sender, alternatives, anyReady };
@@ -883,6 +890,9 @@ export class BackingImageManagerController extends Controller {
     }
   }
 }
+
+/** The states of a copy being received (it names its sender in `senderManagerAddress`). */
+const RECEIVING = new Set(['pending', 'starting', 'in-progress']);
 
 /** The manager addresses of `copies`, without `except` (the sender asked first). */
 function addressesOf(copies: readonly { m: Stored<BackingImageManager> }[], except: string): string[] {

@@ -240,6 +240,32 @@ describe('senders and the per-node sync limit', () => {
     expect(pickSender([ready('busy', 2), ready('idle', 0)], 'bim-receiver-1').sender?.name).toBe('idle');
   });
 
+  it('a copy being received forwards when no ready copy is idle: chains form, one send each, never back to where it comes from', () => {
+    const ready = (name: string, sendingReference: number) => ({ name, running: true, defaultImage: true, file: { state: 'ready' as const, sendingReference } });
+    const receiving = (name: string, receivesFrom: string, sendingReference = 0, state: 'pending' | 'starting' | 'in-progress' = 'in-progress') => ({
+      name,
+      running: true,
+      defaultImage: true,
+      file: { state, sendingReference },
+      receivesFrom,
+    });
+    // an idle ready copy is taken first
+    expect(pickSender([ready('a', 0), receiving('b', 'a')], 'c').sender?.name).toBe('a');
+    // the ready copy sends already: the copy it sends to forwards (its link is not shared), the ready copy is the alternative
+    expect(pickSender([ready('a', 1), receiving('b', 'a')], 'c')).toEqual({ sender: receiving('b', 'a'), alternatives: [ready('a', 1)], anyReady: true });
+    // a forwarder that forwards already is not taken again: the busy ready copy with room is
+    expect(pickSender([ready('a', 1), receiving('b', 'a', 1)], 'c').sender?.name).toBe('a');
+    // a chain a -> b -> c -> d: the next receiver e takes d, the last one
+    const chain = [ready('a', 1), receiving('b', 'a', 1), receiving('c', 'b', 1), receiving('d', 'c', 0, 'pending')];
+    expect(pickSender(chain, 'e').sender?.name).toBe('d');
+    // no cycle: b is not chosen for a receiver it receives from, directly or through others
+    expect(pickSender([ready('a', 3), receiving('b', 'x')], 'x')).toEqual({ anyReady: true });
+    expect(pickSender([ready('a', 3), receiving('b', 'c'), receiving('c', 'x', 1)], 'x')).toEqual({ anyReady: true });
+    expect(pickSender([ready('a', 3), receiving('b', 'c'), receiving('c', 'a', 1)], 'x').sender?.name).toBe('b');
+    // a copy being received is no ready copy: with none ready, nothing is chosen (the first file is fetched)
+    expect(pickSender([receiving('b', 'a')], 'c')).toEqual({ anyReady: false });
+  });
+
   it('names the other ready copies, least busy first, as alternatives to the chosen sender', () => {
     const ready = (name: string, sendingReference: number) => ({ name, running: true, defaultImage: true, file: { state: 'ready' as const, sendingReference } });
     const notReady = { name: 'pending', running: true, defaultImage: true, file: { state: 'in-progress' as const, sendingReference: 0 } };

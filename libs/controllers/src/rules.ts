@@ -321,11 +321,20 @@ export function updatedLastRefMap(specMap: SpecMap, lastRef: Record<string, stri
 
 export const SENDING_LIMIT = 3;
 
+/** Sends of a copy still being received (the manager forwards its verified segments; see the sync service). */
+export const FORWARDING_LIMIT = 1;
+
 export interface SenderCandidate {
   name: string;
   running: boolean;
   defaultImage: boolean;
   file?: Pick<BackingImageFileInfo, 'state' | 'sendingReference'>;
+  /**
+   * Set for a copy being received from a peer (its status names the sender, or this controller just asked it to
+   * Sync): the name of the manager it receives from ('' when unknown). Such a copy can forward what it has verified
+   * while it receives.
+   */
+  receivesFrom?: string;
 }
 
 /**
@@ -335,20 +344,48 @@ export interface SenderCandidate {
  * name) decides by a stable hash: receivers spread over the senders without randomness, and a receiver asks the same
  * sender again while nothing changed. (Taking the first candidate in list order, as this did before, sent every
  * receiver to one sender: the 4th and later were refused at its limit of 3.)
+ * Beyond Longhorn: a copy still being received from a peer ({@link SenderCandidate.receivesFrom}) may be chosen when
+ * no ready copy is idle; it forwards each segment once verified (pipelined, like Kraken's and Dragonfly's piece-level
+ * distribution), to one receiver at a time ({@link FORWARDING_LIMIT}), never to a copy it receives from itself. The
+ * alternatives named are the ready copies, so a receiver whose forwarder cannot send asks those.
  */
 export function pickSender<T extends SenderCandidate>(candidates: readonly T[], receiverKey = ''): { sender?: T; alternatives?: T[]; anyReady: boolean } {
   const ready: { c: T; busy: number; rank: number }[] = [];
+  const forwarders: { c: T; busy: number; rank: number }[] = [];
   for (const c of candidates) {
-    if (!c.running || !c.defaultImage || c.file?.state !== 'ready') continue;
-    ready.push({ c, busy: c.file.sendingReference ?? 0, rank: stableHash(`${receiverKey}\u0000${c.name}`) });
+    if (!c.running || !c.defaultImage) continue;
+    const busy = c.file?.sendingReference ?? 0;
+    const rank = stableHash(`${receiverKey}\u0000${c.name}`);
+    if (c.file?.state === 'ready') ready.push({ c, busy, rank });
+    else if (c.receivesFrom !== undefined && busy < FORWARDING_LIMIT && !receivesThrough(c, receiverKey, candidates)) {
+      forwarders.push({ c, busy, rank });
+    }
   }
+  // with no ready copy there is nothing to forward from (the first file is fetched instead)
+  if (ready.length === 0) return { anyReady: false };
   ready.sort((a, b) => a.busy - b.busy || a.rank - b.rank);
-  const best = ready[0];
-  if (!best || best.busy >= SENDING_LIMIT) return { anyReady: ready.length > 0 };
+  forwarders.sort((a, b) => a.rank - b.rank);
+  const idleReady = ready[0] && ready[0].busy === 0 ? ready[0] : undefined;
+  // An idle ready copy first; else a copy being received that forwards nothing yet (a chain of copies each sends at
+  // its link's full rate, where a ready copy's sends share it); else the least busy ready copy with room.
+  const best = idleReady ?? forwarders[0] ?? (ready[0] && ready[0].busy < SENDING_LIMIT ? ready[0] : undefined);
+  if (!best) return { anyReady: ready.length > 0 };
   // The other ready copies, least busy first (busy ones too: the counts are a status old), for a receiver whose sender
   // turns out to be at its limit by the time it asks (SyncRequest.alternative_from_addresses).
-  const alternatives = ready.slice(1, 1 + MAX_ALTERNATIVE_SENDERS).map((r) => r.c);
-  return { sender: best.c, alternatives, anyReady: true };
+  const alternatives = ready.filter((r) => r !== best).slice(0, MAX_ALTERNATIVE_SENDERS).map((r) => r.c);
+  return { sender: best.c, alternatives, anyReady: ready.length > 0 };
+}
+
+/** Whether `c` receives, directly or through other copies being received, from `receiver` (a cycle if it sent to it). */
+function receivesThrough(c: SenderCandidate, receiver: string, candidates: readonly SenderCandidate[]): boolean {
+  let from = c.receivesFrom;
+  for (let hops = 0; from && hops <= candidates.length; hops++) {
+    if (from === receiver) return true;
+    const up = candidates.find((x) => x.name === from);
+    if (!up || up.file?.state === 'ready') return false;
+    from = up.receivesFrom;
+  }
+  return from === receiver;
 }
 
 /** How many other senders a Sync names besides the chosen one. */
@@ -446,11 +483,35 @@ export class SenderGrants {
 
   constructor(private readonly now: () => number = Date.now) {}
 
+  /** `biName/receiver` → the sender of its latest grant and when. */
+  private readonly byReceiver = new Map<string, { sender: string; at: number }>();
+
   grant(sender: string, biName: string, receiver: string): void {
     const key = `${sender}/${biName}`;
     let m = this.grants.get(key);
     if (!m) this.grants.set(key, (m = new Map()));
-    m.set(receiver, this.now());
+    const t = this.now();
+    m.set(receiver, t);
+    this.byReceiver.set(`${biName}/${receiver}`, { sender, at: t });
+    if (this.byReceiver.size > this.sweepAt) {
+      // expired grants go in amortized O(1) per grant
+      for (const [k, g] of [...this.byReceiver]) if (t - g.at > SYNC_GRANT_GRACE_MS) this.byReceiver.delete(k);
+      this.sweepAt = 2 * this.byReceiver.size + 64;
+    }
+  }
+
+  private sweepAt = 64;
+
+  /** The sender this controller last asked to send `biName` to `receiver`, within the grace period of a grant. */
+  upstreamOf(biName: string, receiver: string): string | undefined {
+    const key = `${biName}/${receiver}`;
+    const g = this.byReceiver.get(key);
+    if (!g) return undefined;
+    if (this.now() - g.at > SYNC_GRANT_GRACE_MS) {
+      this.byReceiver.delete(key);
+      return undefined;
+    }
+    return g.sender;
   }
 
   /**
@@ -472,6 +533,7 @@ export class SenderGrants {
 
   /** Forgets the grants of a sender or receiver that is gone. */
   dropManager(name: string): void {
+    for (const [key, g] of [...this.byReceiver]) if (g.sender === name || key.endsWith(`/${name}`)) this.byReceiver.delete(key);
     for (const [key, m] of [...this.grants]) {
       if (key.startsWith(`${name}/`)) this.grants.delete(key);
       else if (m.delete(name) && m.size === 0) this.grants.delete(key);

@@ -37,9 +37,12 @@ import {
   SyncInvalidArgumentError,
   SyncService,
   backingImageNameFromPath,
+  askHintOf,
   errorMessage,
   isSendingLimitRefusal,
+  refusalWithHint,
   removeFileSet,
+  sendingLimitRefusal,
 } from '@bis/sync-service';
 import { toBackingImageResponse } from './convert.js';
 import { DataSourceClient } from '@bis/data-source-api';
@@ -66,6 +69,12 @@ export interface ManagerServiceOptions {
    * callers with `withInternalAuth` from `@bis/bimrpc`.
    */
   internalToken?: string;
+  /**
+   * This manager's gRPC address as peers reach it (`host:port`). Given (here or with `setAddress` once the server is
+   * bound), the manager names itself when it asks a peer to send (`SendRequest.from_manager_address`), so a busy
+   * sender can point it to the copy it already sends to, which forwards.
+   */
+  address?: string;
   log?: (message: string) => void;
 }
 
@@ -104,6 +113,9 @@ function unary<Req, Res>(fn: (req: Req) => Promise<Res>): Unary<Req, Res> {
  * `bimrpc.BackingImageManagerService` over an in-process sync service: one per disk. Files are addressed as
  * `<disk>/backing-images/<name>-<uuid>/backing`.
  */
+/** How many busy senders' pointers one receive follows (a chain of 8 copies needs 7). */
+const MAX_HINT_HOPS = 32;
+
 /** The senders a receive asks in turn, first the one asked next; a new Sync for the same copy replaces them. */
 interface Asking {
   queue: string[];
@@ -123,6 +135,9 @@ export class ManagerService {
   readonly #senders = new Map<string, string>();
   /** The senders each receive still asks, until one takes it (a new Sync replaces them). */
   readonly #askers = new Map<string, Asking>();
+  /** Per file: the manager this one sends it to at that manager's request, while that send runs (the way to the tail of its chain). */
+  readonly #lastReceivers = new Map<string, { address: string }>();
+  #address: string;
   readonly #onChange = (filePath: string) => {
     this.#scheduleNotify();
     const waiters = this.#changeWaiters.get(filePath);
@@ -138,6 +153,7 @@ export class ManagerService {
 
   constructor(opts: ManagerServiceOptions) {
     this.#o = opts;
+    this.#address = opts.address ?? '';
     this.#root = normalizeRoot(opts.diskPath);
     this.#backups = new BackupTracker();
     opts.sync.on('change', this.#onChange);
@@ -251,6 +267,7 @@ export class ManagerService {
     const entryDir = await this.#confined(req.name, req.uuid, 'backing-dir');
     const dataSourceFile = await this.#confined(req.name, req.uuid, 'data-source-file');
     let failure: unknown;
+    this.#lastReceivers.delete(filePath);
     try {
       await this.#o.sync.delete(filePath);
     } catch (err) {
@@ -372,6 +389,10 @@ export class ManagerService {
       return c;
     };
     let first = asking.queue[0];
+    /** Peers that could not send (not followed when a busy sender points to them), and senders asked without a name. */
+    const dropped = new Set<string>();
+    const noHints = new Set<string>();
+    let hops = 0;
     try {
       for (let waitMs = 250, told = false, refusedInRound = 0; ; ) {
         if (asking.chosenAgain) {
@@ -384,7 +405,9 @@ export class ManagerService {
         const queue = asking.queue;
         const from = queue[0]!;
         try {
-          await clientOf(from).send(name, uuid, `${this.#o.receiverHost}:${port}`);
+          // named, so that a busy sender can point this one to the copy it sends to (unless its pointers led nowhere)
+          const self = this.#address && !noHints.has(from) ? this.#address : '';
+          await clientOf(from).send(name, uuid, `${this.#o.receiverHost}:${port}`, self);
           if (this.#senders.has(filePath)) this.#senders.set(filePath, from);
           if (from !== first) this.#log(`${filePath}: the peer manager ${from} sends this file (the first choice, ${first}, could not)`);
           return;
@@ -396,6 +419,22 @@ export class ManagerService {
           // receiver waits for its first byte (the sync service fails it after its begin timeout); failing it here
           // would hold the copy back for the whole file backoff (60 s).
           if (isSendingLimitRefusal(details) && this.#waitingForSender(filePath)) {
+            // A sender that forwards: it points to the copy it sends to, which forwards what it receives (a chain).
+            // Followed at once while the pointers are new; a pointer back to this manager, to a peer that could not
+            // send, or a walk longer than the queue allows makes this one ask that sender again without naming itself.
+            const hint = askHintOf(details);
+            if (hint) {
+              if (hint !== this.#address && !dropped.has(hint) && hops < MAX_HINT_HOPS) {
+                hops++;
+                const at = queue.indexOf(hint);
+                if (at >= 0) queue.splice(at, 1);
+                queue.unshift(hint);
+                if (Date.now() <= deadline) this.#o.sync.keepReceiverWaiting(filePath);
+                continue;
+              }
+              noHints.add(from);
+              continue;
+            }
             if (!told) {
               const others = queue.length > 1 ? `; asking the ${queue.length - 1} other peer(s) named, then` : ';';
               this.#log(`${filePath}: the peer manager ${from} is sending this file to as many peers as it may (${details})${others} asking again as a send ends`);
@@ -416,6 +455,7 @@ export class ManagerService {
           const msg = `failed to ask the peer manager ${from} to send: ${details}`;
           this.#log(`${filePath}: ${msg}`);
           // An alternative that cannot send (its copy went away, say) is dropped; the last one left fails the receive.
+          dropped.add(from);
           queue.shift();
           if ((queue.length > 0 || asking.chosenAgain) && this.#waitingForSender(filePath)) continue;
           this.#o.sync.cancel(filePath, msg);
@@ -450,9 +490,44 @@ export class ManagerService {
     });
   }
 
+  /** This manager's gRPC address as peers reach it (see {@link ManagerServiceOptions.address}). */
+  setAddress(address: string): void {
+    this.#address = address;
+  }
+
+  /**
+   * Starts a send to a peer's receiver. A receiving manager that names itself (`from_manager_address`, our extension)
+   * is a manager of this system, whose copy forwards what it receives: while this copy sends already, such a request
+   * is refused as busy and pointed to the manager this copy sends to (`… ; ask the peer manager <address>, which
+   * receives it from here`), so that copies asked for at once form a chain, each link at its full rate, instead of
+   * sharing this copy's link. A request without it (Longhorn's) gets Longhorn's behaviour (up to 3 sends at once).
+   */
   async send(req: SendRequest): Promise<Empty> {
     if (!req.name || !req.uuid || !req.toAddress) throw invalid();
-    await this.#o.sync.sendToPeer(await this.#confined(req.name, req.uuid), req.toAddress);
+    const filePath = await this.#confined(req.name, req.uuid);
+    const requester = req.fromManagerAddress ?? '';
+    const tail = this.#lastReceivers.get(filePath);
+    const busy = this.#o.sync.has(filePath) && this.#o.sync.get(filePath).sendingReference > 0;
+    if (requester && tail && tail.address !== requester && busy) {
+      throw new RpcError(status.UNKNOWN, refusalWithHint(sendingLimitRefusal(filePath, this.#o.sync.get(filePath).sendingReference), tail.address));
+    }
+    // the pointer lasts while this send runs (a copy that is no longer sent to is no tail)
+    const pointer = requester ? { address: requester } : undefined;
+    const forget = () => {
+      if (pointer && this.#lastReceivers.get(filePath) === pointer) this.#lastReceivers.delete(filePath);
+    };
+    if (pointer) this.#lastReceivers.set(filePath, pointer);
+    try {
+      await this.#o.sync.sendToPeer(filePath, req.toAddress, forget);
+    } catch (err) {
+      forget();
+      if (pointer && tail) this.#lastReceivers.set(filePath, tail);
+      const message = errorMessage(err);
+      if (requester && tail && tail.address !== requester && isSendingLimitRefusal(message)) {
+        throw new RpcError(status.UNKNOWN, refusalWithHint(message, tail.address));
+      }
+      throw err;
+    }
     return {};
   }
 

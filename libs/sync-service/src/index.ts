@@ -14,7 +14,7 @@ export { removeFileSet } from './chain-path.js';
 export { parsePortRange, PortAllocator } from './port-allocator.js';
 export { errorMessage, SyncInvalidArgumentError, SyncFileNotFoundError } from './errors.js';
 export { type FileInfo } from './syncing-file.js';
-export { type ScrubOptions, SyncService, isSendingLimitRefusal } from './sync-service.js';
+export { type ScrubOptions, SyncService, askHintOf, isSendingLimitRefusal, refusalWithHint, sendingLimitRefusal } from './sync-service.js';
 export { startSyncServer } from './server.js';
 export { SyncClientError, type SyncDownload, SyncClient } from './sync-client.js';
 export { encodeFileId } from './sync-api.js';

@@ -278,3 +278,75 @@ describe('SyncService.receiveFromPeer', () => {
     ).rejects.toThrow('invalid file type "vmdk" for receiving: must be raw or qcow2');
   });
 });
+
+describe('SyncService: forwarding a copy while it is received', () => {
+  it('a copy asked to send while it receives forwards its verified segments; both copies end ready with the same checksum', async () => {
+    const { computeFileChain } = await import('@bis/sha512-chain');
+    const { isSendingLimitRefusal } = await import('./sync-service.js');
+    const src = await rawImage('dd'.repeat(8) + 'hh'.repeat(8)); // 32 MiB: 8 data and 8 hole segments
+    const size = 32 * MiB;
+    const chain = await computeFileChain(src);
+    const logs: string[] = [];
+    const b = new SyncService({ diskPath: path.join(dir, 'b'), receiverHost: '127.0.0.1', monitorIntervalMs: 0, log: (m) => logs.push(m) });
+    const c = new SyncService({ diskPath: path.join(dir, 'c'), receiverHost: '127.0.0.1', monitorIntervalMs: 0 });
+    try {
+      const onB = backingFilePath(path.join(dir, 'b'), 'img', 'u9');
+      const onC = backingFilePath(path.join(dir, 'c'), 'img', 'u9');
+      const [portB, portC] = [await freePort(), await freePort()];
+      await b.receiveFromPeer({ filePath: onB, uuid: 'u9', size, port: portB, expectedChecksum: sha(src) });
+      await c.receiveFromPeer({ filePath: onC, uuid: 'u9', size, port: portC, expectedChecksum: sha(src) });
+      // asked before B's own sender has begun: the sends wait for B's receive to know its chain; of three asked at
+      // once, the first is taken and the others are refused as busy
+      const asked = [b.sendToPeer(onB, `127.0.0.1:${portC}`), b.sendToPeer(onB, '127.0.0.1:2'), b.sendToPeer(onB, '127.0.0.1:3')];
+      const fromA = sendFile({ path: src, toAddress: `127.0.0.1:${portB}`, layout: (p) => getFileLayout(p), chain });
+      const outcomes = await Promise.allSettled(asked);
+      expect(outcomes[0]!.status).toBe('fulfilled');
+      for (const o of outcomes.slice(1)) {
+        expect(o.status).toBe('rejected');
+        expect(isSendingLimitRefusal(((o as PromiseRejectedResult).reason as Error).message)).toBe(true);
+      }
+      expect(b.get(onB).state).not.toBe('ready');
+      expect(b.get(onB).sendingReference).toBe(1);
+      // one forwarding send per copy being received: another is refused as busy (the receiver asks again or another)
+      const second = await b.sendToPeer(onB, '127.0.0.1:1').then(
+        () => 'sent',
+        (e: Error) => e.message,
+      );
+      expect(isSendingLimitRefusal(second)).toBe(true);
+      await fromA;
+      await Promise.all([b.settled(onB), c.settled(onC)]);
+      await waitFor('the forwarding send to end', async () => (b.get(onB).sendingReference === 0 ? true : undefined));
+      for (const [svc_, f] of [[b, onB], [c, onC]] as const) {
+        expect(svc_.get(f)).toMatchObject({ state: 'ready', currentChecksum: sha(src) });
+        expect(sha(f)).toBe(sha(src));
+      }
+      expect(logs.some((l) => l.startsWith(`forwarding ${onB} to 127.0.0.1:${portC} while it is received`))).toBe(true);
+      expect(logs.some((l) => l.startsWith(`forwarded ${onB} to 127.0.0.1:${portC}: ${16 * MiB} data bytes, ${16 * MiB} hole bytes`))).toBe(true);
+    } finally {
+      await Promise.all([b.close(), c.close()]);
+    }
+  });
+
+  it('a copy received without a SHA-512 chain (from a Longhorn sender) is not forwarded before it is complete', async () => {
+    const src = await rawImage('dddd');
+    const onB = backingFilePath(dir, 'img', 'u10');
+    const port = await freePort();
+    await svc.receiveFromPeer({ filePath: onB, uuid: 'u10', size: 4 * MiB, port, expectedChecksum: sha(src) });
+    // a sender that offers no chain and stops after its first request (its sendHole): the receive goes on without one
+    const { default: http } = await import('node:http');
+    const ask = (op: string) =>
+      new Promise<number>((resolve, reject) => {
+        const req = http.request({ host: '127.0.0.1', port, method: op === 'open' ? 'GET' : 'POST', path: `/v1-ssync/${op}`, agent: false }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode!));
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    await waitFor('the receiver to listen', async () => ((await ask(`open?begin=0&end=${4 * MiB}&directIO=false`).catch(() => 0)) === 200 ? true : undefined));
+    expect(await ask(`sendHole?begin=0&end=${MiB}`)).toBe(200);
+    await expect(svc.sendToPeer(onB, '127.0.0.1:1')).rejects.toThrow(`cannot forward ${onB} before it is complete: it is received without a SHA-512 chain`);
+    expect(svc.get(onB).sendingReference).toBe(0);
+    svc.cancel(onB, 'test over');
+  });
+});

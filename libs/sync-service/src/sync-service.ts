@@ -40,6 +40,13 @@ import {
 } from './integrity.js';
 
 export const SENDING_LIMIT = 3;
+/**
+ * Sends of a copy still being received (forwarding its verified segments, see {@link SyncService.sendToPeer}): one,
+ * so that a chain of copies each sends at its link's full rate instead of sharing it.
+ */
+export const FORWARDING_LIMIT = 1;
+/** How long a send request waits for a copy being received to know its SHA-512 chain before it is refused as busy. */
+const FORWARD_WAIT_MS = 10_000;
 
 /** How a sender refuses a send beyond its limit (Longhorn's words; a receiving manager asks again when it sees them). */
 const SENDING_LIMIT_REFUSAL = 'reaches to the simultaneous sending limit';
@@ -47,6 +54,26 @@ const SENDING_LIMIT_REFUSAL = 'reaches to the simultaneous sending limit';
 /** Whether an error message is a sender's refusal because it already sends the file to as many peers as it may. */
 export function isSendingLimitRefusal(message: string): boolean {
   return message.includes(SENDING_LIMIT_REFUSAL);
+}
+
+const ASK_HINT = /; ask the peer manager (\S+), which receives it from here$/;
+
+/**
+ * A sending-limit refusal that names the manager to ask instead: the copy this one sends to, which forwards what it
+ * receives (our extension of the refusal's words; a Longhorn receiver reads only the limit words).
+ */
+export function refusalWithHint(message: string, managerAddress: string): string {
+  return `${message}; ask the peer manager ${managerAddress}, which receives it from here`;
+}
+
+/** The manager a sending-limit refusal names to ask instead ({@link refusalWithHint}), if any. */
+export function askHintOf(message: string): string | undefined {
+  return ASK_HINT.exec(message.trim())?.[1];
+}
+
+/** A refusal because the copy sends to as many peers as it may, in Longhorn's words. */
+export function sendingLimitRefusal(filePath: string, limit: number): string {
+  return `syncing file ${filePath} ${SENDING_LIMIT_REFUSAL} ${limit}`;
 }
 
 const FAILURE_PREFIX = 'failed to process sync file: ';
@@ -222,6 +249,8 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
   readonly #chainJobs = new Map<SyncingFile, ChainJob>();
   /** Receives from a peer that are running, by file path. */
   readonly #receivers = new Map<string, SsyncReceiver>();
+  /** Raw receives from a peer (whose file is stored as received): their verified segments may be forwarded. */
+  readonly #forwardable = new Set<string>();
   #monitor: NodeJS.Timeout | undefined;
   #closed = false;
   readonly #closing = new AbortController();
@@ -439,7 +468,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       throw new SyncServiceError(`invalid port ${p.port} for receiving`);
     }
     p = { ...p, filePath: await this.#confine(p.filePath, p.uuid, 'file-path') };
-    this.#launch(p, p.size, 'reuse-or-replace', async (f, sink) => {
+    const rec = this.#launch(p, p.size, 'reuse-or-replace', async (f, sink) => {
       const receiver = await (await loadSsyncReceiver()).startSsyncReceiver({
         port: p.port,
         host: this.#opts.receiverHost,
@@ -455,6 +484,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         auth: this.#opts.internalAuth,
       });
       this.#receivers.set(f.filePath, receiver);
+      this.#changed(f); // a forwarding send may wait for the receiver
       try {
         const r = await receiver.done;
         // holes are not counted while receiving: the file is complete now
@@ -474,6 +504,12 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         await receiver.closed;
       }
     });
+    if (fileType !== 'qcow2') {
+      this.#forwardable.add(rec.filePath);
+      void rec.task.finally(() => {
+        if (this.#files.get(rec.filePath) === rec || !this.#files.has(rec.filePath)) this.#forwardable.delete(rec.filePath);
+      });
+    }
   }
 
   /**
@@ -562,12 +598,18 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 
   // ---------------------------------------------------------------- other actions
 
-  /** Starts sending a ready file to a peer receiver; resolves once the send started. */
-  async sendToPeer(filePath: string, toAddress: string): Promise<void> {
+  /**
+   * Starts sending a ready file (or forwarding one being received) to a peer receiver; resolves once the send started.
+   * `onEnd` is called once when that send has ended, however it ended.
+   */
+  async sendToPeer(filePath: string, toAddress: string, onEnd?: () => void): Promise<void> {
     filePath = this.#confineId(filePath);
     const f = this.#files.get(filePath);
     if (!f) throw new SyncServiceError(`can not find sync file ${filePath} for sending`);
     if (!toAddress) throw new SyncServiceError(`no to-address for sending sync file ${filePath}`);
+    if (f.state !== FileState.Ready && this.#forwardable.has(filePath) && RECEIVING.has(f.state)) {
+      return this.#forwardToPeer(f, toAddress, onEnd);
+    }
     const limit = this.#opts.sendingLimit ?? SENDING_LIMIT;
     if (f.sendingReference >= limit) {
       throw new SyncServiceError(`syncing file ${filePath} ${SENDING_LIMIT_REFUSAL} ${limit}`);
@@ -616,7 +658,96 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
       .finally(() => {
         f.sendingReference--;
         this.#changed(f);
+        onEnd?.();
       });
+  }
+
+  /**
+   * Sends a copy that is still being received from a peer on to another receiver (pipelined distribution, like
+   * Kraken's and Dragonfly's piece-level P2P): each segment goes out once it is in this copy's file and verified
+   * against the SHA-512 chain the copy is received with, so a chain of copies fills at the speed of one transfer. The
+   * receiver verifies every segment against the same chain and the file's checksum, as from a ready copy. Refused as
+   * busy (the sending-limit words, so the receiving manager asks again or another sender) while this copy does not
+   * know its chain yet, and beyond {@link FORWARDING_LIMIT} sends; refused for good when it is received without a chain.
+   */
+  async #forwardToPeer(f: SyncingFile, toAddress: string, onEnd?: () => void): Promise<void> {
+    const filePath = f.filePath;
+    const busy = (why: string) => new SyncServiceError(`syncing file ${filePath} ${why}: it ${SENDING_LIMIT_REFUSAL} ${FORWARDING_LIMIT} while it is received`);
+    if (f.sendingReference >= FORWARDING_LIMIT) throw busy('forwards to another peer already');
+    const deadline = Date.now() + FORWARD_WAIT_MS;
+    let receiver = this.#receivers.get(filePath);
+    while (!receiver && RECEIVING.has(f.state) && this.#files.get(filePath) === f && Date.now() < deadline) {
+      await this.#nextChange(filePath, deadline - Date.now());
+      receiver = this.#receivers.get(filePath);
+    }
+    if (!receiver || !RECEIVING.has(f.state)) {
+      if (f.state === FileState.Ready) return this.sendToPeer(filePath, toAddress, onEnd);
+      throw busy('has not started receiving yet');
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const chain = await Promise.race([
+      receiver.forwardable.chain,
+      new Promise<'waiting'>((resolve) => (timer = setTimeout(() => resolve('waiting'), Math.max(0, deadline - Date.now())))),
+    ])
+      .catch((err: unknown) => {
+        throw new SyncServiceError(`cannot forward ${filePath}: its receive failed: ${errorMessage(err)}`);
+      })
+      .finally(() => clearTimeout(timer));
+    if (chain === 'waiting') throw busy('does not know its SHA-512 chain yet');
+    if (!chain) throw new SyncServiceError(`cannot forward ${filePath} before it is complete: it is received without a SHA-512 chain`);
+    if (f.sendingReference >= FORWARDING_LIMIT) throw busy('forwards to another peer already');
+    // taken before the next wait, so that requests arriving together cannot all pass the check above
+    f.sendingReference++;
+    this.#changed(f);
+    let file: fsp.FileHandle;
+    try {
+      file = await fsp.open(tmpPathOf(filePath), 'r');
+    } catch (err) {
+      f.sendingReference--;
+      this.#changed(f);
+      // the receive completed meanwhile (its file is in place): send it as a ready copy
+      if (f.state === FileState.Ready) return this.sendToPeer(filePath, toAddress, onEnd);
+      throw new SyncServiceError(`cannot forward ${filePath}: ${errorMessage(err)}`);
+    }
+    this.#log(`forwarding ${filePath} to ${toAddress} while it is received (segment by segment as each is verified)`);
+    const source = receiver.forwardable;
+    void (async () =>
+      (await loadSsyncSender()).sendFile({
+        ...this.#opts.sender,
+        path: filePath,
+        toAddress,
+        layout: () => Promise.reject(new Error('a forwarding send has no layout')),
+        signal: f.signal,
+        chain,
+        token: this.#opts.internalAuth?.token,
+        forward: { file, size: chain.size, segmentFinal: (i) => source.segmentFinal(i) },
+      }))()
+      .then(
+        (r) => this.#log(`forwarded ${filePath} to ${toAddress}: ${r.dataBytes} data bytes, ${r.holeBytes} hole bytes`),
+        (err: unknown) => this.#log(`failed to forward ${filePath} to ${toAddress}: ${errorMessage(err)}`),
+      )
+      .finally(() => {
+        void file.close().catch(() => undefined); // read-only: nothing to lose
+        f.sendingReference--;
+        this.#changed(f);
+        onEnd?.();
+      });
+  }
+
+  /** Resolves at the next change of `filePath`'s record, or after `maxMs` at the latest. */
+  #nextChange(filePath: string, maxMs: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const onChange = (p: string) => {
+        if (p === filePath) done();
+      };
+      const done = () => {
+        clearTimeout(timer);
+        this.off('change', onChange);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, maxMs));
+      this.on('change', onChange);
+    });
   }
 
   /** A ready file's bytes for the download endpoint. */
@@ -1217,6 +1348,9 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 type ChainJob = Promise<Sha512Chain | undefined>;
 
 /** Send failures after which the sender re-verifies its own copy (see `sendToPeer`). */
+/** The states of a copy being received (a forwarding send may start in any of them). */
+const RECEIVING = new Set<string>([FileState.Pending, FileState.Starting, FileState.InProgress]);
+
 const SEND_FAILURE_TO_VERIFY = /mismatch|does not match|doesn't match|ECONNRESET|EPIPE|socket hang up/i;
 
 function fromSource(r: SourceResult): WorkResult {

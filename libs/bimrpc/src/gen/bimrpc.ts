@@ -115,6 +115,12 @@ export interface SendRequest {
   name: string;
   uuid: string;
   toAddress: string;
+  /**
+   * Our extension (a Longhorn manager neither sends nor reads it): the gRPC address of the receiving manager. A sender
+   * already sending the file to a receiver that named itself answers busy and names the copy to ask instead (the
+   * copy being received forwards what it has verified), so that copies asked for at once form a chain.
+   */
+  fromManagerAddress: string;
 }
 
 export interface FetchRequest {
@@ -1363,7 +1369,7 @@ export const SyncRequest: MessageFns<SyncRequest> = {
 };
 
 function createBaseSendRequest(): SendRequest {
-  return { name: "", uuid: "", toAddress: "" };
+  return { name: "", uuid: "", toAddress: "", fromManagerAddress: "" };
 }
 
 export const SendRequest: MessageFns<SendRequest> = {
@@ -1376,6 +1382,9 @@ export const SendRequest: MessageFns<SendRequest> = {
     }
     if (message.toAddress !== "") {
       writer.uint32(26).string(message.toAddress);
+    }
+    if (message.fromManagerAddress !== "") {
+      writer.uint32(34).string(message.fromManagerAddress);
     }
     return writer;
   },
@@ -1417,6 +1426,14 @@ export const SendRequest: MessageFns<SendRequest> = {
             message.toAddress = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.fromManagerAddress = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1438,6 +1455,11 @@ export const SendRequest: MessageFns<SendRequest> = {
         : isSet(object.to_address)
         ? globalThis.String(object.to_address)
         : "",
+      fromManagerAddress: isSet(object.fromManagerAddress)
+        ? globalThis.String(object.fromManagerAddress)
+        : isSet(object.from_manager_address)
+        ? globalThis.String(object.from_manager_address)
+        : "",
     };
   },
 
@@ -1452,6 +1474,9 @@ export const SendRequest: MessageFns<SendRequest> = {
     if (message.toAddress !== "") {
       obj.toAddress = message.toAddress;
     }
+    if (message.fromManagerAddress !== "") {
+      obj.fromManagerAddress = message.fromManagerAddress;
+    }
     return obj;
   },
 
@@ -1463,6 +1488,7 @@ export const SendRequest: MessageFns<SendRequest> = {
     message.name = object.name ?? "";
     message.uuid = object.uuid ?? "";
     message.toAddress = object.toAddress ?? "";
+    message.fromManagerAddress = object.fromManagerAddress ?? "";
     return message;
   },
 };

@@ -11,6 +11,9 @@ import type { BackupTargetApi, DataPlane, DataSourceApi, DataSourceLaunch, Manag
 import type { BackingImageDataSource, BackingImageManager } from '../kinds.js';
 
 const SIM_SENDING_LIMIT = 3;
+/** Sends of a copy still being received (as a real manager forwards what it has verified). */
+const SIM_FORWARDING_LIMIT = 1;
+const RECEIVING = new Set(['starting', 'in-progress']);
 
 interface SimFile {
   name: string;
@@ -70,7 +73,12 @@ export class SimDataPlane implements DataPlane {
   readonly urls = new Map<string, SimContent>();
   readonly downloads = new Map<string, number>();
   readonly backups = new Map<string, { name: string; checksum: string; size: number; data: string; createdAt: string }>();
+  /** Every Sync asked for: `from` is the sender the controller chose. */
   readonly syncCalls: { to: string; from: string; bi: string; alternatives: string[] }[] = [];
+  /** Every send begun: `from` is the copy that sent (the chosen one, or the alternative the receiver took). */
+  readonly sends: { to: string; from: string; bi: string }[] = [];
+  /** The most sends one copy had at once. */
+  maxSending = 0;
   private readonly backupStates = new Map<string, { state: string; url: string; progress: number }>();
   private readonly listeners = new Set<(kind: 'manager' | 'data-source', name: string) => void>();
   private port = 20000;
@@ -83,6 +91,12 @@ export class SimDataPlane implements DataPlane {
   reportSends = true;
   /** Whether a sender takes at most 3 sends at once, the others waiting (a real manager's limit). */
   enforceSendingLimit = false;
+  /**
+   * Whether a copy still being received forwards to a receiver (a manager of this system does; false plays one that
+   * refuses, e.g. Longhorn's: the receiver then asks the ready copies the Sync names). A forwarded copy is ready when
+   * its upstream copy is and its own transfer time has passed.
+   */
+  forwarding = true;
 
   serve(url: string, data: string): string {
     this.urls.set(url, { size: data.length, data });
@@ -138,13 +152,20 @@ export class SimDataPlane implements DataPlane {
     file.waiting = false;
     file.state = 'in-progress';
     src.sendingReference++;
+    this.sends.push({ to: m.name, from: sender.name, bi: name });
+    this.maxSending = Math.max(this.maxSending, src.sendingReference);
     this.changed(m);
-    setTimeout(() => {
+    const end = () => {
+      // forwarded: the last segment comes once the upstream copy has all of it
+      if (RECEIVING.has(src.state) && this.managers.get(sender.name) === sender && sender.files.get(name) === src) {
+        setTimeout(end, 10).unref();
+        return;
+      }
       src.sendingReference = Math.max(0, src.sendingReference - 1);
       this.beginNextWaiting(sender, src);
       if (this.managers.get(m.name) !== m || m.files.get(name) !== file) return;
       const failure = this.syncFailure(m.diskUUID);
-      if (this.managers.get(sender.name) !== sender) {
+      if (this.managers.get(sender.name) !== sender || src.state !== 'ready') {
         file.state = 'failed';
         file.message = 'sender went away';
       } else if (failure) {
@@ -158,11 +179,18 @@ export class SimDataPlane implements DataPlane {
       }
       this.changed(m);
       this.changed(sender);
-    }, this.transferMs).unref();
+    };
+    setTimeout(end, this.transferMs).unref();
+  }
+
+  /** Whether `src` can send one more now: a ready copy below its limit, or a copy being received that forwards nothing. */
+  private hasRoom(src: SimFile | undefined): boolean {
+    if (src?.state === 'ready') return !this.enforceSendingLimit || src.sendingReference < SIM_SENDING_LIMIT;
+    return this.forwarding && RECEIVING.has(src?.state ?? '') && src!.sendingReference < SIM_FORWARDING_LIMIT;
   }
 
   private beginNextWaiting(sender: SimManager, src: SimFile): void {
-    if (src.sendingReference >= SIM_SENDING_LIMIT) return;
+    if (src.sendingReference >= (src.state === 'ready' ? SIM_SENDING_LIMIT : SIM_FORWARDING_LIMIT)) return;
     for (const m of this.managers.values()) {
       const f = m.files.get(src.name);
       if (f?.waiting && f.sender === sender.address) return this.beginSend(m, f, sender, src);
@@ -219,18 +247,27 @@ export class SimDataPlane implements DataPlane {
         // a copy still waiting for a sender takes the one a new Sync names (as a real manager does)
         const again = existing?.state === 'starting' && existing.waiting === true;
         if (existing && existing.state !== 'failed' && !again) throw grpcError(6, `backing image ${name} already exists`);
-        if (!sender || src?.state !== 'ready') throw grpcError(9, `sender ${fromAddress} has no ready file ${name}`);
+        const canSend = (f: SimFile | undefined) => f?.state === 'ready' || (this.forwarding && RECEIVING.has(f?.state ?? ''));
+        // as the receiving manager does: the chosen sender, else the first alternative with room, else wait for the
+        // first one that can send at all (a copy that cannot forward is dropped)
+        const named = [fromAddress, ...alternativeFromAddresses]
+          .map((a) => [...this.managers.values()].find((x) => x.address === a))
+          .filter((x): x is SimManager => x !== undefined && x !== m)
+          .map((x) => ({ mgr: x, file: x.files.get(name)! }))
+          .filter((c) => canSend(c.file));
+        const chosen = named.find((c) => this.hasRoom(c.file)) ?? named[0];
+        if (!sender || !chosen) throw grpcError(9, `sender ${fromAddress} has no ready file ${name}`);
         const alternatives = alternativeFromAddresses.map((a) => [...this.managers.values()].find((x) => x.address === a)?.name ?? a);
         this.syncCalls.push({ to: m.name, from: sender.name, bi: name, alternatives });
-        const file: SimFile = again ? existing : { name, uuid: spec!.uuid, size: src.size, checksum: '', state: 'starting', progress: 0, message: '', sendingReference: 0 };
-        file.sender = fromAddress;
+        const file: SimFile = again ? existing : { name, uuid: spec!.uuid, size: chosen.file.size, checksum: '', state: 'starting', progress: 0, message: '', sendingReference: 0 };
+        file.sender = chosen.mgr.address;
         m.files.set(name, file);
-        if (this.enforceSendingLimit && src.sendingReference >= SIM_SENDING_LIMIT) {
+        if (!this.hasRoom(chosen.file)) {
           file.waiting = true; // refused by the busy sender: waits for one of its sends to end
           this.changed(m);
           return response(file);
         }
-        this.beginSend(m, file, sender, src);
+        this.beginSend(m, file, chosen.mgr, chosen.file);
         return response(file);
       },
       prepareDownload: async (name, uuid) => ({ srcFilePath: `/data/backing-images/${name}-${uuid}/backing`, address: find().address }),

@@ -3,6 +3,9 @@ import { Sha512ChainVerifier, type Sha512Chain } from '@bis/sha512-chain';
 import { SsyncReceiveError } from './receive-error.js';
 import type { ReceivedChainStats } from './receiver-types.js';
 
+/** What a final segment holds: all hole, or bytes to read from the file. */
+export type SegmentKind = 'hole' | 'data';
+
 /** How long a segment may wait for a full eight-segment pass (ms): nobody waits on it any more. */
 const VERIFY_PATIENCE_MS = 20;
 
@@ -21,6 +24,12 @@ export class ChainCheck {
   readonly #verifiedAt: Uint32Array;
   readonly #running = new Set<Promise<void>>();
   #failure: Error | undefined;
+  /** What a segment verified in flight held: 1 = hole, 2 = data (0 = not verified in flight). */
+  readonly #kind: Uint8Array;
+  /** Whom to tell when a segment is final (see {@link whenFinal}). */
+  readonly #finalWaiters = new Map<number, { resolve: (k: SegmentKind) => void; reject: (e: Error) => void }[]>();
+  /** Set when every segment is final (after a successful finish), or the failure that ended the receive. */
+  #settled: { ok: true } | { ok: false; err: Error } | undefined;
 
   constructor(readonly chain: Sha512Chain) {
     this.verifier = new Sha512ChainVerifier(chain, { patienceMs: VERIFY_PATIENCE_MS });
@@ -28,6 +37,7 @@ export class ChainCheck {
     this.#epoch = new Uint32Array(n);
     this.#active = new Uint16Array(n);
     this.#verifiedAt = new Uint32Array(n);
+    this.#kind = new Uint8Array(n);
     this.stats = { segments: n, inFlight: 0, holes: 0, readBack: 0 };
   }
 
@@ -51,7 +61,56 @@ export class ChainCheck {
 
   endWrite(begin: number, end: number): void {
     const [a, b] = this.#segments(begin, end);
-    for (let i = a; i < b; i++) this.#active[i]!--;
+    for (let i = a; i < b; i++) {
+      this.#active[i]!--;
+      if (this.#isFinal(i)) this.#wake(i, this.#kind[i] === 1 ? 'hole' : 'data');
+    }
+  }
+
+  /** Verified in flight and no write running or started since: the bytes in the file are the chain's. */
+  #isFinal(i: number): boolean {
+    return this.#active[i] === 0 && this.#verifiedAt[i] !== 0 && this.#verifiedAt[i] === this.#epoch[i];
+  }
+
+  #wake(i: number, kind: SegmentKind): void {
+    const waiters = this.#finalWaiters.get(i);
+    if (!waiters) return;
+    this.#finalWaiters.delete(i);
+    for (const w of waiters) w.resolve(kind);
+  }
+
+  /**
+   * Resolves once segment `index` is in the file and verified against the chain (`hole`: it was received as a hole
+   * and is one; `data`: read it from the file), so that a forwarding sender may send it on while the rest is still
+   * being received. A segment verified in flight is final when its last write ended; any other segment (received in
+   * pieces) when the receive completes. Rejects when the receive fails.
+   */
+  whenFinal(index: number): Promise<SegmentKind> {
+    if (!Number.isSafeInteger(index) || index < 0 || index >= this.chain.states.length) {
+      return Promise.reject(new RangeError(`no segment ${index} in a chain of ${this.chain.states.length}`));
+    }
+    if (this.#settled && !this.#settled.ok) return Promise.reject(this.#settled.err);
+    if (this.#isFinal(index)) return Promise.resolve(this.#kind[index] === 1 ? 'hole' : 'data');
+    if (this.#settled?.ok) return Promise.resolve('data');
+    return new Promise<SegmentKind>((resolve, reject) => {
+      const list = this.#finalWaiters.get(index) ?? [];
+      list.push({ resolve, reject });
+      this.#finalWaiters.set(index, list);
+    });
+  }
+
+  /** The receive ended: every waiter learns the outcome (success: every segment is final, read it from the file). */
+  settle(err: Error | undefined): void {
+    if (this.#settled) return;
+    this.#settled = err ? { ok: false, err } : { ok: true };
+    const waiters = [...this.#finalWaiters];
+    this.#finalWaiters.clear();
+    for (const [i, list] of waiters) {
+      for (const w of list) {
+        if (err) w.reject(err);
+        else w.resolve(this.#isFinal(i) && this.#kind[i] === 1 ? 'hole' : 'data');
+      }
+    }
   }
 
   /** Whether [offset, offset + length) is exactly segment `index`. */
@@ -74,6 +133,7 @@ export class ChainCheck {
     // write of the same range, even a finished one, may have landed after ours: the segment is then read back at close)
     if (alone && this.#epoch[index] === epoch && this.#active[index] === 1) {
       this.#verifiedAt[index] = epoch;
+      this.#kind[index] = data === null ? 1 : 2;
       if (data === null) this.stats.holes++;
       else this.stats.inFlight++;
     }

@@ -69,6 +69,13 @@ interface WriteDataRequest {
 export class ReceiveSession {
   /** Settles with the result of the receive. */
   readonly done: Promise<SsyncReceiveResult>;
+  /**
+   * Settles once it is known how the receive is checked: with the sender's SHA-512 chain (its check, whose
+   * `whenFinal` tells when each segment may be forwarded), or without one (undefined: data or a hole came first, or
+   * the receive completed without one). Rejects when the receive fails first.
+   */
+  readonly chainKnown: Promise<ChainCheck | undefined>;
+  #settleChainKnown!: (c: ChainCheck | undefined, err?: Error) => void;
   #resolveDone!: (r: SsyncReceiveResult) => void;
   #rejectDone!: (e: Error) => void;
 
@@ -137,6 +144,16 @@ export class ReceiveSession {
       this.#rejectDone = rej;
     });
     this.done.catch(() => undefined); // awaited by whoever asks; this only keeps a rejection nobody waits for from being unhandled
+    let chainSettled = false;
+    this.chainKnown = new Promise<ChainCheck | undefined>((res, rej) => {
+      this.#settleChainKnown = (c, err) => {
+        if (chainSettled) return;
+        chainSettled = true;
+        if (err) rej(err);
+        else res(c);
+      };
+    });
+    this.chainKnown.catch(() => undefined); // as for `done`
     this.#budget = budget;
     this.#deferred = new DeferredPieces(budget);
     const direct = opts.directIO === false ? undefined : new DirectTarget();
@@ -279,6 +296,8 @@ export class ReceiveSession {
     this.#hasher?.beginWrite(begin, end);
     const check = this.#chainCheck;
     check?.beginWrite(begin, end);
+    // a chain comes before any data or not at all
+    this.#settleChainKnown(check);
     // Bodies are read straight into slabs, and a slab goes to the file in one positioned write; with the in-order
     // hash a written slab goes to the hasher, which keeps it until its range is hashed in file order.
     const w: WriteDataRequest = { begin, end, fh: this.#fh!, check, pieces: [], settling: [], slab: undefined, pos: begin, fill: 0 };
@@ -387,6 +406,7 @@ export class ReceiveSession {
     this.#hasher?.beginWrite(begin, end);
     const check = this.#chainCheck;
     check?.beginWrite(begin, end);
+    this.#settleChainKnown(check);
     try {
       if (this.#fileAlreadyExists && end > begin) {
         if (!opts.punchHole) throw new HttpProtocolError(500, 'cannot punch holes into an existing file: no hole puncher');
@@ -431,6 +451,7 @@ export class ReceiveSession {
     }
     const slabSize = this.#segmentCut > 0 ? this.#segmentCut : (this.#opts.slabSize ?? RECEIVE_SLAB_SIZE);
     this.#slabs = new SlabPool(slabSize, this.#direct !== undefined, this.#allocate, this.#budget);
+    this.#settleChainKnown(this.#chainCheck);
     return {};
   }
 
@@ -575,6 +596,9 @@ export class ReceiveSession {
         err = opts.signal?.aborted ? new SsyncReceiveError('receiving cancelled') : new SsyncReceiveError(`hashing the received file failed: ${(e as Error).message}`);
       }
     }
+    // a forwarding sender waiting for segments learns the outcome (on success every segment is final)
+    chainCheck?.settle(err);
+    this.#settleChainKnown(undefined, err);
     await hasher?.close();
     await this.#direct?.close();
     if (this.#fh) {

@@ -1,6 +1,9 @@
 import { promises as fsp } from 'node:fs';
 import { ReceiveSession } from './receive-session.js';
+import { SsyncReceiveError } from './receive-error.js';
 import type { SsyncReceiveResult, SsyncReceiverOptions } from './receiver-types.js';
+import type { Sha512Chain } from '@bis/sha512-chain';
+import type { SegmentKind } from './chain-check.js';
 
 // The receiver's parts: `receive-session.ts` (the state of one receive and its request handlers), `chain-check.ts`
 // (verification against the sender's SHA-512 chain), `piece-writer.ts` (direct and buffered writes),
@@ -8,6 +11,15 @@ import type { SsyncReceiveResult, SsyncReceiverOptions } from './receiver-types.
 // `received-hasher.ts` (the in-order SHA-512) and `receiver-http.ts` (the HTTP/1.1 server).
 export type { ReceivedChainStats, SsyncReceiveResult, SsyncReceiverOptions } from './receiver-types.js';
 export { SsyncReceiveError } from './receive-error.js';
+export type { SegmentKind } from './chain-check.js';
+
+/** What a forwarding sender needs of a receive still under way (see `sendFile`'s `forward`). */
+export interface ForwardableReceive {
+  /** The sender's chain once accepted; undefined when the receive goes on without one. Rejects when it fails first. */
+  readonly chain: Promise<Sha512Chain | undefined>;
+  /** Resolves when segment `index` is in the file and verified (rejects when the receive fails). */
+  segmentFinal(index: number): Promise<SegmentKind>;
+}
 
 export interface SsyncReceiver {
   /** The port actually listened on. */
@@ -21,6 +33,8 @@ export interface SsyncReceiver {
    * first request, after which its requests keep the receive alive).
    */
   keepWaiting(): void;
+  /** The receive as a source for forwarding what is verified while the rest is still being received. */
+  readonly forwardable: ForwardableReceive;
 }
 
 /**
@@ -42,5 +56,14 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
   }
   const session = new ReceiveSession(opts, fileAlreadyExists);
   const port = await session.listen(opts.port, opts.host ?? '0.0.0.0');
-  return { port, done: session.done, closed: session.closed, keepWaiting: () => session.keepWaiting() };
+  const forwardable: ForwardableReceive = {
+    chain: session.chainKnown.then((c) => c?.chain),
+    segmentFinal: async (index) => {
+      const check = await session.chainKnown;
+      if (!check) throw new SsyncReceiveError('the receive has no SHA-512 chain: its segments cannot be forwarded before it completes');
+      return check.whenFinal(index);
+    },
+  };
+  forwardable.chain.catch(() => undefined); // asked for by a forwarding sender only
+  return { port, done: session.done, closed: session.closed, keepWaiting: () => session.keepWaiting(), forwardable };
 }

@@ -2,6 +2,7 @@ import { parseHostPort } from '@bis/net-address';
 import http from 'node:http';
 import type net from 'node:net';
 import { promises as fsp } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import { encodeChain, type Sha512Chain } from '@bis/sha512-chain';
 import { sendFileAvailable, sendFileToSocket, type SendFileTransfer } from '@bis/block-mapping';
@@ -56,6 +57,21 @@ export interface SendFileOptions {
   sendfile?: boolean;
   /** Token sent as `authorization: Bearer <token>` on every request (see `@bis/internal-auth`). */
   token?: string;
+  /**
+   * Forwards a file that is still being received (pipelined distribution, our extension of the sender only): its
+   * segments go out in file order, each as soon as `segmentFinal` says it is in `file` and verified against `chain`
+   * (which is then required and offered as usual), so a receiver of this copy gets the file while this copy still
+   * receives it. `layout` is not used and `path` only names the file in messages; `file` stays open (the caller's).
+   */
+  forward?: ForwardSource;
+}
+
+/** A file being received, as the source of a forwarding send (see {@link SendFileOptions.forward}). */
+export interface ForwardSource {
+  file: FileHandle;
+  size: number;
+  /** Resolves when segment `index` is final: `hole` (send it as a hole) or `data` (read it from `file`). */
+  segmentFinal(index: number): Promise<'hole' | 'data'>;
 }
 
 export interface SendFileResult {
@@ -160,6 +176,25 @@ export function planBySegments(
     tasks.push({ ...t });
   }
   return tasks;
+}
+
+/** `p`, or the signal's reason as soon as it aborts (the wait for a segment of a file being received can be long). */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason as Error);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e as Error);
+      },
+    );
+  });
 }
 
 function parseAddress(toAddress: string): { host: string; port: number } {
@@ -340,8 +375,9 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
   };
 
   try {
-    const st = await fsp.stat(opts.path);
-    const size = st.size;
+    const forward = opts.forward;
+    if (forward && !opts.chain) throw new SsyncSendError(`cannot forward ${opts.path}: no SHA-512 chain to verify its segments against`);
+    const size = forward ? forward.size : (await fsp.stat(opts.path)).size;
     // open, retried while the receiver is not listening yet
     const openDeadline = Date.now() + openTimeoutMs;
     let openAnswer: string;
@@ -366,17 +402,37 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
     // a receiver that took the chain is ours: with sendfile a larger body costs no memory on either side (the receiver
     // reads it segment by segment), and a quarter of the requests cost a quarter of the per-request work
     const chunkSize = opts.chunkSize ?? (chainAccepted && useSendfile && !remoteExists ? SSYNC_CHAIN_CHUNK_SIZE : SSYNC_CHUNK_SIZE);
-    const layout = await opts.layout(opts.path);
-    const tasks =
-      chainAccepted && opts.chain
-        ? planBySegments(layout.data, layout.holes, size, opts.chain.segmentSize, chunkSize)
-        : planByExtents(layout.data, layout.holes, chunkSize);
-    const largest = tasks.reduce((n, t) => (t.kind === 'data' ? Math.max(n, t.end - t.begin) : n), 0);
+    let nextTask: () => Promise<Task | undefined>;
+    let largest: number;
+    let taskCount: number;
+    if (forward && opts.chain) {
+      // one task per segment, in file order, each once the segment is final in the file being received
+      const { segmentSize } = opts.chain;
+      const segments = opts.chain.states.length;
+      let nextSegment = 0;
+      nextTask = async () => {
+        if (nextSegment >= segments) return undefined;
+        const i = nextSegment++;
+        const kind = await untilAborted(forward.segmentFinal(i), signal);
+        return { kind, begin: i * segmentSize, end: Math.min(size, (i + 1) * segmentSize) };
+      };
+      largest = segmentSize;
+      taskCount = segments;
+    } else {
+      const layout = await opts.layout(opts.path);
+      const tasks =
+        chainAccepted && opts.chain
+          ? planBySegments(layout.data, layout.holes, size, opts.chain.segmentSize, chunkSize)
+          : planByExtents(layout.data, layout.holes, chunkSize);
+      let next = 0;
+      nextTask = () => Promise.resolve(tasks[next++]);
+      largest = tasks.reduce((n, t) => (t.kind === 'data' ? Math.max(n, t.end - t.begin) : n), 0);
+      taskCount = tasks.length;
+    }
 
-    const fh = await fsp.open(opts.path, 'r');
+    const fh = forward ? forward.file : await fsp.open(opts.path, 'r');
     let dataBytes = 0;
     let holeBytes = 0;
-    let next = 0;
     try {
       const worker = async () => {
         let buf: Buffer | undefined;
@@ -391,9 +447,11 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
           }
           return buf.subarray(0, len);
         };
-        while (next < tasks.length) {
+        for (;;) {
           signal.throwIfAborted();
-          const t = tasks[next++]!;
+          const t = await nextTask();
+          if (!t) break;
+          signal.throwIfAborted();
           if (t.kind === 'hole') {
             await withRetries(() => request('POST', 'sendHole', { begin: t.begin, end: t.end }));
             holeBytes += t.end - t.begin;
@@ -424,7 +482,7 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
           opts.onProgress?.(dataBytes);
         }
       };
-      const running = Array.from({ length: Math.min(workers, Math.max(1, tasks.length)) }, () =>
+      const running = Array.from({ length: Math.min(workers, Math.max(1, taskCount)) }, () =>
         worker().catch((err: unknown) => {
           outer.abort(err);
           throw err;
@@ -439,7 +497,7 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
         throw answered ?? signal.reason ?? failures[0];
       }
     } finally {
-      await fh.close();
+      if (!forward) await fh.close();
     }
     await withRetries(() => request('POST', 'close', {}));
     return { size, dataBytes, holeBytes, retries, chainAccepted, sendfileBytes };

@@ -1,0 +1,171 @@
+import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
+import { createHash, randomBytes } from 'node:crypto';
+import { promises as fsp, readFileSync } from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { computeFileChain, encodeChain } from '@bis/sha512-chain';
+import { startSsyncReceiver, type SsyncReceiver } from './receiver.js';
+import { sendFile } from './sender.js';
+
+// Pipelined forwarding: a copy still being received sends each segment on once it is in its file and verified
+// against the chain it is received with (sendFile's `forward`, the receiver's `forwardable`).
+
+const MiB = 1 << 20;
+const SEG = 2 * MiB; // the chain's default segment size
+let dir: string;
+
+beforeEach(async () => {
+  dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'ssync-forward-'));
+});
+afterEach(async () => {
+  await fsp.rm(dir, { recursive: true, force: true });
+});
+
+/** A file of 2 MiB segments: `d` random data, `h` a hole. */
+async function segmentsFile(name: string, pattern: string): Promise<string> {
+  const f = path.join(dir, name);
+  const fh = await fsp.open(f, 'w');
+  await fh.truncate(pattern.length * SEG);
+  for (let i = 0; i < pattern.length; i++) if (pattern[i] === 'd') await fh.write(randomBytes(SEG), 0, SEG, i * SEG);
+  await fh.close();
+  return f;
+}
+const sha = (f: string) => createHash('sha512').update(readFileSync(f)).digest('hex');
+
+/** One request to a receiver, on a connection of its own. */
+function ask(rx: SsyncReceiver, method: string, op: string, body?: Buffer): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port: rx.port, method, path: `/v1-ssync/${op}`, agent: false }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode!, text: Buffer.concat(chunks).toString() }));
+    });
+    req.on('error', (e) => reject(new Error(`${op}: ${e.message}`)));
+    req.end(body);
+  });
+}
+
+async function waitFor(what: string, cond: () => boolean): Promise<void> {
+  for (let i = 0; !cond(); i++) {
+    if (i > 3000) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe('forwarding a file while it is received', () => {
+  it('sends each verified segment on before the rest has arrived; the next copy is whole, verified and sparse', async () => {
+    const pattern = 'ddhdhhdd';
+    const src = await segmentsFile('src', pattern);
+    const chain = await computeFileChain(src);
+    const size = pattern.length * SEG;
+    const mid = path.join(dir, 'mid.tmp');
+    const dst = path.join(dir, 'dst');
+    // B: receives from a sender driven by hand, one segment at a time
+    const b = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: mid, size });
+    expect((await ask(b, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
+    expect((await ask(b, 'POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
+    await expect(b.forwardable.chain).resolves.toMatchObject({ size, checksum: chain.checksum });
+
+    // C: receives from B's forwarding send
+    let cBytes = 0;
+    const c = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size, onProgress: (n) => (cBytes = n) });
+    const file = await fsp.open(mid, 'r');
+    const forwarded = sendFile({
+      path: mid,
+      toAddress: `127.0.0.1:${c.port}`,
+      layout: () => Promise.reject(new Error('not used')),
+      chain,
+      forward: { file, size, segmentFinal: (i) => b.forwardable.segmentFinal(i) },
+    });
+    const data = readFileSync(src);
+    const sendSegment = async (i: number) => {
+      const begin = i * SEG;
+      const r =
+        pattern[i] === 'd'
+          ? await ask(b, 'POST', `writeData?begin=${begin}&end=${begin + SEG}`, data.subarray(begin, begin + SEG))
+          : await ask(b, 'POST', `sendHole?begin=${begin}&end=${begin + SEG}`);
+      expect(r.status).toBe(200);
+    };
+    // the first two segments reach C while B still waits for the other six
+    await sendSegment(0);
+    await sendSegment(1);
+    await waitFor('C to receive the first two segments from B', () => cBytes >= 2 * SEG);
+    let cDone = false;
+    void c.done.then(() => (cDone = true), () => (cDone = true));
+    expect(cDone).toBe(false);
+    for (let i = 2; i < pattern.length; i++) await sendSegment(i);
+    expect((await ask(b, 'POST', 'close')).status).toBe(200);
+    const [rb, rc, sent] = await Promise.all([b.done, c.done, forwarded]);
+    await file.close();
+    await Promise.all([b.closed, c.closed]);
+    expect(rb.sha512).toBe(chain.checksum);
+    // every segment C got was checked in flight against the chain (data) or as a hole: nothing read back at the end
+    expect(rc.sha512).toBe(chain.checksum);
+    expect(rc.chainStats).toEqual({ segments: 8, inFlight: 5, holes: 3, readBack: 0 });
+    expect(sent).toMatchObject({ chainAccepted: true, dataBytes: 5 * SEG, holeBytes: 3 * SEG });
+    expect(sha(dst)).toBe(sha(src));
+    expect((await fsp.stat(dst)).blocks * 512).toBeLessThanOrEqual(5 * SEG + 64 * 1024);
+  });
+
+  it('a segment received in pieces is forwarded once the whole receive is verified', async () => {
+    const src = await segmentsFile('src', 'dd');
+    const chain = await computeFileChain(src);
+    const size = 2 * SEG;
+    const mid = path.join(dir, 'mid.tmp');
+    const b = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: mid, size });
+    expect((await ask(b, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
+    expect((await ask(b, 'POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
+    const data = readFileSync(src);
+    // segment 0 in two halves: not verified in flight, so not final before the receive is complete
+    expect((await ask(b, 'POST', `writeData?begin=0&end=${MiB}`, data.subarray(0, MiB))).status).toBe(200);
+    expect((await ask(b, 'POST', `writeData?begin=${MiB}&end=${SEG}`, data.subarray(MiB, SEG))).status).toBe(200);
+    let first: string | undefined;
+    const final0 = b.forwardable.segmentFinal(0).then((k) => (first = k));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(first).toBeUndefined();
+    expect((await ask(b, 'POST', `writeData?begin=${SEG}&end=${2 * SEG}`, data.subarray(SEG))).status).toBe(200);
+    await expect(b.forwardable.segmentFinal(1)).resolves.toBe('data');
+    expect((await ask(b, 'POST', 'close')).status).toBe(200);
+    await b.done;
+    await final0;
+    expect(first).toBe('data');
+    await b.closed;
+  });
+
+  it('a failed receive fails the forwarding send; a receive without a chain cannot be forwarded', async () => {
+    const src = await segmentsFile('src', 'dd');
+    const chain = await computeFileChain(src);
+    const size = 2 * SEG;
+    const b = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'mid.tmp'), size, fatalLingerMs: 100 });
+    expect((await ask(b, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
+    expect((await ask(b, 'POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
+    const c = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'dst'), size, fatalLingerMs: 100, idleTimeoutMs: 500 });
+    const file = await fsp.open(path.join(dir, 'mid.tmp'), 'r');
+    const forwarded = sendFile({
+      path: 'mid',
+      toAddress: `127.0.0.1:${c.port}`,
+      layout: () => Promise.reject(new Error('not used')),
+      chain,
+      forward: { file, size, segmentFinal: (i) => b.forwardable.segmentFinal(i) },
+    });
+    const bad = Buffer.from(readFileSync(src).subarray(0, SEG));
+    bad[7] ^= 1;
+    await ask(b, 'POST', `writeData?begin=0&end=${SEG}`, bad);
+    await expect(b.done).rejects.toThrow(/does not match the sender's SHA-512 chain/);
+    await expect(forwarded).rejects.toThrow(/does not match the sender's SHA-512 chain/);
+    // C got nothing of the bad segment and never completes
+    await expect(c.done).rejects.toThrow();
+    await file.close();
+    await Promise.all([b.closed, c.closed]);
+
+    // a receive whose sender sent data without offering a chain (Longhorn's sender)
+    const d = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'plain.tmp'), size, idleTimeoutMs: 200 });
+    expect((await ask(d, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
+    expect((await ask(d, 'POST', `sendHole?begin=0&end=${SEG}`)).status).toBe(200);
+    await expect(d.forwardable.chain).resolves.toBeUndefined();
+    await expect(d.forwardable.segmentFinal(0)).rejects.toThrow(/no SHA-512 chain/);
+    await expect(d.done).rejects.toThrow();
+    await d.closed;
+  });
+});
