@@ -41,6 +41,11 @@ export interface ControllerTiming {
   /** BIM monitor tick (1 s) and forced list every `managerForcedListTicks` ticks (60). */
   managerPollMs: number;
   managerForcedListTicks: number;
+  /**
+   * A manager's status whose files changed only in their progress is written at most this often (3 s, the rate of
+   * Longhorn's monitor); any other change at once.
+   */
+  managerProgressWriteMs: number;
   /** BBI backup status poll (2 s). */
   backupPollMs: number;
   /** BIDS pod retry backoff 1 min → 5 min. */
@@ -61,6 +66,7 @@ export const DEFAULT_TIMING: ControllerTiming = {
   dataSourcePollMs: 3000,
   managerPollMs: 1000,
   managerForcedListTicks: 60,
+  managerProgressWriteMs: 3000,
   backupPollMs: 2000,
   dataSourceRetryInitialMs: 60_000,
   dataSourceRetryMaxMs: 300_000,

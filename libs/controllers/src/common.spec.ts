@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { canonical, changed, sameValue } from './common.js';
+import { canonical, changed, onlyProgressDiffers, sameValue } from './common.js';
 
 describe('sameValue (change detection without canonical strings)', () => {
   const cases: [unknown, unknown][] = [
@@ -32,5 +32,17 @@ describe('sameValue (change detection without canonical strings)', () => {
     const next = { ...files, 'img-42': { state: 'failed', progress: 100 } };
     expect(sameValue(files, { ...files })).toBe(true);
     expect(sameValue(files, next)).toBe(false);
+  });
+});
+
+describe('onlyProgressDiffers (which monitor writes may wait)', () => {
+  const f = (state: string, progress: number, extra: Record<string, unknown> = {}) => ({ state, progress, message: '', sendingReference: 0, ...extra });
+  it('is true when files differ only in progress, false for any other change', () => {
+    expect(onlyProgressDiffers({ a: f('in-progress', 10) }, { a: f('in-progress', 40) })).toBe(true);
+    expect(onlyProgressDiffers({ a: f('in-progress', 10) }, { a: f('ready', 100) })).toBe(false);
+    expect(onlyProgressDiffers({ a: f('in-progress', 10) }, { a: f('in-progress', 40, { sendingReference: 1 }) })).toBe(false);
+    expect(onlyProgressDiffers({ a: f('in-progress', 10) }, { a: f('in-progress', 10), b: f('pending', 0) })).toBe(false);
+    expect(onlyProgressDiffers({ a: f('in-progress', 10), b: f('pending', 0) }, { a: f('in-progress', 10) })).toBe(false);
+    expect(onlyProgressDiffers({ a: f('in-progress', 10) }, { b: f('in-progress', 10) })).toBe(false);
   });
 });

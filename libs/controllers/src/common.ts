@@ -141,3 +141,15 @@ export async function cachedOrGet<T extends KubeObject>(ctx: ControllerContext, 
   if (ctx.informers.hasSynced(kind)) return ctx.informers.cachedGet(kind, name);
   return getOrUndefined(ctx.store.get(kind, name, ctx.namespace));
 }
+
+/** Whether two file maps differ in nothing but the files' progress. */
+export function onlyProgressDiffers(a: Record<string, { progress?: number }>, b: Record<string, { progress?: number }>): boolean {
+  const keys = Object.keys(b);
+  if (Object.keys(a).length !== keys.length) return false;
+  for (const k of keys) {
+    const x = a[k];
+    const y = b[k];
+    if (!x || !y || changed({ ...x, progress: 0 }, { ...y, progress: 0 })) return false;
+  }
+  return true;
+}

@@ -285,6 +285,30 @@ describe('backing image controllers over the embedded store', () => {
     expect(after.every((c) => c.from !== first)).toBe(true);
   });
 
+  it("writes a manager's progress-only changes at most once per managerProgressWriteMs, and the latest one at the end of the wait", async () => {
+    h = await startHarness(undefined, { timing: { ...FAST_TIMING, managerProgressWriteMs: 1500 } });
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'prog', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
+    await waitReady('prog', 1);
+    h.sim.transferMs = 60_000; // the sync stays in progress for the whole test
+    await h.cm.actions.updateMinNumberOfCopies('prog', 2);
+    const call = await waitFor('a sync started', () => h!.sim.syncCalls.find((c) => c.bi === 'prog'));
+    const progressOf = async () => (await h!.store.get(BackingImageManagerKind, call.to, NS)).status?.backingImageFileMap?.prog;
+    await waitFor('the copy shown in progress', async () => ((await progressOf())?.state === 'in-progress' ? true : undefined));
+    // let the write that showed the state age, then report progress every 40 ms for 0.6 s
+    await new Promise((r) => setTimeout(r, 1600));
+    const seen = new Set<number>();
+    for (let p = 5; p <= 80; p += 5) {
+      h.sim.setProgress(call.to, 'prog', p);
+      await new Promise((r) => setTimeout(r, 40));
+      seen.add((await progressOf())?.progress ?? -1);
+    }
+    // the first progress change is written at once (the last write is older than the wait), the later ones wait
+    expect(seen.size).toBeLessThanOrEqual(2);
+    // the latest progress is written once the wait is over
+    await waitFor('the latest progress written', async () => ((await progressOf())?.progress === 80 ? true : undefined), 5000);
+  });
+
   it('a controller restart mid-download converges without a second download', async () => {
     h = await startHarness();
     h.sim.transferMs = 600;

@@ -6,7 +6,7 @@ import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { DISK_PROBE_BYTES, probeDiskWrite, recordDiskHealth } from './disk-conditions.js';
 import { DISK_HEALTHY_CONDITION, failedCopyMessage } from './disk-errors.js';
-import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
+import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, onlyProgressDiffers, topology } from './common.js';
 import type { ManagerApi, WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImage, type BackingImageDataSource, type BackingImageManager } from './kinds.js';
@@ -47,6 +47,10 @@ interface Monitor {
   receiveErrors: number;
   busy: boolean;
   stopped: boolean;
+  /** When the monitor last wrote the status (progress-only changes wait for `managerProgressWriteMs` after it). */
+  lastWriteAt: number;
+  /** The List that writes a progress-only change once its wait is over. */
+  progressTimer?: NodeJS.Timeout;
 }
 
 /**
@@ -767,7 +771,7 @@ export class BackingImageManagerController extends Controller {
     if (existing && existing.address === address && !existing.stopped) return;
     if (existing) this.stopMonitor(name);
     // tick() catches its own failures (they show in the status and the log); the timer only starts it.
-    const m: Monitor = { address, dirty: true, ticks: 0, lastListAt: 0, receiveErrors: 0, busy: false, stopped: false, timer: setInterval(() => void this.tick(name, m, true), this.ctx.timing.managerPollMs) };
+    const m: Monitor = { address, dirty: true, ticks: 0, lastListAt: 0, lastWriteAt: 0, receiveErrors: 0, busy: false, stopped: false, timer: setInterval(() => void this.tick(name, m, true), this.ctx.timing.managerPollMs) };
     m.timer.unref();
     this.monitors.set(name, m);
     this.openWatch(name, m);
@@ -807,6 +811,7 @@ export class BackingImageManagerController extends Controller {
     m.stopped = true;
     clearInterval(m.timer);
     if (m.kickTimer) clearTimeout(m.kickTimer);
+    if (m.progressTimer) clearTimeout(m.progressTimer);
     m.cancelWatch?.();
     this.monitors.delete(name);
   }
@@ -863,12 +868,32 @@ export class BackingImageManagerController extends Controller {
       let bim: typeof first | undefined = first;
       const stale = (b: typeof first): boolean =>
         changed(b.status?.backingImageFileMap ?? {}, map) || (scrub !== undefined && changed(b.status?.diskScrub ?? {}, scrub));
+      // Progress alone is written at most every managerProgressWriteMs (every write goes to every watcher and
+      // reconciles the images again); a state, message, sender or size change is written at once.
+      const progressWait = m.lastWriteAt + this.ctx.timing.managerProgressWriteMs - Date.now();
+      if (
+        progressWait > 0 &&
+        stale(first) &&
+        onlyProgressDiffers(first.status?.backingImageFileMap ?? {}, map) &&
+        (scrub === undefined || !changed(first.status?.diskScrub ?? {}, scrub))
+      ) {
+        if (!m.progressTimer) {
+          m.progressTimer = setTimeout(() => {
+            m.progressTimer = undefined;
+            m.dirty = true;
+            void this.tick(name, m, false);
+          }, progressWait);
+          m.progressTimer.unref();
+        }
+        return;
+      }
       for (let attempt = 1; bim && bim.status?.ownerID === nodeID && stale(bim); attempt++) {
         try {
           await store.updateStatus(BackingImageManagerKind, {
             ...bim,
             status: { ...bim.status, backingImageFileMap: map, ...(scrub ? { diskScrub: { ...scrub } } : {}) },
           });
+          m.lastWriteAt = Date.now();
           break;
         } catch (err) {
           if (!isConflict(err)) throw err;

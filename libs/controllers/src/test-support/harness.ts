@@ -15,6 +15,7 @@ export const FAST_TIMING = {
   dataSourcePollMs: 40,
   managerPollMs: 40,
   managerForcedListTicks: 5,
+  managerProgressWriteMs: 120,
   backupPollMs: 40,
   dataSourceRetryInitialMs: 200,
   dataSourceRetryMaxMs: 1000,

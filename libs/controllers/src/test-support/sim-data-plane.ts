@@ -189,6 +189,15 @@ export class SimDataPlane implements DataPlane {
     return this.forwarding && RECEIVING.has(src?.state ?? '') && src!.sendingReference < SIM_FORWARDING_LIMIT;
   }
 
+  /** Sets the progress a manager reports for its copy of `bi` (a receive under way), and tells its watchers. */
+  setProgress(managerName: string, bi: string, progress: number): void {
+    const m = this.managers.get(managerName);
+    const f = m?.files.get(bi);
+    if (!m || !f) throw new Error(`no copy of ${bi} on ${managerName}`);
+    f.progress = progress;
+    this.changed(m);
+  }
+
   private beginNextWaiting(sender: SimManager, src: SimFile): void {
     if (src.sendingReference >= (src.state === 'ready' ? SIM_SENDING_LIMIT : SIM_FORWARDING_LIMIT)) return;
     for (const m of this.managers.values()) {
