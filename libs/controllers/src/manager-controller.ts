@@ -481,7 +481,8 @@ export class BackingImageManagerController extends Controller {
         else if (!file) receivesFrom = this.senderGrants.upstreamOf(biName, m.metadata.name);
         const counts = file?.state === 'ready' || receivesFrom !== undefined;
         const granted = counts ? Math.max(this.senderGrants.live(m.metadata.name, biName, stateOn), receiving.get(address) ?? 0) : 0;
-        const base = file ?? (receivesFrom !== undefined ? { state: 'pending' as const, sendingReference: 0 } : undefined);
+        // a copy only this controller knows of (its Sync was just asked for) has no file yet: no state, its sends counted
+        const base: Pick<BackingImageFileInfo, 'state' | 'sendingReference'> | undefined = file ?? (receivesFrom !== undefined ? { sendingReference: 0 } : undefined);
         const counted = base && granted > (base.sendingReference ?? 0) ? { ...base, sendingReference: granted } : base;
         return { m, name: m.metadata.name, running: m.status?.currentState === 'running', defaultImage: m.spec?.image === image, file: counted, receivesFrom };
       });
