@@ -101,6 +101,22 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
     return d;
   };
 
+  /**
+   * Daemons `<prefix>A` and `<prefix>B` holding ready copies of a 4 MiB image (fetched on A, synced to B), with A no
+   * longer sending; the image's Sync spec.
+   */
+  const twoReadyCopies = async (prefix: string, name: string, uuid: string) => {
+    const a = await start(await makeDisk(root, `${prefix}A`));
+    const b = await start(await makeDisk(root, `${prefix}B`));
+    const sha = await fetchPrepared(a, name, uuid, 'dddd');
+    await waitState(a, name, uuid, 'ready');
+    const spec = { name, uuid, size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 };
+    await b.client.sync({ spec, fromAddress: a.grpcAddress });
+    await waitState(b, name, uuid, 'ready');
+    await waitFor(`${prefix}A done sending to ${prefix}B`, async () => ((await stateOf(a, name, uuid)).sendingReference === 0 ? true : undefined), 10_000);
+    return { a, b, sha, spec };
+  };
+
   beforeAll(async () => {
     buildDaemon();
     root = await fsp.mkdtemp(path.join(os.tmpdir(), 'bim-daemon-'));
@@ -317,14 +333,8 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
   });
 
   it('asks the other senders the Sync names when its sender is at its sending limit, skipping one that cannot send', async () => {
-    const a = await start(await makeDisk(root, 'altA'));
-    const b = await start(await makeDisk(root, 'altB'));
+    const { a, b, sha } = await twoReadyCopies('alt', 'alt', 'ua');
     const empty = await start(await makeDisk(root, 'altEmpty'));
-    const sha = await fetchPrepared(a, 'alt', 'ua', 'dddd');
-    await waitState(a, 'alt', 'ua', 'ready');
-    await b.client.sync({ spec: { name: 'alt', uuid: 'ua', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress });
-    await waitState(b, 'alt', 'ua', 'ready');
-    await waitFor('a done sending to b', async () => ((await stateOf(a, 'alt', 'ua')).sendingReference === 0 ? true : undefined), 10_000);
     const held = await holdThreeSends(a, 'alt', 'ua');
     try {
       const r = await start(await makeDisk(root, 'altR'));
@@ -341,14 +351,7 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
   });
 
   it('a busy sender points a receiver that names itself to the copy it sends to; the receiver asks that one', async () => {
-    const a = await start(await makeDisk(root, 'hintA'));
-    const b = await start(await makeDisk(root, 'hintB'));
-    const sha = await fetchPrepared(a, 'hint', 'uh', 'dddd');
-    await waitState(a, 'hint', 'uh', 'ready');
-    // b holds a copy too
-    await b.client.sync({ spec: { name: 'hint', uuid: 'uh', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 }, fromAddress: a.grpcAddress });
-    await waitState(b, 'hint', 'uh', 'ready');
-    await waitFor('a done sending to b', async () => ((await stateOf(a, 'hint', 'uh')).sendingReference === 0 ? true : undefined), 10_000);
+    const { a, b, sha } = await twoReadyCopies('hint', 'hint', 'uh');
     // a sends to a held stand-in receiver on behalf of b (as if b were receiving it from a)
     let release: (() => void) | undefined;
     const held = http.createServer((req, res) => {
@@ -377,14 +380,7 @@ describe('backing-image-manager daemon (real processes, gRPC, files)', () => {
   });
 
   it('a copy waiting for a busy sender asks the sender of a new Sync; for a received copy it still "already exists"', async () => {
-    const a = await start(await makeDisk(root, 'againA'));
-    const b = await start(await makeDisk(root, 'againB'));
-    const sha = await fetchPrepared(a, 'again', 'ug', 'dddd');
-    await waitState(a, 'again', 'ug', 'ready');
-    const spec = { name: 'again', uuid: 'ug', size: 4 * MiB, checksum: sha, virtualSize: 0, realSize: 0 };
-    await b.client.sync({ spec, fromAddress: a.grpcAddress });
-    await waitState(b, 'again', 'ug', 'ready');
-    await waitFor('a done sending to b', async () => ((await stateOf(a, 'again', 'ug')).sendingReference === 0 ? true : undefined), 10_000);
+    const { a, b, sha, spec } = await twoReadyCopies('again', 'again', 'ug');
     const held = await holdThreeSends(a, 'again', 'ug');
     try {
       const r = await start(await makeDisk(root, 'againR'));

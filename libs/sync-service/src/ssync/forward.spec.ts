@@ -1,5 +1,4 @@
 import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
-import { createHash, randomBytes } from 'node:crypto';
 import { promises as fsp, readFileSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -7,6 +6,7 @@ import path from 'node:path';
 import { computeFileChain, encodeChain } from '@bis/sha512-chain';
 import { startSsyncReceiver, type SsyncReceiver } from './receiver.js';
 import { sendFile } from './sender.js';
+import { sha512Of, writePatternFile } from '../test-support/pattern-file.js';
 
 // Pipelined forwarding: a copy still being received sends each segment on once it is in its file and verified
 // against the chain it is received with (sendFile's `forward`, the receiver's `forwardable`).
@@ -23,15 +23,8 @@ afterEach(async () => {
 });
 
 /** A file of 2 MiB segments: `d` random data, `h` a hole. */
-async function segmentsFile(name: string, pattern: string): Promise<string> {
-  const f = path.join(dir, name);
-  const fh = await fsp.open(f, 'w');
-  await fh.truncate(pattern.length * SEG);
-  for (let i = 0; i < pattern.length; i++) if (pattern[i] === 'd') await fh.write(randomBytes(SEG), 0, SEG, i * SEG);
-  await fh.close();
-  return f;
-}
-const sha = (f: string) => createHash('sha512').update(readFileSync(f)).digest('hex');
+const segmentsFile = (name: string, pattern: string): Promise<string> => writePatternFile(path.join(dir, name), pattern, SEG);
+const sha = sha512Of;
 
 /** One request to a receiver, on a connection of its own. */
 function ask(rx: SsyncReceiver, method: string, op: string, body?: Buffer): Promise<{ status: number; text: string }> {

@@ -11,6 +11,7 @@ import { httpStatus as call } from '../test-support/http-call.js';
 import { listenOnLoopback } from '../test-support/loopback-server.js';
 import { sendFile, SsyncSendError } from './sender.js';
 import type { FileLayoutProvider } from './layout.js';
+import { sha512Of, writePatternFile } from '../test-support/pattern-file.js';
 
 const MiB = 1 << 20;
 let dir: string;
@@ -22,15 +23,8 @@ afterEach(async () => {
   await fsp.rm(dir, { recursive: true, force: true });
 });
 
-async function sparseFile(name: string, pattern: string): Promise<string> {
-  const f = path.join(dir, name);
-  const fh = await fsp.open(f, 'w');
-  await fh.truncate(pattern.length * MiB);
-  for (let i = 0; i < pattern.length; i++) if (pattern[i] === 'd') await fh.write(randomBytes(MiB), 0, MiB, i * MiB);
-  await fh.close();
-  return f;
-}
-const sha = (f: string) => createHash('sha512').update(readFileSync(f)).digest('hex');
+const sparseFile = (name: string, pattern: string): Promise<string> => writePatternFile(path.join(dir, name), pattern, MiB);
+const sha = sha512Of;
 
 /**
  * The transfer paths every conformance test below runs on: the fast one (the receiver's own HTTP server reading into
