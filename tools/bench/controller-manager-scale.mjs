@@ -168,6 +168,7 @@ const pct = (a, p) => {
 // Also classifies the writes since the last compaction (all of them for runs under 5,000 writes) by kind and by what
 // changed: `create`, `delete`, `status` (only .status changed), `spec/metadata` (anything else).
 const writesByKind = {};
+const eventsByReason = {};
 // Reads the store log while the system runs (it is append-only between compactions; a compaction replaces it, and
 // the events already counted are skipped by resourceVersion), so every write is classified.
 const storeLog = path.join(tmp, 'data', 'store', 'store.log');
@@ -192,6 +193,11 @@ function classifyLine(line) {
   const how = r.type === 'ADDED' ? 'create' : r.type === 'DELETED' ? 'delete' : prev && stripRv(prev) === stripRv(r.object) ? 'status' : 'spec/metadata';
   writesByKind[kind] ??= {};
   writesByKind[kind][how] = (writesByKind[kind][how] ?? 0) + 1;
+  // Events created, by type and reason (which events make the Event writes)
+  if (kind === 'Event' && how === 'create') {
+    const reason = `${r.object.type ?? ''} ${r.object.involvedObject?.kind ?? ''} ${r.object.reason ?? ''}`;
+    eventsByReason[reason] = (eventsByReason[reason] ?? 0) + 1;
+  }
   if (r.type === 'DELETED') lastObj.delete(key);
   else lastObj.set(key, r.object);
 }
@@ -346,6 +352,7 @@ const result = {
   storeWrites,
   writesPerImage: +(storeWrites / N).toFixed(1),
   writesByKind,
+  eventsByReason,
   loadAverage: { atStart: loadAtStart, atEnd: os.loadavg().map((l) => +l.toFixed(2)) },
   filesOnDisks: files,
   listBusyMs: { p50: +pct(busyLat, 50).toFixed(1), p99: +pct(busyLat, 99).toFixed(1), n: busyLat.length },
