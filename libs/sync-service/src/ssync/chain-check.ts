@@ -30,6 +30,12 @@ export class ChainCheck {
   readonly #finalWaiters = new Map<number, { resolve: (k: SegmentKind) => void; reject: (e: Error) => void }[]>();
   /** Set when every segment is final (after a successful finish), or the failure that ended the receive. */
   #settled: { ok: true } | { ok: false; err: Error } | undefined;
+  /** Bytes of each segment covered by ended writes (overlapping writes count twice: only a hint, see #readEarly). */
+  readonly #covered: Float64Array;
+  /** Reads a range of the received file (set by the receive once the file is open). */
+  #reader: ((offset: number, length: number) => Promise<Uint8Array>) | undefined;
+  /** Segments being read back early for a waiting forwarder. */
+  readonly #early = new Set<number>();
 
   constructor(readonly chain: Sha512Chain) {
     this.verifier = new Sha512ChainVerifier(chain, { patienceMs: VERIFY_PATIENCE_MS });
@@ -38,6 +44,7 @@ export class ChainCheck {
     this.#active = new Uint16Array(n);
     this.#verifiedAt = new Uint32Array(n);
     this.#kind = new Uint8Array(n);
+    this.#covered = new Float64Array(n);
     this.stats = { segments: n, inFlight: 0, holes: 0, readBack: 0 };
   }
 
@@ -61,10 +68,48 @@ export class ChainCheck {
 
   endWrite(begin: number, end: number): void {
     const [a, b] = this.#segments(begin, end);
+    const s = this.chain.segmentSize;
     for (let i = a; i < b; i++) {
       this.#active[i]!--;
+      this.#covered[i]! += Math.min(end, (i + 1) * s) - Math.max(begin, i * s);
       if (this.#isFinal(i)) this.#wake(i, this.#kind[i] === 1 ? 'hole' : 'data');
+      else if (this.#finalWaiters.has(i)) this.#readEarly(i);
     }
+  }
+
+  /** How the received file is read for an early check of a segment received in pieces (see {@link whenFinal}). */
+  setReader(read: (offset: number, length: number) => Promise<Uint8Array>): void {
+    this.#reader = read;
+  }
+
+  /**
+   * A segment received in pieces (data and holes, or unaligned requests) that a forwarder waits for: once its pieces
+   * cover it and no write runs, it is read back from the file and verified now rather than at close. A failure here
+   * is no verdict (a piece may still be missing where overlapping writes were counted twice): the segment is then
+   * checked at close like any other.
+   */
+  #readEarly(i: number): void {
+    const { offset, length } = this.verifier.segmentRange(i);
+    if (!this.#reader || this.#settled || this.#early.has(i) || this.#active[i] !== 0 || this.#covered[i]! < length) return;
+    const read = this.#reader;
+    const epoch = this.#epoch[i]!;
+    this.#early.add(i);
+    void (async () => {
+      try {
+        const data = await read(offset, length);
+        if (this.#epoch[i] !== epoch || this.#active[i] !== 0) return; // written meanwhile: checked again later
+        await this.verifier.verifySegment(i, data);
+        if (this.#epoch[i] !== epoch || this.#active[i] !== 0 || this.#settled) return;
+        this.#verifiedAt[i] = epoch;
+        this.#kind[i] = 2;
+        this.stats.readBack++;
+        this.#wake(i, 'data');
+      } catch {
+        // no verdict: the segment is read back and checked at close (a mismatch then fails the receive)
+      } finally {
+        this.#early.delete(i);
+      }
+    })();
   }
 
   /** Verified in flight and no write running or started since: the bytes in the file are the chain's. */
@@ -82,8 +127,9 @@ export class ChainCheck {
   /**
    * Resolves once segment `index` is in the file and verified against the chain (`hole`: it was received as a hole
    * and is one; `data`: read it from the file), so that a forwarding sender may send it on while the rest is still
-   * being received. A segment verified in flight is final when its last write ended; any other segment (received in
-   * pieces) when the receive completes. Rejects when the receive fails.
+   * being received. A segment verified in flight is final when its last write ended; a segment received in pieces
+   * once they cover it and it was read back and verified (at the latest when the receive completes). Rejects when the
+   * receive fails.
    */
   whenFinal(index: number): Promise<SegmentKind> {
     if (!Number.isSafeInteger(index) || index < 0 || index >= this.chain.states.length) {
@@ -92,11 +138,13 @@ export class ChainCheck {
     if (this.#settled && !this.#settled.ok) return Promise.reject(this.#settled.err);
     if (this.#isFinal(index)) return Promise.resolve(this.#kind[index] === 1 ? 'hole' : 'data');
     if (this.#settled?.ok) return Promise.resolve('data');
-    return new Promise<SegmentKind>((resolve, reject) => {
+    const waiting = new Promise<SegmentKind>((resolve, reject) => {
       const list = this.#finalWaiters.get(index) ?? [];
       list.push({ resolve, reject });
       this.#finalWaiters.set(index, list);
     });
+    this.#readEarly(index);
+    return waiting;
   }
 
   /** The receive ended: every waiter learns the outcome (success: every segment is final, read it from the file). */

@@ -101,7 +101,7 @@ describe('forwarding a file while it is received', () => {
     expect((await fsp.stat(dst)).blocks * 512).toBeLessThanOrEqual(5 * SEG + 64 * 1024);
   });
 
-  it('a segment received in pieces is forwarded once the whole receive is verified', async () => {
+  it('a segment received in pieces is read back and forwarded once its pieces cover it, before the receive completes', async () => {
     const src = await segmentsFile('src', 'dd');
     const chain = await computeFileChain(src);
     const size = 2 * SEG;
@@ -110,19 +110,33 @@ describe('forwarding a file while it is received', () => {
     expect((await ask(b, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
     expect((await ask(b, 'POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
     const data = readFileSync(src);
-    // segment 0 in two halves: not verified in flight, so not final before the receive is complete
+    // segment 0 in two halves (not verified in flight); a forwarder waits for it after the first half
     expect((await ask(b, 'POST', `writeData?begin=0&end=${MiB}`, data.subarray(0, MiB))).status).toBe(200);
-    expect((await ask(b, 'POST', `writeData?begin=${MiB}&end=${SEG}`, data.subarray(MiB, SEG))).status).toBe(200);
     let first: string | undefined;
     const final0 = b.forwardable.segmentFinal(0).then((k) => (first = k));
     await new Promise((r) => setTimeout(r, 50));
     expect(first).toBeUndefined();
-    expect((await ask(b, 'POST', `writeData?begin=${SEG}&end=${2 * SEG}`, data.subarray(SEG))).status).toBe(200);
-    await expect(b.forwardable.segmentFinal(1)).resolves.toBe('data');
-    expect((await ask(b, 'POST', 'close')).status).toBe(200);
-    await b.done;
+    // the second half covers it: it is read back, verified and final while segment 1 has not arrived
+    expect((await ask(b, 'POST', `writeData?begin=${MiB}&end=${SEG}`, data.subarray(MiB, SEG))).status).toBe(200);
     await final0;
     expect(first).toBe('data');
+    // a segment whose pieces hold wrong bytes is no verdict early: it stays waiting, and the close fails the receive
+    const bad = Buffer.from(data.subarray(SEG, SEG + MiB));
+    bad[3] ^= 1;
+    expect((await ask(b, 'POST', `writeData?begin=${SEG}&end=${SEG + MiB}`, bad)).status).toBe(200);
+    let second: string | undefined;
+    const final1 = b.forwardable.segmentFinal(1).then(
+      (k) => (second = k),
+      (e: Error) => (second = `rejected: ${e.message}`),
+    );
+    expect((await ask(b, 'POST', `writeData?begin=${SEG + MiB}&end=${2 * SEG}`, data.subarray(SEG + MiB))).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(second).toBeUndefined();
+    // the close is answered, then the read-back at the end finds the mismatch
+    await ask(b, 'POST', 'close');
+    await expect(b.done).rejects.toThrow(/does not match the sender's SHA-512 chain/);
+    await final1;
+    expect(second).toMatch(/^rejected: .*does not match the sender's SHA-512 chain/);
     await b.closed;
   });
 
