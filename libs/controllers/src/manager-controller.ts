@@ -12,7 +12,7 @@ import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImage, type BackingImageDataSource, type BackingImageManager } from './kinds.js';
 import { fileMapFromList } from './manager-api.js';
 import { Annotation, FINALIZER } from './names.js';
-import { NodeSyncLimiter, pickSender, receiversBySender, SENDING_LIMIT, SenderGrants, senderIsFull } from './rules.js';
+import { IN_PROGRESS, NodeSyncLimiter, pickSender, receiversBySender, SENDING_LIMIT, SenderGrants, senderIsFull } from './rules.js';
 import { SettingName } from './settings.js';
 
 export const MAX_MONITOR_RECEIVE_ERRORS = 10;
@@ -477,7 +477,7 @@ export class BackingImageManagerController extends Controller {
         const address = m.metadata.annotations?.[Annotation.Address] ?? '';
         // a copy being received from a peer, by its status or by a Sync this controller just asked for: it can forward
         let receivesFrom: string | undefined;
-        if (file && RECEIVING.has(file.state ?? '') && file.senderManagerAddress) receivesFrom = byAddress.get(file.senderManagerAddress) ?? '';
+        if (file && IN_PROGRESS.has(file.state ?? '') && file.senderManagerAddress) receivesFrom = byAddress.get(file.senderManagerAddress) ?? '';
         else if (!file) receivesFrom = this.senderGrants.upstreamOf(biName, m.metadata.name);
         const counts = file?.state === 'ready' || receivesFrom !== undefined;
         const granted = counts ? Math.max(this.senderGrants.live(m.metadata.name, biName, stateOn), receiving.get(address) ?? 0) : 0;
@@ -916,9 +916,6 @@ export class BackingImageManagerController extends Controller {
     }
   }
 }
-
-/** The states of a copy being received (it names its sender in `senderManagerAddress`). */
-const RECEIVING = new Set(['pending', 'starting', 'in-progress']);
 
 /** The manager addresses of `copies`, without `except` (the sender asked first). */
 function addressesOf(copies: readonly { m: Stored<BackingImageManager> }[], except: string): string[] {

@@ -351,29 +351,29 @@ export interface SenderCandidate {
  */
 export function pickSender<T extends SenderCandidate>(candidates: readonly T[], receiverKey = ''): { sender?: T; alternatives?: T[]; anyReady: boolean } {
   const ready: { c: T; busy: number; rank: number }[] = [];
-  const forwarders: { c: T; busy: number; rank: number }[] = [];
+  const forwarders: { c: T; rank: number }[] = [];
   for (const c of candidates) {
     if (!c.running || !c.defaultImage) continue;
     const busy = c.file?.sendingReference ?? 0;
     const rank = stableHash(`${receiverKey}\u0000${c.name}`);
     if (c.file?.state === 'ready') ready.push({ c, busy, rank });
     else if (c.receivesFrom !== undefined && busy < FORWARDING_LIMIT && !receivesThrough(c, receiverKey, candidates)) {
-      forwarders.push({ c, busy, rank });
+      forwarders.push({ c, rank });
     }
   }
   // with no ready copy there is nothing to forward from (the first file is fetched instead)
   if (ready.length === 0) return { anyReady: false };
   ready.sort((a, b) => a.busy - b.busy || a.rank - b.rank);
   forwarders.sort((a, b) => a.rank - b.rank);
-  const idleReady = ready[0] && ready[0].busy === 0 ? ready[0] : undefined;
+  const least = ready[0]!;
   // An idle ready copy first; else a copy being received that forwards nothing yet (a chain of copies each sends at
   // its link's full rate, where a ready copy's sends share it); else the least busy ready copy with room.
-  const best = idleReady ?? forwarders[0] ?? (ready[0] && ready[0].busy < SENDING_LIMIT ? ready[0] : undefined);
-  if (!best) return { anyReady: ready.length > 0 };
+  const best = least.busy === 0 ? least : (forwarders[0] ?? (least.busy < SENDING_LIMIT ? least : undefined));
+  if (!best) return { anyReady: true };
   // The other ready copies, least busy first (busy ones too: the counts are a status old), for a receiver whose sender
   // turns out to be at its limit by the time it asks (SyncRequest.alternative_from_addresses).
   const alternatives = ready.filter((r) => r !== best).slice(0, MAX_ALTERNATIVE_SENDERS).map((r) => r.c);
-  return { sender: best.c, alternatives, anyReady: ready.length > 0 };
+  return { sender: best.c, alternatives, anyReady: true };
 }
 
 /** Whether `c` receives, directly or through other copies being received, from `receiver` (a cycle if it sent to it). */
@@ -401,7 +401,8 @@ function stableHash(s: string): number {
   return h;
 }
 
-const IN_PROGRESS = new Set(['in-progress', 'pending', 'starting']);
+/** The states of a copy being received (it names its sender in `senderManagerAddress`). */
+export const IN_PROGRESS: ReadonlySet<string> = new Set(['in-progress', 'pending', 'starting']);
 
 /** How long a granted sync is counted before its file shows up in a manager's status. */
 export const SYNC_GRANT_GRACE_MS = 30_000;
@@ -481,10 +482,12 @@ export class SenderGrants {
   /** `sender/biName` → receiving manager → when the Sync was asked for */
   private readonly grants = new Map<string, Map<string, number>>();
 
-  constructor(private readonly now: () => number = Date.now) {}
-
   /** `biName/receiver` → the sender of its latest grant and when. */
   private readonly byReceiver = new Map<string, { sender: string; at: number }>();
+  /** `byReceiver`'s size at which its expired entries are swept next. */
+  private sweepAt = 64;
+
+  constructor(private readonly now: () => number = Date.now) {}
 
   grant(sender: string, biName: string, receiver: string): void {
     const key = `${sender}/${biName}`;
@@ -499,8 +502,6 @@ export class SenderGrants {
       this.sweepAt = 2 * this.byReceiver.size + 64;
     }
   }
-
-  private sweepAt = 64;
 
   /** The sender this controller last asked to send `biName` to `receiver`, within the grace period of a grant. */
   upstreamOf(biName: string, receiver: string): string | undefined {

@@ -109,13 +109,13 @@ function unary<Req, Res>(fn: (req: Req) => Promise<Res>): Unary<Req, Res> {
   };
 }
 
+/** How many busy senders' pointers one receive follows (a chain of 8 copies needs 7). */
+const MAX_HINT_HOPS = 32;
+
 /**
  * `bimrpc.BackingImageManagerService` over an in-process sync service: one per disk. Files are addressed as
  * `<disk>/backing-images/<name>-<uuid>/backing`.
  */
-/** How many busy senders' pointers one receive follows (a chain of 8 copies needs 7). */
-const MAX_HINT_HOPS = 32;
-
 /** The senders a receive asks in turn, first the one asked next; a new Sync for the same copy replaces them. */
 interface Asking {
   queue: string[];
@@ -507,10 +507,10 @@ export class ManagerService {
     const filePath = await this.#confined(req.name, req.uuid);
     const requester = req.fromManagerAddress ?? '';
     const tail = this.#lastReceivers.get(filePath);
-    const busy = this.#o.sync.has(filePath) && this.#o.sync.get(filePath).sendingReference > 0;
-    if (requester && tail && tail.address !== requester && busy) {
-      throw new RpcError(status.UNKNOWN, refusalWithHint(sendingLimitRefusal(filePath, this.#o.sync.get(filePath).sendingReference), tail.address));
-    }
+    // where a named requester is pointed while this copy sends (not to itself)
+    const pointTo = requester && tail && tail.address !== requester ? tail.address : undefined;
+    const sending = this.#o.sync.has(filePath) ? this.#o.sync.get(filePath).sendingReference : 0;
+    if (pointTo && sending > 0) throw new RpcError(status.UNKNOWN, refusalWithHint(sendingLimitRefusal(filePath, sending), pointTo));
     // the pointer lasts while this send runs (a copy that is no longer sent to is no tail)
     const pointer = requester ? { address: requester } : undefined;
     const forget = () => {
@@ -522,10 +522,9 @@ export class ManagerService {
     } catch (err) {
       forget();
       if (pointer && tail) this.#lastReceivers.set(filePath, tail);
+      // requests that arrived together, before this copy's send began, are pointed the same way when refused
       const message = errorMessage(err);
-      if (requester && tail && tail.address !== requester && isSendingLimitRefusal(message)) {
-        throw new RpcError(status.UNKNOWN, refusalWithHint(message, tail.address));
-      }
+      if (pointTo && isSendingLimitRefusal(message)) throw new RpcError(status.UNKNOWN, refusalWithHint(message, pointTo));
       throw err;
     }
     return {};

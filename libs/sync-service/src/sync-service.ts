@@ -612,13 +612,13 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
     }
     const limit = this.#opts.sendingLimit ?? SENDING_LIMIT;
     if (f.sendingReference >= limit) {
-      throw new SyncServiceError(`syncing file ${filePath} ${SENDING_LIMIT_REFUSAL} ${limit}`);
+      throw new SyncServiceError(sendingLimitRefusal(filePath, limit));
     }
     await this.#checkReady(f);
     if (f.state !== FileState.Ready) throw new SyncServiceError(`invalid state ${f.state} for file sending`);
     const layout = this.#opts.layout ?? (async (p: string) => (await loadBlockMapping()).getFileLayout(p));
     if (f.sendingReference >= limit) {
-      throw new SyncServiceError(`syncing file ${filePath} ${SENDING_LIMIT_REFUSAL} ${limit}`);
+      throw new SyncServiceError(sendingLimitRefusal(filePath, limit));
     }
     f.sendingReference++;
     this.#changed(f);
@@ -1347,10 +1347,10 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
 /** The lazy computation of a ready file's chain for sending: one per file at a time, shared by concurrent sends. */
 type ChainJob = Promise<Sha512Chain | undefined>;
 
-/** Send failures after which the sender re-verifies its own copy (see `sendToPeer`). */
 /** The states of a copy being received (a forwarding send may start in any of them). */
 const RECEIVING = new Set<string>([FileState.Pending, FileState.Starting, FileState.InProgress]);
 
+/** Send failures after which the sender re-verifies its own copy (see `sendToPeer`). */
 const SEND_FAILURE_TO_VERIFY = /mismatch|does not match|doesn't match|ECONNRESET|EPIPE|socket hang up/i;
 
 function fromSource(r: SourceResult): WorkResult {

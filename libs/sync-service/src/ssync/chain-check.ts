@@ -32,8 +32,8 @@ export class ChainCheck {
   #settled: { ok: true } | { ok: false; err: Error } | undefined;
   /** Bytes of each segment covered by ended writes (overlapping writes count twice: only a hint, see #readEarly). */
   readonly #covered: Float64Array;
-  /** Reads a range of the received file (set by the receive once the file is open). */
-  #reader: ((offset: number, length: number) => Promise<Uint8Array>) | undefined;
+  /** The received file, for an early check (set by the receive; undefined until the file is open). */
+  #file: (() => FileHandle | undefined) | undefined;
   /** Segments being read back early for a waiting forwarder. */
   readonly #early = new Set<number>();
 
@@ -77,9 +77,21 @@ export class ChainCheck {
     }
   }
 
-  /** How the received file is read for an early check of a segment received in pieces (see {@link whenFinal}). */
-  setReader(read: (offset: number, length: number) => Promise<Uint8Array>): void {
-    this.#reader = read;
+  /** Where the received file is read for an early check of a segment received in pieces (see {@link whenFinal}). */
+  setFile(file: () => FileHandle | undefined): void {
+    this.#file = file;
+  }
+
+  /** Reads segment `i` from `fh` into `buf` (at least a segment long); the segment's bytes. */
+  async #readSegment(fh: FileHandle, i: number, buf: Buffer): Promise<Buffer> {
+    const { offset, length } = this.verifier.segmentRange(i);
+    let got = 0;
+    while (got < length) {
+      const { bytesRead } = await fh.read(buf, got, length - got, offset + got);
+      if (bytesRead === 0) throw new SsyncReceiveError(`the received file is shorter than expected at ${offset + got}`);
+      got += bytesRead;
+    }
+    return buf.subarray(0, length);
   }
 
   /**
@@ -89,14 +101,13 @@ export class ChainCheck {
    * checked at close like any other.
    */
   #readEarly(i: number): void {
-    const { offset, length } = this.verifier.segmentRange(i);
-    if (!this.#reader || this.#settled || this.#early.has(i) || this.#active[i] !== 0 || this.#covered[i]! < length) return;
-    const read = this.#reader;
+    const fh = this.#file?.();
+    if (!fh || this.#settled || this.#early.has(i) || this.#active[i] !== 0 || this.#covered[i]! < this.verifier.segmentRange(i).length) return;
     const epoch = this.#epoch[i]!;
     this.#early.add(i);
     void (async () => {
       try {
-        const data = await read(offset, length);
+        const data = await this.#readSegment(fh, i, Buffer.allocUnsafe(this.chain.segmentSize));
         if (this.#epoch[i] !== epoch || this.#active[i] !== 0) return; // written meanwhile: checked again later
         await this.verifier.verifySegment(i, data);
         if (this.#epoch[i] !== epoch || this.#active[i] !== 0 || this.#settled) return;
@@ -230,14 +241,7 @@ export class ChainCheck {
       while (next < todo.length) {
         signal?.throwIfAborted();
         const i = todo[next++]!;
-        const { offset, length } = this.verifier.segmentRange(i);
-        let got = 0;
-        while (got < length) {
-          const { bytesRead } = await fh.read(buf, got, length - got, offset + got);
-          if (bytesRead === 0) throw new SsyncReceiveError(`the received file is shorter than expected at ${offset + got}`);
-          got += bytesRead;
-        }
-        await this.verifier.verifySegment(i, buf.subarray(0, length));
+        await this.verifier.verifySegment(i, await this.#readSegment(fh, i, buf));
         this.stats.readBack++;
       }
     };

@@ -443,18 +443,7 @@ export class ReceiveSession {
     }
     this.#chainCheck = new ChainCheck(chain);
     // a segment received in pieces is read back early when a forwarder waits for it
-    this.#chainCheck.setReader(async (offset, length) => {
-      const fh = this.#fh;
-      if (!fh) throw new SsyncReceiveError('the file is not open');
-      const buf = Buffer.allocUnsafe(length);
-      let got = 0;
-      while (got < length) {
-        const { bytesRead } = await fh.read(buf, got, length - got, offset + got);
-        if (bytesRead === 0) throw new SsyncReceiveError(`the received file is shorter than expected at ${offset + got}`);
-        got += bytesRead;
-      }
-      return buf;
-    });
+    this.#chainCheck.setFile(() => this.#fh);
     this.#segmentCut = chain.segmentSize <= MAX_INFLIGHT_SEGMENT ? chain.segmentSize : 0;
     // the sequential hash is not needed any more
     if (this.#hasher) {

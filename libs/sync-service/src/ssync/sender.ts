@@ -3,6 +3,7 @@ import http from 'node:http';
 import type net from 'node:net';
 import { promises as fsp } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
+import type { SegmentKind } from './chain-check.js';
 import { createHash } from 'node:crypto';
 import { encodeChain, type Sha512Chain } from '@bis/sha512-chain';
 import { sendFileAvailable, sendFileToSocket, type SendFileTransfer } from '@bis/block-mapping';
@@ -71,7 +72,7 @@ export interface ForwardSource {
   file: FileHandle;
   size: number;
   /** Resolves when segment `index` is final: `hole` (send it as a hole) or `data` (read it from `file`). */
-  segmentFinal(index: number): Promise<'hole' | 'data'>;
+  segmentFinal(index: number): Promise<SegmentKind>;
 }
 
 export interface SendFileResult {
