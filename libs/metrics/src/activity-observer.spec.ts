@@ -93,6 +93,43 @@ describe('ActivityObserver', () => {
     expect(t).toContain('bis_backup_backing_image_duration_seconds_count{result="error"} 1');
   });
 
+  it("counts the first copy on its data source's disk as moved, not synced, until nothing carries its UUID any more", async () => {
+    const metrics = new BackingImageMetrics({ store, namespace: NS, processMetrics: false });
+    observer = new ActivityObserver({ store, namespace: NS, log, metrics });
+    await observer.start();
+    const synced = async () => Number(/kind="sync"} (\d+)/.exec(await metrics.text())?.[1] ?? 0);
+    const ds = await store.create(BackingImageDataSourceKind, {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'BackingImageDataSource',
+      metadata: { name: 'img', namespace: NS },
+      spec: { uuid: 'u-img', diskUUID: 'uuid-d1', nodeID: 'node-1', diskPath: '/d1', sourceType: 'download', parameters: {} },
+    });
+    await store.updateStatus(BackingImageDataSourceKind, { ...ds, status: { currentState: 'ready-for-transfer', size: 4096, progress: 100, message: '' } });
+    const bim = await store.create(BackingImageManagerKind, {
+      apiVersion: LONGHORN_API_VERSION,
+      kind: 'BackingImageManager',
+      metadata: { name: 'bim-1', namespace: NS },
+      spec: { image: 'i', nodeID: 'node-1', diskUUID: 'uuid-d1', diskPath: '/d1', backingImages: {} },
+    });
+    const file = { name: 'img', uuid: 'u-img', size: 4096, virtualSize: 4096, realSize: 4096, currentChecksum: '', sendingReference: 0, senderManagerAddress: '', progress: 100, message: '' };
+    const b1 = await store.updateStatus(BackingImageManagerKind, { ...bim, status: { backingImageFileMap: { img: { ...file, state: 'ready' } } } });
+    await store.delete(BackingImageDataSourceKind, 'img', NS);
+    // the copy drops out of the manager's list, then a copy of the same image is received on that disk: a sync
+    const b2 = await store.updateStatus(BackingImageManagerKind, { ...b1, status: { backingImageFileMap: {} } });
+    const b3 = await store.updateStatus(BackingImageManagerKind, { ...b2, status: { backingImageFileMap: { img: { ...file, state: 'in-progress', progress: 50 } } } });
+    expect(b3.status?.backingImageFileMap?.['img']?.state).toBe('in-progress');
+    const n = await (async () => {
+      for (let i = 0; i < 200; i++) {
+        const v = await synced();
+        if (v > 0) return v;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return 0;
+    })();
+    // the first copy (moved from the data source) counted nothing; the second one counts its half
+    expect(n).toBe(2048);
+  });
+
   it('does not log again what had already failed before it started', async () => {
     const ds = await store.create(BackingImageDataSourceKind, {
       apiVersion: LONGHORN_API_VERSION,

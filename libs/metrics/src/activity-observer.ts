@@ -35,7 +35,10 @@ interface Seen {
 export class ActivityObserver {
   private readonly informers: SharedInformers;
   private readonly dataSources = new Map<string, Seen>();
-  private readonly copies = new Map<string, Seen>();
+  /** Each manager's copies, by image. */
+  private readonly copies = new Map<string, Map<string, Seen>>();
+  /** How many data sources and copies carry each image UUID (a `dataSourceDisk` entry goes with the last of them). */
+  private readonly uuidUses = new Map<string, number>();
   private readonly backups = new Map<string, Seen & { startedAt?: number }>();
   private readonly scrubs = new Map<string, string>();
   /** The disk each image's data source ran on, by image UUID: its first copy is moved there, not transferred. */
@@ -52,7 +55,7 @@ export class ActivityObserver {
       onError: (err, kind) => opts.log.debug(`activity observer: watch of ${kind.kind}: ${err instanceof Error ? err.message : String(err)}`),
     });
     this.informers.informerFor(NodeKind);
-    this.informers.on(BackingImageDataSourceKind, (type, o) => (type === 'DELETED' ? this.dataSources.delete(o.metadata.name) : this.onDataSource(o)));
+    this.informers.on(BackingImageDataSourceKind, (type, o) => (type === 'DELETED' ? this.forgetDataSource(o.metadata.name) : this.onDataSource(o)));
     this.informers.on(BackingImageManagerKind, (type, o) => (type === 'DELETED' ? this.forgetManager(o) : this.onManager(o)));
     this.informers.on(BackupBackingImageKind, (type, o) => (type === 'DELETED' ? this.backups.delete(o.metadata.name) : this.onBackup(o)));
   }
@@ -94,7 +97,7 @@ export class ActivityObserver {
     const before = !this.synced ? bytes : fresh ? 0 : prev.bytes;
     // A restart from 0 (a new attempt) counts again from its own start.
     if (bytes > before) this.opts.metrics?.transferred('in', sourceType || 'unknown', bytes - before);
-    this.dataSources.set(image, { uuid, bytes: bytes < before ? bytes : Math.max(bytes, before), state, message });
+    this.setSeen(this.dataSources, image, { uuid, bytes: bytes < before ? bytes : Math.max(bytes, before), state, message });
     // What existed at start (e.g. after a restart of the controller-manager) was logged by the run that saw it happen.
     if (!this.synced) return;
     const disk = this.diskName(diskUUID);
@@ -112,9 +115,35 @@ export class ActivityObserver {
     }
   }
 
+  /** Sets or replaces an entry of `map`, counting the UUIDs in use. */
+  private setSeen<T extends Seen>(map: Map<string, T>, key: string, seen: T): void {
+    const prev = map.get(key);
+    map.set(key, seen);
+    if (prev?.uuid === seen.uuid) return;
+    this.useUuid(seen.uuid, 1);
+    if (prev) this.useUuid(prev.uuid, -1);
+  }
+
+  private useUuid(uuid: string, delta: number): void {
+    const n = (this.uuidUses.get(uuid) ?? 0) + delta;
+    if (n > 0) {
+      this.uuidUses.set(uuid, n);
+      return;
+    }
+    this.uuidUses.delete(uuid);
+    this.dataSourceDisk.delete(uuid);
+  }
+
+  private forgetDataSource(image: string): void {
+    const prev = this.dataSources.get(image);
+    if (!prev) return;
+    this.dataSources.delete(image);
+    this.useUuid(prev.uuid, -1);
+  }
+
   private forgetManager(o: Stored<BackingImageManager>): void {
-    const prefix = `${o.metadata.name}\u0000`;
-    for (const k of [...this.copies.keys()]) if (k.startsWith(prefix)) this.copies.delete(k);
+    for (const c of this.copies.get(o.metadata.name)?.values() ?? []) this.useUuid(c.uuid, -1);
+    this.copies.delete(o.metadata.name);
     this.scrubs.delete(o.metadata.name);
   }
 
@@ -122,31 +151,32 @@ export class ActivityObserver {
     if (!this.mine(o.status?.ownerID)) return;
     const diskUUID = o.spec?.diskUUID ?? '';
     const files = o.status?.backingImageFileMap ?? {};
-    const live = new Set<string>();
+    let copies = this.copies.get(o.metadata.name);
+    if (!copies) this.copies.set(o.metadata.name, (copies = new Map()));
     for (const [image, f] of Object.entries(files)) {
-      const key = `${o.metadata.name}\u0000${image}`;
-      live.add(key);
       const uuid = f.uuid ?? '';
       const state = f.state ?? '';
       const message = f.message ?? '';
-      const prev = this.copies.get(key);
+      const prev = copies.get(image);
       const fresh = !prev || prev.uuid !== uuid;
       const size = f.size ?? 0;
       const bytes = state === 'ready' ? size : size > 0 ? Math.floor((size * Math.max(0, Math.min(100, f.progress ?? 0))) / 100) : 0;
       // What existed at start was transferred before; the copy on the data source's disk is moved there, not sent.
       const before = !this.synced || this.dataSourceDisk.get(uuid) === diskUUID ? bytes : fresh ? 0 : prev.bytes;
       if (bytes > before) this.opts.metrics?.transferred('in', 'sync', bytes - before);
-      this.copies.set(key, { uuid, bytes: bytes < before ? bytes : Math.max(bytes, before), state, message });
+      this.setSeen(copies, image, { uuid, bytes: bytes < before ? bytes : Math.max(bytes, before), state, message });
       if (state !== 'failed' || !this.synced) continue;
       if (!fresh && prev.state === 'failed' && prev.message === message) continue;
       const disk = this.diskName(diskUUID);
       if (fresh || prev.state !== 'failed') this.opts.metrics?.failed('copy', failureReason(message));
       this.opts.log.warn(`copy of backing image ${image} (${uuid}) on disk ${disk} failed: ${message || 'no message'}`, { image, uuid, disk, diskUUID, manager: o.metadata.name });
     }
-    const prefix = `${o.metadata.name}\u0000`;
-    for (const k of [...this.copies.keys()]) if (k.startsWith(prefix) && !live.has(k)) this.copies.delete(k);
-    const uuids = new Set([...this.copies.values()].map((c) => c.uuid));
-    for (const [u] of this.dataSourceDisk) if (!uuids.has(u) && ![...this.dataSources.values()].some((d) => d.uuid === u)) this.dataSourceDisk.delete(u);
+    // Copies no longer listed are forgotten (with the data source's disk of a UUID nothing carries any more).
+    for (const [k, c] of copies) {
+      if (k in files) continue;
+      copies.delete(k);
+      this.useUuid(c.uuid, -1);
+    }
 
     const scrub = o.status?.diskScrub;
     if (scrub?.lastScrubTime) {

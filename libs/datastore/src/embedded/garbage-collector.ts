@@ -75,60 +75,64 @@ export class GarbageCollector {
   }
 
   private dependentsOf(uid: string): string[] {
-    const out: string[] = [];
-    for (const [key, o] of this.host.table.viewEntries()) if (o.metadata.ownerReferences?.some((r) => r.uid === uid)) out.push(key);
-    return out;
+    return this.host.table.viewDependentsOf(uid);
   }
 
-  /** Stages one garbage-collection pass; repeats until nothing changes. */
+  /**
+   * Stages garbage-collection passes until nothing changes. A pass looks only at what the changes since the last one
+   * concern (the table records them: objects removed, being deleted, or whose owners changed): those objects, their
+   * dependents and their owners. At open every object with owners or a deletionTimestamp is such a change.
+   */
   private collect(): void {
+    const table = this.host.table;
+    for (let round = 0; round < 1000; round++) {
+      const changes = table.takeChanged();
+      if (changes.size === 0) return;
+      const keys = new Set<string>();
+      for (const [key, c] of changes) {
+        keys.add(key);
+        for (const uid of c.uids) for (const dk of table.viewDependentsOf(uid)) keys.add(dk);
+        for (const uid of c.owners) {
+          const ok = table.viewKeyOfUid(uid);
+          if (ok) keys.add(ok);
+        }
+      }
+      for (const key of keys) this.examine(key);
+    }
+  }
+
+  /** What the collector does for one object: orphan or delete its dependents, or delete it when its owners are gone. */
+  private examine(key: string): void {
     const table = this.host.table;
     // Staged at once; a failed commit rolls the batch back, fails the store's writers, and is staged again after the next change.
     const ignore = (p: Promise<unknown>): void => void p.catch(() => undefined);
-    for (let round = 0; round < 1000; round++) {
-      let changed = false;
-      for (const key of [...table.viewEntries()].map(([key]) => key)) {
-        const o = table.view(key);
-        if (!o) continue;
-        const fin = o.metadata.finalizers ?? [];
-        if (o.metadata.deletionTimestamp && fin.includes(ORPHAN_FINALIZER)) {
-          for (const dk of this.dependentsOf(o.metadata.uid)) {
-            const d = table.view(dk) as AnyStored;
-            const next = clone(d);
-            next.metadata.ownerReferences = (d.metadata.ownerReferences ?? []).filter((r) => r.uid !== o.metadata.uid);
-            cleanMeta(next);
-            ignore(this.host.stage(kindOfKey(dk), 'MODIFIED', next, d.metadata.labels ?? {}));
-          }
-          this.removeFinalizer(key, ORPHAN_FINALIZER);
-          changed = true;
-          continue;
-        }
-        if (o.metadata.deletionTimestamp && fin.includes(FOREGROUND_FINALIZER)) {
-          const deps = this.dependentsOf(o.metadata.uid);
-          for (const dk of deps) {
-            const d = table.view(dk) as AnyStored;
-            if (!d.metadata.deletionTimestamp) {
-              ignore(this.deleteByKey(dk, this.dependentsOf(d.metadata.uid).length > 0 ? 'Foreground' : 'Background'));
-              changed = true;
-            }
-          }
-          const blocking = this.dependentsOf(o.metadata.uid).filter((dk) =>
-            (table.view(dk) as AnyStored).metadata.ownerReferences?.some((r) => r.uid === o.metadata.uid && r.blockOwnerDeletion),
-          );
-          if (blocking.length === 0) {
-            this.removeFinalizer(key, FOREGROUND_FINALIZER);
-            changed = true;
-          }
-          continue;
-        }
-        const refs = o.metadata.ownerReferences ?? [];
-        if (refs.length > 0 && !o.metadata.deletionTimestamp && refs.every((r) => !table.viewHasUid(r.uid))) {
-          ignore(this.deleteByKey(key, 'Background'));
-          changed = true;
-        }
+    const o = table.view(key);
+    if (!o) return;
+    const fin = o.metadata.finalizers ?? [];
+    if (o.metadata.deletionTimestamp && fin.includes(ORPHAN_FINALIZER)) {
+      for (const dk of this.dependentsOf(o.metadata.uid)) {
+        const d = table.view(dk) as AnyStored;
+        const next = clone(d);
+        next.metadata.ownerReferences = (d.metadata.ownerReferences ?? []).filter((r) => r.uid !== o.metadata.uid);
+        cleanMeta(next);
+        ignore(this.host.stage(kindOfKey(dk), 'MODIFIED', next, d.metadata.labels ?? {}));
       }
-      if (!changed) return;
+      this.removeFinalizer(key, ORPHAN_FINALIZER);
+      return;
     }
+    if (o.metadata.deletionTimestamp && fin.includes(FOREGROUND_FINALIZER)) {
+      for (const dk of this.dependentsOf(o.metadata.uid)) {
+        const d = table.view(dk) as AnyStored;
+        if (!d.metadata.deletionTimestamp) ignore(this.deleteByKey(dk, this.dependentsOf(d.metadata.uid).length > 0 ? 'Foreground' : 'Background'));
+      }
+      const blocking = this.dependentsOf(o.metadata.uid).filter((dk) =>
+        (table.view(dk) as AnyStored).metadata.ownerReferences?.some((r) => r.uid === o.metadata.uid && r.blockOwnerDeletion),
+      );
+      if (blocking.length === 0) this.removeFinalizer(key, FOREGROUND_FINALIZER);
+      return;
+    }
+    const refs = o.metadata.ownerReferences ?? [];
+    if (refs.length > 0 && !o.metadata.deletionTimestamp && refs.every((r) => !table.viewHasUid(r.uid))) ignore(this.deleteByKey(key, 'Background'));
   }
 
   private removeFinalizer(key: string, finalizer: string): void {

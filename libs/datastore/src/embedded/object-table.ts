@@ -2,6 +2,12 @@ import type { CompiledSelector } from '../label-selector.js';
 import type { EventRecord } from './log-file.js';
 import { clone, objKey, type AnyStored } from './object-rules.js';
 
+/** What the garbage collector must look at after a change of one key: the object's uid(s), and its owners' uids. */
+export interface OwnershipChange {
+  uids: Set<string>;
+  owners: Set<string>;
+}
+
 /** A staged (not yet durable) state of one object: `object` undefined = deleted. */
 interface PendingObject {
   object: AnyStored | undefined;
@@ -24,6 +30,13 @@ export class ObjectTable {
   /** Staged state on top of `objects` / `uids`. */
   private readonly pendingObjects = new Map<string, PendingObject>();
   private readonly pendingUids = new Map<string, { key: string | undefined; rv: number }>();
+  /** Keys of the objects (in the staged view) that name each uid as an owner. */
+  private readonly dependents = new Map<string, Set<string>>();
+  /**
+   * The changes of the view that the garbage collector must look at, since it last took them (`takeChanged`): an object
+   * removed, being deleted, or whose owners changed; key → the object's uid and every owner uid it had or has.
+   */
+  private changed = new Map<string, OwnershipChange>();
   /** Last durable resourceVersion. */
   rv = 0;
   /** Last resourceVersion handed out (durable or staged). */
@@ -52,6 +65,7 @@ export class ObjectTable {
   /** Puts a live object into the committed state (replay of a compacted log's `obj` record). */
   loadObject(k: string, o: AnyStored): void {
     const key = objKey(k, o.metadata.namespace, o.metadata.name);
+    this.viewChanging(key, o);
     this.objects.set(key, o);
     this.uids.set(o.metadata.uid, key);
   }
@@ -60,6 +74,8 @@ export class ObjectTable {
   applyCommitted(ev: EventRecord): void {
     const o = ev.object as AnyStored;
     const key = objKey(ev.k, o.metadata.namespace, o.metadata.name);
+    // the view shows a staged change of the key over the committed one (replay and compaction have none)
+    if (!this.pendingObjects.has(key)) this.viewChanging(key, ev.type === 'DELETED' ? undefined : o);
     if (ev.type === 'DELETED') {
       this.objects.delete(key);
       this.uids.delete(o.metadata.uid);
@@ -81,6 +97,48 @@ export class ObjectTable {
   viewHasUid(uid: string): boolean {
     const p = this.pendingUids.get(uid);
     return p ? p.key !== undefined : this.uids.has(uid);
+  }
+
+  /** The key of the object with `uid` in the staged view. */
+  viewKeyOfUid(uid: string): string | undefined {
+    const p = this.pendingUids.get(uid);
+    return p ? p.key : this.uids.get(uid);
+  }
+
+  /** Keys of the objects in the staged view whose ownerReferences name `uid`. */
+  viewDependentsOf(uid: string): string[] {
+    return [...(this.dependents.get(uid) ?? [])];
+  }
+
+  /** The changes the garbage collector must look at since the last call (see `changed`). */
+  takeChanged(): Map<string, OwnershipChange> {
+    const out = this.changed;
+    this.changed = new Map();
+    return out;
+  }
+
+  /** Keeps the owner index and the collector's change set up to date with a change of the view at `key` to `next`. */
+  private viewChanging(key: string, next: AnyStored | undefined): void {
+    const prev = this.view(key);
+    const prevOwners = prev?.metadata.ownerReferences ?? [];
+    const nextOwners = next?.metadata.ownerReferences ?? [];
+    const ownersChanged = prevOwners.length !== nextOwners.length || prevOwners.some((r, i) => r.uid !== nextOwners[i]!.uid || r.blockOwnerDeletion !== nextOwners[i]!.blockOwnerDeletion);
+    if ((prev && !next) || next?.metadata.deletionTimestamp || ownersChanged) {
+      const c = this.changed.get(key) ?? { uids: new Set<string>(), owners: new Set<string>() };
+      for (const o of [prev, next]) if (o) c.uids.add(o.metadata.uid);
+      for (const r of [...prevOwners, ...nextOwners]) c.owners.add(r.uid);
+      this.changed.set(key, c);
+    }
+    for (const r of prevOwners) {
+      const set = this.dependents.get(r.uid);
+      set?.delete(key);
+      if (set?.size === 0) this.dependents.delete(r.uid);
+    }
+    for (const r of nextOwners) {
+      let set = this.dependents.get(r.uid);
+      if (!set) this.dependents.set(r.uid, (set = new Set()));
+      set.add(key);
+    }
   }
 
   *viewEntries(): Generator<[string, AnyStored]> {
@@ -108,6 +166,7 @@ export class ObjectTable {
 
   /** Records a staged change of `object` (deleted when `deleted`) under `key`. */
   stage(key: string, object: AnyStored, deleted: boolean, rv: number, done: Promise<void>): void {
+    this.viewChanging(key, deleted ? undefined : object);
     this.pendingObjects.set(key, { object: deleted ? undefined : object, rv, done });
     this.pendingUids.set(object.metadata.uid, { key: deleted ? undefined : key, rv });
   }
@@ -120,6 +179,7 @@ export class ObjectTable {
 
   /** Drops every staged change; resourceVersions continue from the committed one. */
   dropStaged(): void {
+    for (const [key] of this.pendingObjects) this.viewChanging(key, this.objects.get(key));
     this.pendingObjects.clear();
     this.pendingUids.clear();
     this.stagedRv = this.rv;

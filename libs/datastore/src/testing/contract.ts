@@ -282,6 +282,20 @@ export function runDatastoreContract(
         await eventually(async () => isNotFound(await rejection(ds.get(WidgetKind, 'dep', NS))), 5000, 'dependent deletion');
       });
 
+      itGc('Background cascades: a dependent of a dependent goes too; a dependent created after its owner is gone is collected', async () => {
+        const owner = await ds.create(WidgetKind, widget('owner'));
+        const dep = await ds.create(WidgetKind, widget('dep', 1, undefined, { ownerReferences: [ownerRef(owner)] }));
+        await ds.create(WidgetKind, widget('dep2', 1, undefined, { ownerReferences: [ownerRef(dep)] }));
+        await ds.create(WidgetKind, widget('other', 1, undefined, { ownerReferences: [ownerRef(await ds.create(WidgetKind, widget('keeper')))] }));
+        await ds.delete(WidgetKind, 'owner', NS);
+        await eventually(async () => isNotFound(await rejection(ds.get(WidgetKind, 'dep2', NS))), 5000, 'the second-level dependent deletion');
+        expect(isNotFound(await rejection(ds.get(WidgetKind, 'dep', NS)))).toBe(true);
+        await ds.create(WidgetKind, widget('late', 1, undefined, { ownerReferences: [ownerRef(owner)] }));
+        await eventually(async () => isNotFound(await rejection(ds.get(WidgetKind, 'late', NS))), 5000, 'the late dependent deletion');
+        // an object whose owner lives is left alone
+        expect((await ds.get(WidgetKind, 'other', NS)).metadata.ownerReferences).toHaveLength(1);
+      });
+
       itGc('Foreground: the owner waits (deletionTimestamp + foregroundDeletion) until blocking dependents are gone', async () => {
         const owner = await ds.create(WidgetKind, widget('owner', 1, undefined, { finalizers: ['longhorn.io'] }));
         await ds.create(WidgetKind, widget('dep', 1, undefined, { ownerReferences: [ownerRef(owner)], finalizers: ['longhorn.io'] }));
