@@ -18,7 +18,7 @@ import {
 import { Annotation, backingImageManagerName, Component, FINALIZER, Label, MANAGED_BY, newBackingImageUUID, rfc3339 } from './names.js';
 import { allFilesUnavailable, diskEligible, disksToPrestart, eligibleDiskCount, evictionDecision, MIN_COPIES_CONDITION, minCopiesShortfall, needsReplenish, pickDiskForCopy } from './rules.js';
 import { SettingName } from './settings.js';
-import { aggregateFileStatus } from './status.js';
+import { aggregateFileStatus, onlyPassingCopyChanges, type AggregationEvent } from './status.js';
 import type { Topology } from './topology.js';
 
 const NOT_READY_DISK_MESSAGE = (d: string) =>
@@ -29,6 +29,8 @@ const readyCount = (bi: BackingImage): number => Object.values(bi.status?.diskFi
 /** Longhorn's BackingImage controller (§3.1). */
 export class BackingImageController extends Controller {
   readonly name = 'backing-image';
+  /** When this controller last wrote each image's status (ms; forgotten when the image is gone). */
+  private readonly statusWrittenAt = new Map<string, number>();
 
   constructor(ctx: ControllerContext) {
     super(ctx);
@@ -63,7 +65,10 @@ export class BackingImageController extends Controller {
   async reconcile(name: string): Promise<void> {
     const { store, namespace, nodeID } = this.ctx;
     const bi = await getOrUndefined(store.get(BackingImageKind, name, namespace));
-    if (!bi) return;
+    if (!bi) {
+      this.statusWrittenAt.delete(name);
+      return;
+    }
     const isDown = await nodeDownChecker(this.ctx);
     if (!isResponsibleFor(nodeID, '', bi.status?.ownerID ?? '', isDown)) return;
     if (bi.status?.ownerID !== nodeID || !bi.status?.uuid) {
@@ -98,29 +103,32 @@ export class BackingImageController extends Controller {
     const replicas = await replicasOf(this.ctx, name);
     const disksInUse = new Set(replicas.map((r) => r.spec.diskID));
 
+    // Events about what this reconcile writes are recorded once the write is done: a reconcile whose write conflicts
+    // runs again and would otherwise tell the same change twice.
+    const written: AggregationEvent[] = [];
     let transferred = await this.handleDataSource(next, topo);
     if (next.spec.diskFileSpecMap) {
       await this.addReplicaDisks(next, topo, replicas.map((r) => r.spec.diskID));
       await this.handleManagers(next, topo);
       const readyBefore = readyCount(next);
-      await this.syncFileInfo(next);
+      written.push(...(await this.syncFileInfo(next)));
       // EXTENSION: the first copy may have become ready in this very reconcile (its manager listed it): mark the file
       // transferred now, so that replenishment places the other copies in this reconcile rather than the next one.
       if (!transferred && readyCount(next) > readyBefore) transferred = await this.handleDataSource(next, topo);
       next.status.diskLastRefAtMap = this.lastRefMap(next, disksInUse);
-      const placedBefore = Object.keys(next.spec.diskFileSpecMap ?? {}).length;
-      await this.replenish(next, topo, transferred);
-      if (Object.keys(next.spec.diskFileSpecMap ?? {}).length > placedBefore) {
+      const placed = await this.replenish(next, topo, transferred);
+      if (placed) {
         // EXTENSION: the new copies are written to the image's spec now and handed to their managers in this
         // reconcile (Longhorn adds an image to a manager's spec at the reconcile after the one that placed the copy).
         cur = await this.writeSpec(cur, next);
+        this.event(bi, placed.type, placed.reason, placed.message);
         await this.handleManagers(next, topo);
       }
       this.evict(next, disksInUse);
       await this.prestartManagers(next, topo);
     }
     await this.checkCopiesSatisfiable(bi, next, topo);
-    await this.writeBack(cur, next);
+    if (await this.writeBack(cur, next)) for (const e of written) this.event(bi, e.type, e.reason, e.message);
     // Come back while copies are still being produced.
     const handling = Object.values(next.status.diskFileStatusMap ?? {}).some((s) => ['', 'pending', 'starting', 'in-progress', 'ready-for-transfer'].includes(s.state ?? ''));
     // Backpressure: with a long queue the events and the resync bring images back; polling would only add load.
@@ -135,9 +143,24 @@ export class BackingImageController extends Controller {
     return { ...old, spec: u.spec, metadata: u.metadata };
   }
 
-  private async writeBack(old: StoredBI, next: Stored<BackingImage>): Promise<void> {
+  /**
+   * Writes the spec and the status where they changed. A status whose copies only moved into a passing state waits
+   * until `imageTransientWriteMs` after the last status write (the image comes back then; a later change may be
+   * written with it). Returns whether the status is as computed in the store (written, or unchanged).
+   */
+  private async writeBack(old: StoredBI, next: Stored<BackingImage>): Promise<boolean> {
     const cur = await this.writeSpec(old, next);
-    if (changed(old.status, next.status)) await this.ctx.store.updateStatus(BackingImageKind, { ...old, metadata: cur.metadata, status: next.status });
+    if (!changed(old.status, next.status)) return true;
+    const name = old.metadata.name;
+    const now = this.ctx.now().getTime();
+    const wait = (this.statusWrittenAt.get(name) ?? -Infinity) + this.ctx.timing.imageTransientWriteMs - now;
+    if (wait > 0 && onlyPassingCopyChanges(old.status ?? {}, next.status!)) {
+      this.queue.addAfter(name, wait);
+      return false;
+    }
+    await this.ctx.store.updateStatus(BackingImageKind, { ...old, metadata: cur.metadata, status: next.status });
+    this.statusWrittenAt.set(name, now);
+    return true;
   }
 
   private async handleDeletion(bi: StoredBI): Promise<void> {
@@ -217,6 +240,11 @@ export class BackingImageController extends Controller {
         await store.create(BackingImageDataSourceKind, created);
       } catch (err) {
         if (!isAlreadyExists(err)) throw err;
+      }
+      // The data source's disk joins the image's spec in this reconcile's write, as the data-source controller would
+      // add it (its syncBackingImage) one write later.
+      if (!fileTransferred && !specMap[chosen.diskUUID]) {
+        bi.spec!.diskFileSpecMap = { ...specMap, [chosen.diskUUID]: { dataEngine: 'v1', evictionRequested: false } };
       }
       return fileTransferred;
     }
@@ -473,12 +501,12 @@ export class BackingImageController extends Controller {
 
   // ------------------------------------------------------------ §3.1.3
 
-  private async syncFileInfo(bi: Stored<BackingImage>): Promise<void> {
+  /** Updates the copies' status from the data source and the managers; returns the events of the changes. */
+  private async syncFileInfo(bi: Stored<BackingImage>): Promise<AggregationEvent[]> {
     const { store, namespace } = this.ctx;
     const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, bi.metadata.name, namespace));
     const managers = (await listManagers(this.ctx)).filter((m) => !m.metadata.deletionTimestamp);
-    const events = aggregateFileStatus({ status: bi.status!, bids, managers, biName: bi.metadata.name, nowIso: rfc3339(this.ctx.now()) });
-    for (const e of events) this.event(bi, e.type, e.reason, e.message);
+    return aggregateFileStatus({ status: bi.status!, bids, managers, biName: bi.metadata.name, nowIso: rfc3339(this.ctx.now()) });
   }
 
   private lastRefMap(bi: Stored<BackingImage>, inUse: ReadonlySet<string>): Record<string, string> {
@@ -497,33 +525,34 @@ export class BackingImageController extends Controller {
    * `transferred`: the first file is transferred as of this reconcile. The data source read from the store may not show
    * it yet when this reconcile is the one that marked it (the copies are then placed at once, not one reconcile later).
    */
-  private async replenish(bi: Stored<BackingImage>, topo: Topology, transferred: boolean): Promise<void> {
-    if (!transferred) return;
+  private async replenish(bi: Stored<BackingImage>, topo: Topology, transferred: boolean): Promise<AggregationEvent | undefined> {
+    if (!transferred) return undefined;
     const limit = await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit);
     const specMap = bi.spec!.diskFileSpecMap!;
     const statusMap = bi.status!.diskFileStatusMap ?? {};
-    if (!needsReplenish(specMap, statusMap, bi.spec!.minNumberOfCopies ?? 1, limit)) return;
+    if (!needsReplenish(specMap, statusMap, bi.spec!.minNumberOfCopies ?? 1, limit)) return undefined;
     // EXTENSION: a disk whose manager already runs (e.g. started ahead by prestartManagers) is preferred.
     const withManager = new Set((await this.defaultManagers()).managers.map((m) => m.spec?.diskUUID ?? ''));
     const policy = await selectorPolicy(this.ctx, bi);
+    const evicting = Object.entries(specMap).filter(([, e]) => e.evictionRequested).map(([d]) => d);
     // EXTENSION: every missing copy is placed in this reconcile (Longhorn places one per reconcile, so the k-th copy
     // waits k reconciles before its manager may even ask for a sync). The syncs themselves stay bounded by the
     // managers' per-node replenish limit and the 3 sends per file of a sender.
+    const placed: string[] = [];
     do {
       const p = pickDiskForCopy(topo, specMap, policy, undefined, withManager);
       if (!p) {
         this.ctx.log.debug(`backing image ${bi.metadata.name}: no disk available for one more copy`);
-        return;
+        break;
       }
       specMap[p.disk.diskUUID] = { dataEngine: bi.spec!.dataEngine ?? 'v1', evictionRequested: false } satisfies BackingImageDiskFileSpec;
-      const evicting = Object.entries(specMap).filter(([, e]) => e.evictionRequested).map(([d]) => d);
-      this.event(
-        bi,
-        'Normal',
-        EventReason.Syncing,
-        `Adding a copy of backing image ${bi.metadata.name} on disk ${p.disk.diskName} (${p.disk.diskUUID}) on node ${p.node.name}${evicting.length ? ` to replace the copy being evicted from disk ${evicting.join(', ')}` : ''}`,
-      );
+      placed.push(`disk ${p.disk.diskName} (${p.disk.diskUUID}) on node ${p.node.name}`);
     } while (needsReplenish(specMap, statusMap, bi.spec!.minNumberOfCopies ?? 1, limit));
+    if (placed.length === 0) return undefined;
+    // The copies placed together are told in one event.
+    const what = placed.length === 1 ? `a copy of backing image ${bi.metadata.name} on ${placed[0]}` : `${placed.length} copies of backing image ${bi.metadata.name}: on ${placed.join(', on ')}`;
+    const why = evicting.length ? ` to replace the copy being evicted from disk ${evicting.join(', ')}` : '';
+    return { type: 'Normal', reason: EventReason.Syncing, message: `Adding ${what}${why}` };
   }
 
   /**

@@ -46,6 +46,12 @@ export interface ControllerTiming {
    * Longhorn's monitor); any other change at once.
    */
   managerProgressWriteMs: number;
+  /**
+   * A backing image's status whose copies changed only into a passing state ('', pending, starting, in-progress: their
+   * state, progress, message, times) is written at most once per this interval after its last status write (1 s); any
+   * other change (a copy ready or failed, a size, a checksum, a condition) at once.
+   */
+  imageTransientWriteMs: number;
   /** BBI backup status poll (2 s). */
   backupPollMs: number;
   /** BIDS pod retry backoff 1 min → 5 min. */
@@ -67,6 +73,7 @@ export const DEFAULT_TIMING: ControllerTiming = {
   managerPollMs: 1000,
   managerForcedListTicks: 60,
   managerProgressWriteMs: 3000,
+  imageTransientWriteMs: 1000,
   backupPollMs: 2000,
   dataSourceRetryInitialMs: 60_000,
   dataSourceRetryMaxMs: 300_000,

@@ -309,6 +309,49 @@ describe('backing image controllers over the embedded store', () => {
     await waitFor('the latest progress written', async () => ((await progressOf())?.progress === 80 ? true : undefined), 5000);
   });
 
+  it("writes a backing image's copies in passing states at most once per imageTransientWriteMs after its last status write, a ready copy at once", async () => {
+    h = await startHarness(undefined, { timing: { ...FAST_TIMING, imageTransientWriteMs: 1500 } });
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'pass', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
+    await waitReady('pass', 1);
+    // Every status the store holds for the image from now on, with the time it was seen.
+    const seen: { at: number; states: string[] }[] = [];
+    const stopWatch = new AbortController();
+    const watching = (async () => {
+      for await (const ev of h!.store.watch(BackingImageKind, { namespace: NS, signal: stopWatch.signal })) {
+        if (ev.type !== 'BOOKMARK' && ev.object.metadata.name === 'pass') seen.push({ at: performance.now(), states: Object.values(ev.object.status?.diskFileStatusMap ?? {}).map((f) => f.state ?? '') });
+      }
+    })();
+    const lastWriteBefore = performance.now();
+    h.sim.transferMs = 60_000; // the second copy stays in progress
+    await h.cm.actions.updateMinNumberOfCopies('pass', 2);
+    await waitFor('a sync started', () => h!.sim.syncCalls.find((c) => c.bi === 'pass'));
+    // the copy in progress is written, but not before the wait after the image's last status write
+    await waitFor('the second copy shown in a passing state', async () => (seen.some((v) => v.states.length === 2 && v.states.some((x) => x === 'starting' || x === 'in-progress')) ? true : undefined), 10_000);
+    const firstPassing = seen.find((v) => v.states.length === 2 && v.states.some((x) => x === 'starting' || x === 'in-progress'))!;
+    // the write before it placed the copy (spec, then the status with the new disk's last-reference time): the copy's
+    // passing states waited for the interval after it
+    const before = seen.filter((v) => v.at < firstPassing.at).at(-1)!;
+    expect(before.at).toBeGreaterThan(lastWriteBefore);
+    expect(firstPassing.at - before.at).toBeGreaterThanOrEqual(1400);
+    stopWatch.abort();
+    await watching;
+  });
+
+  it('tells the copies placed together in one event, and the virtual size once', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    await h.cm.actions.create({ name: 'told', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 3 });
+    await waitReady('told', 3);
+    const syncing = await h.cm.events.list({ name: 'told', reason: 'Syncing' });
+    expect(syncing).toHaveLength(1);
+    expect(syncing[0]!.count).toBe(1);
+    expect(syncing[0]!.message).toMatch(/^Adding 2 copies of backing image told: on disk \S+ \(disk-\d\) on node node-1, on disk \S+ \(disk-\d\) on node node-1$/);
+    // the size comes with the data source's status; the virtual size from the managers, told once
+    const updates = (await h.cm.events.list({ name: 'told', reason: 'Update' })).filter((u) => u.message.startsWith('Set virtualSize'));
+    expect(updates.map((u) => [u.message, u.count])).toEqual([[`Set virtualSize to ${DATA.length}`, 1]]);
+  });
+
   it('a controller restart mid-download converges without a second download', async () => {
     h = await startHarness();
     h.sim.transferMs = 600;

@@ -95,7 +95,10 @@ export class BackingImageDataSourceController extends Controller {
       this.stopMonitor(name);
       return;
     }
-    if (bids.status?.ownerID !== nodeID) {
+    // The data source's own node (its preferred owner) claims it in the status write of this reconcile; a node taking
+    // over from another one, or a data source being deleted, writes the claim first and goes on at the next reconcile.
+    const claiming = bids.status?.ownerID !== nodeID;
+    if (claiming && (bids.spec?.nodeID !== nodeID || bids.metadata.deletionTimestamp)) {
       await store.updateStatus(BackingImageDataSourceKind, { ...bids, status: { ...bids.status, ownerID: nodeID } });
       return;
     }
@@ -103,6 +106,7 @@ export class BackingImageDataSourceController extends Controller {
     if (bids.metadata.deletionTimestamp) return this.handleDeletion(bids);
 
     const status = clone(bids.status ?? {});
+    if (claiming) status.ownerID = nodeID;
     try {
       await this.sync(bids, status);
     } finally {

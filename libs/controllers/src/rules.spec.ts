@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import type { BackingImageDiskFileStatus } from '@bis/crd-types';
+import type { BackingImageDiskFileStatus, BackingImageState, BackingImageStatus } from '@bis/crd-types';
 import {
   allFilesUnavailable,
   cleanupHaVerdict,
@@ -22,6 +22,7 @@ import {
   updatedLastRefMap,
 } from './rules.js';
 import { Topology } from './topology.js';
+import { onlyPassingCopyChanges } from './status.js';
 import { diskErrorOf, diskHasError, withDiskCondition } from './disk-errors.js';
 import { testNode } from './test-support/fixtures.js';
 
@@ -373,5 +374,24 @@ describe('disk conditions', () => {
     expect(diskHasError(healed)).toBe(false);
     node.status!.diskStatus!['d1']!.conditions = healed;
     expect(pickDiskForCopy(new Topology([node]), spec('d2'), policy, identity)?.disk.diskUUID).toBe('d1');
+  });
+});
+
+describe('onlyPassingCopyChanges (what may wait for imageTransientWriteMs)', () => {
+  const copy = (state: string, progress = 0) => ({ state: state as BackingImageState, progress, message: '', lastStateTransitionTime: 't0' });
+  const status = (map: Record<string, ReturnType<typeof copy>>, extra: Partial<BackingImageStatus> = {}): BackingImageStatus => ({ uuid: 'u', size: 10, diskFileStatusMap: map, ...extra });
+
+  it('is true for copies added in, or moving between, passing states and their progress', () => {
+    expect(onlyPassingCopyChanges(status({ a: copy('ready') }), status({ a: copy('ready'), b: copy('starting') }))).toBe(true);
+    expect(onlyPassingCopyChanges(status({ a: copy('ready'), b: copy('starting') }), status({ a: copy('ready'), b: copy('in-progress', 40) }))).toBe(true);
+    expect(onlyPassingCopyChanges(status({ b: copy('') }), status({ b: copy('pending') }))).toBe(true);
+  });
+
+  it('is false for a copy ready, failed or removed, and for any other field', () => {
+    expect(onlyPassingCopyChanges(status({ b: copy('in-progress') }), status({ b: copy('ready', 100) }))).toBe(false);
+    expect(onlyPassingCopyChanges(status({ b: copy('in-progress') }), status({ b: copy('failed') }))).toBe(false);
+    expect(onlyPassingCopyChanges(status({ a: copy('ready'), b: copy('starting') }), status({ a: copy('ready') }))).toBe(false);
+    expect(onlyPassingCopyChanges(status({ b: copy('starting') }), status({ b: copy('in-progress') }, { size: 11 }))).toBe(false);
+    expect(onlyPassingCopyChanges(status({ b: copy('starting') }), status({ b: copy('ready-for-transfer') }))).toBe(false);
   });
 });

@@ -4,6 +4,7 @@
  */
 import type { BackingImageDiskFileStatus, BackingImageState, BackingImageStatus } from '@bis/crd-types';
 import { FILE_MACHINE, transition } from '@bis/state-machine';
+import { changed } from './common.js';
 import type { BackingImageDataSource, BackingImageManager } from './kinds.js';
 
 export interface AggregationEvent {
@@ -120,4 +121,24 @@ export function aggregateFileStatus(input: AggregationInput): AggregationEvent[]
   for (const e of Object.values(map)) if (!e.lastStateTransitionTime) e.lastStateTransitionTime = nowIso;
   status.diskFileStatusMap = map;
   return events;
+}
+
+const PASSING_STATES: ReadonlySet<string> = new Set(['', 'pending', 'starting', 'in-progress']);
+
+/**
+ * Whether `next` differs from `prev` only in copies that are (still, or now) in a passing state: a copy added in one,
+ * or its state, progress, message and times while in one. A copy removed, ready or failed, or any other status field,
+ * counts as a change.
+ */
+export function onlyPassingCopyChanges(prev: BackingImageStatus, next: BackingImageStatus): boolean {
+  if (changed({ ...prev, diskFileStatusMap: undefined }, { ...next, diskFileStatusMap: undefined })) return false;
+  const a = prev.diskFileStatusMap ?? {};
+  const b = next.diskFileStatusMap ?? {};
+  for (const d of Object.keys(a)) if (!(d in b)) return false;
+  for (const [d, y] of Object.entries(b)) {
+    const x = a[d];
+    if (x && !changed(x, y)) continue;
+    if (!PASSING_STATES.has(y.state ?? '')) return false;
+  }
+  return true;
 }

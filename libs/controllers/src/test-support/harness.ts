@@ -16,6 +16,7 @@ export const FAST_TIMING = {
   managerPollMs: 40,
   managerForcedListTicks: 5,
   managerProgressWriteMs: 120,
+  imageTransientWriteMs: 60,
   backupPollMs: 40,
   dataSourceRetryInitialMs: 200,
   dataSourceRetryMaxMs: 1000,
