@@ -43,6 +43,8 @@ export class BackingImageDataSourceController extends Controller {
   private readonly monitors = new Map<string, Monitor>();
   /** Data sources waiting for room in the data plane, oldest first. */
   private readonly deferred = new Set<string>();
+  /** How many times in a row each waiting data source found no room (its fallback retry backs off with it). */
+  private readonly deferrals = new Map<string, number>();
   readonly retryBackoff: Backoff;
 
   constructor(ctx: ControllerContext) {
@@ -58,7 +60,7 @@ export class BackingImageDataSourceController extends Controller {
       if (kind !== 'data-source') return;
       this.enqueue(name);
       // A data-source workload changed (it may have ended and made room): the oldest waiting ones try again now
-      // instead of at their next 1 s retry. A few, not all: each that still finds no room just waits again.
+      // instead of at their next retry. A few, not all: each that still finds no room just waits again.
       let n = 0;
       for (const d of this.deferred) {
         if (n++ >= 2) break;
@@ -88,6 +90,7 @@ export class BackingImageDataSourceController extends Controller {
     const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
     if (!bids) {
       this.stopMonitor(name);
+      this.deferrals.delete(name);
       return;
     }
     const isDown = await nodeDownChecker(this.ctx);
@@ -182,6 +185,7 @@ export class BackingImageDataSourceController extends Controller {
 
   private async cleanup(name: string): Promise<void> {
     this.stopMonitor(name);
+    this.deferrals.delete(name);
     await this.ctx.dataPlane.deleteDataSource(name);
   }
 
@@ -299,11 +303,16 @@ export class BackingImageDataSourceController extends Controller {
           this.ctx.events.record(EventSource.BackingImageDataSource, imageRef(this.ctx, name), 'Warning', EventReason.FailedStarting, status.message);
         }
         if (started === 'deferred') {
+          const n = (this.deferrals.get(name) ?? 0) + 1;
+          this.deferrals.set(name, n);
           this.deferred.add(name);
           status.message = 'waiting for the data plane to have room for one more data source';
-          this.queue.addAfter(name, 1000);
+          // The oldest waiting data sources are woken as soon as a data-source workload changes; this retry is only the
+          // fallback, and it backs off (1 s, doubling to 30 s) so that thousands waiting do not each come back every second.
+          this.queue.addAfter(name, Math.min(1000 * 2 ** Math.min(n - 1, 5), 30_000));
           return;
         }
+        this.deferrals.delete(name);
         this.retryBackoff.next(name);
         if (status.currentState !== 'failed') {
           const what = launch.sourceType === 'restore' ? `restore from backup ${launch.parameters['backup-url'] ?? ''}` : launch.sourceType;

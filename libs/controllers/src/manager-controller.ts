@@ -559,9 +559,12 @@ export class BackingImageManagerController extends Controller {
     if (!requested) this.requested.set(name, (requested = new Map()));
     const now = Date.now();
     const markRequested = (biName: string) => requested.set(biName, Date.now());
+    // Once the caches have synced they are read without an await per image (a disk may hold thousands).
+    const inf = this.ctx.informers;
+    const cached = inf.hasSynced(BackingImageKind) && inf.hasSynced(BackingImageDataSourceKind);
     for (const biName of Object.keys(bim.spec?.backingImages ?? {})) {
-      const bi = await cachedOrGet(this.ctx, BackingImageKind, biName);
-      const bids = await cachedOrGet(this.ctx, BackingImageDataSourceKind, biName);
+      const bi = cached ? inf.cachedGet(BackingImageKind, biName) : await cachedOrGet(this.ctx, BackingImageKind, biName);
+      const bids = cached ? inf.cachedGet(BackingImageDataSourceKind, biName) : await cachedOrGet(this.ctx, BackingImageDataSourceKind, biName);
       if (!bi || !bids) continue;
       const file = status.backingImageFileMap![biName];
       if (file) requested.delete(biName);

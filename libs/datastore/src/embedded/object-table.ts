@@ -27,6 +27,8 @@ export class ObjectTable {
   /** Committed (durable) state. */
   private readonly objects = new Map<string, AnyStored>();
   private readonly uids = new Map<string, string>();
+  /** The committed objects again, by kind (a list of one kind reads only its own objects). */
+  private readonly byKind = new Map<string, Map<string, AnyStored>>();
   /** Staged state on top of `objects` / `uids`. */
   private readonly pendingObjects = new Map<string, PendingObject>();
   private readonly pendingUids = new Map<string, { key: string | undefined; rv: number }>();
@@ -52,9 +54,10 @@ export class ObjectTable {
   /** Committed objects of kind `k` (in `namespace`, when given) matching `sel`, sorted by namespace/name. */
   matching(k: string, namespace: string | undefined, sel: CompiledSelector): AnyStored[] {
     const prefix = namespace === undefined ? `${k}|` : `${k}|${namespace}|`;
-    const out: AnyStored[] = [];
-    for (const [key, o] of this.objects) if (key.startsWith(prefix) && sel.matches(o.metadata.labels)) out.push(o);
-    return out.sort((a, b) => ((a.metadata.namespace ?? '') + '/' + a.metadata.name).localeCompare((b.metadata.namespace ?? '') + '/' + b.metadata.name));
+    const out: [string, AnyStored][] = [];
+    for (const [key, o] of this.byKind.get(k) ?? []) if (key.startsWith(prefix) && sel.matches(o.metadata.labels)) out.push([`${o.metadata.namespace ?? ''}/${o.metadata.name}`, o]);
+    // the order of etcd's keys (namespace/name, compared as bytes: names are ASCII)
+    return out.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, o]) => o);
   }
 
   /** Every committed object with its key (for a compaction snapshot). */
@@ -66,8 +69,15 @@ export class ObjectTable {
   loadObject(k: string, o: AnyStored): void {
     const key = objKey(k, o.metadata.namespace, o.metadata.name);
     this.viewChanging(key, o);
+    this.setCommitted(k, key, o);
+  }
+
+  private setCommitted(k: string, key: string, o: AnyStored): void {
     this.objects.set(key, o);
     this.uids.set(o.metadata.uid, key);
+    let m = this.byKind.get(k);
+    if (!m) this.byKind.set(k, (m = new Map()));
+    m.set(key, o);
   }
 
   /** Applies a durable change to the committed state and advances `rv`. */
@@ -79,9 +89,9 @@ export class ObjectTable {
     if (ev.type === 'DELETED') {
       this.objects.delete(key);
       this.uids.delete(o.metadata.uid);
+      this.byKind.get(ev.k)?.delete(key);
     } else {
-      this.objects.set(key, o);
-      this.uids.set(o.metadata.uid, key);
+      this.setCommitted(ev.k, key, o);
     }
     this.rv = ev.rv;
   }
