@@ -18,6 +18,7 @@ import {
 import { Annotation, backingImageManagerName, Component, FINALIZER, Label, MANAGED_BY, newBackingImageUUID, rfc3339 } from './names.js';
 import { allFilesUnavailable, diskEligible, disksToPrestart, eligibleDiskCount, evictionDecision, MIN_COPIES_CONDITION, minCopiesShortfall, needsReplenish, pickDiskForCopy } from './rules.js';
 import { SettingName } from './settings.js';
+import { ManagerSpecBatcher } from './manager-spec-batcher.js';
 import { aggregateFileStatus, onlyPassingCopyChanges, type AggregationEvent } from './status.js';
 import type { Topology } from './topology.js';
 
@@ -29,11 +30,13 @@ const readyCount = (bi: BackingImage): number => Object.values(bi.status?.diskFi
 /** Longhorn's BackingImage controller (§3.1). */
 export class BackingImageController extends Controller {
   readonly name = 'backing-image';
+  private readonly managerSpecs: ManagerSpecBatcher;
   /** When this controller last wrote each image's status (ms; forgotten when the image is gone). */
   private readonly statusWrittenAt = new Map<string, number>();
 
   constructor(ctx: ControllerContext) {
     super(ctx);
+    this.managerSpecs = new ManagerSpecBatcher(ctx.store, ctx.namespace);
     const inf = ctx.informers;
     inf.on(BackingImageKind, (_t, o) => this.enqueue(o.metadata.name));
     // Longhorn enqueues every image a manager lists on any change of the manager; with many images per disk that is
@@ -472,9 +475,8 @@ export class BackingImageController extends Controller {
       const onDisk = managers.filter((m) => m.spec?.diskUUID === disk);
       const def = onDisk.find((m) => !m.metadata.deletionTimestamp && m.spec?.image === image);
       if (def) {
-        if (def.spec?.backingImages?.[name] !== bi.status!.uuid) {
-          await store.update(BackingImageManagerKind, { ...def, spec: { ...def.spec, backingImages: { ...(def.spec?.backingImages ?? {}), [name]: bi.status!.uuid! } } });
-        }
+        // several images added to one manager at once go in one write of it (its object lists every image of its disk)
+        if (def.spec?.backingImages?.[name] !== bi.status!.uuid) await this.managerSpecs.add(def.metadata.name, name, bi.status!.uuid!);
         continue;
       }
       const migrated: Record<string, string> = {};

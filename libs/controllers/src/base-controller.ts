@@ -52,6 +52,12 @@ export interface ControllerTiming {
    * other change (a copy ready or failed, a size, a checksum, a condition) at once.
    */
   imageTransientWriteMs: number;
+  /**
+   * Changes of images and data sources enqueue the managers concerned after 5 times the manager's last reconcile
+   * duration, at most this long, so that a burst of them makes one manager reconcile (which looks at every image of
+   * its disk) instead of one each (200 ms).
+   */
+  managerEventCoalesceMs: number;
   /** BBI backup status poll (2 s). */
   backupPollMs: number;
   /** BIDS pod retry backoff 1 min → 5 min. */
@@ -74,6 +80,7 @@ export const DEFAULT_TIMING: ControllerTiming = {
   managerForcedListTicks: 60,
   managerProgressWriteMs: 3000,
   imageTransientWriteMs: 1000,
+  managerEventCoalesceMs: 200,
   backupPollMs: 2000,
   dataSourceRetryInitialMs: 60_000,
   dataSourceRetryMaxMs: 300_000,

@@ -17,6 +17,7 @@ export const FAST_TIMING = {
   managerForcedListTicks: 5,
   managerProgressWriteMs: 120,
   imageTransientWriteMs: 60,
+  managerEventCoalesceMs: 10,
   backupPollMs: 40,
   dataSourceRetryInitialMs: 200,
   dataSourceRetryMaxMs: 1000,
