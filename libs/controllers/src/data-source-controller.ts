@@ -50,8 +50,13 @@ export class BackingImageDataSourceController extends Controller {
   constructor(ctx: ControllerContext) {
     super(ctx);
     this.retryBackoff = new Backoff(ctx.timing.dataSourceRetryInitialMs, ctx.timing.dataSourceRetryMaxMs);
-    ctx.informers.on(BackingImageDataSourceKind, (_t, o) => this.enqueue(o.metadata.name));
-    ctx.informers.on(BackingImageKind, (_t, o) => this.enqueue(o.metadata.name));
+    // A data source waiting for room is woken when room may have freed, and retries on its own with a backoff: the
+    // informers' resync (every object every 30 s) does not bring it back as well (10,000 waiting: 333 a second).
+    const wanted = (t: string, name: string) => {
+      if (t !== 'RESYNC' || !this.deferred.has(name)) this.enqueue(name);
+    };
+    ctx.informers.on(BackingImageDataSourceKind, (t, o) => wanted(t, o.metadata.name));
+    ctx.informers.on(BackingImageKind, (t, o) => wanted(t, o.metadata.name));
     // FIX: Longhorn's node handler selects on a label BIDS never carry; here node changes enqueue the BIDS on that node.
     ctx.informers.on(NodeKind, (_t, n) => {
       for (const b of ctx.informers.cached(BackingImageDataSourceKind)) if (b.spec?.nodeID === n.metadata.name) this.enqueue(b.metadata.name);
@@ -308,8 +313,8 @@ export class BackingImageDataSourceController extends Controller {
           this.deferred.add(name);
           status.message = 'waiting for the data plane to have room for one more data source';
           // The oldest waiting data sources are woken as soon as a data-source workload changes; this retry is only the
-          // fallback, and it backs off (1 s, doubling to 30 s) so that thousands waiting do not each come back every second.
-          this.queue.addAfter(name, Math.min(1000 * 2 ** Math.min(n - 1, 5), 30_000));
+          // fallback, and it backs off (1 s, doubling to 5 min) so that thousands waiting do not each come back every second.
+          this.queue.addAfter(name, Math.min(1000 * 2 ** Math.min(n - 1, 9), 300_000));
           return;
         }
         this.deferrals.delete(name);
