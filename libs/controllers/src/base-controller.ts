@@ -53,9 +53,9 @@ export interface ControllerTiming {
    */
   imageTransientWriteMs: number;
   /**
-   * Changes of images and data sources enqueue the managers concerned after 5 times the manager's last reconcile
+   * Changes of images and data sources enqueue the managers concerned after 20 times the manager's last reconcile
    * duration, at most this long, so that a burst of them makes one manager reconcile (which looks at every image of
-   * its disk) instead of one each (200 ms).
+   * its disk) instead of one each (1 s).
    */
   managerEventCoalesceMs: number;
   /** BBI backup status poll (2 s). */
@@ -80,7 +80,7 @@ export const DEFAULT_TIMING: ControllerTiming = {
   managerForcedListTicks: 60,
   managerProgressWriteMs: 3000,
   imageTransientWriteMs: 1000,
-  managerEventCoalesceMs: 200,
+  managerEventCoalesceMs: 1000,
   backupPollMs: 2000,
   dataSourceRetryInitialMs: 60_000,
   dataSourceRetryMaxMs: 300_000,

@@ -123,9 +123,9 @@ export class BackingImageManagerController extends Controller {
       }
     });
     // A manager's reconcile looks at every image of its disk: the changes of images and data sources (thousands per
-    // second while many images are created) reach it gathered, after 5 times its last reconcile's duration (at most
-    // managerEventCoalesceMs), which keeps what they cost it to about a sixth of a core however many images it holds.
-    const gathered = (name: string) => this.queue.addAfter(name, Math.min(ctx.timing.managerEventCoalesceMs, Math.floor(5 * (this.reconcileMs.get(name) ?? 0))));
+    // second while many images are created) reach it gathered, after 20 times its last reconcile's duration (at most
+    // managerEventCoalesceMs), which keeps what they cost it to about 5 % of a core however many images it holds.
+    const gathered = (name: string) => this.queue.addAfter(name, Math.min(ctx.timing.managerEventCoalesceMs, Math.floor(20 * (this.reconcileMs.get(name) ?? 0))));
     ctx.informers.on(BackingImageKind, (_t, bi) => {
       for (const m of ctx.informers.cached(BackingImageManagerKind)) {
         if (m.spec?.backingImages?.[bi.metadata.name] !== undefined || m.metadata.annotations?.[Annotation.PrestartedFor] === bi.metadata.name) gathered(m.metadata.name);
