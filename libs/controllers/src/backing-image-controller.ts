@@ -38,7 +38,7 @@ export class BackingImageController extends Controller {
     super(ctx);
     this.managerSpecs = new ManagerSpecBatcher(ctx.store, ctx.namespace);
     const inf = ctx.informers;
-    inf.on(BackingImageKind, (_t, o) => this.enqueue(o.metadata.name));
+    inf.on(BackingImageKind, (t, o) => this.enqueueOn(t, o.metadata.name));
     // Longhorn enqueues every image a manager lists on any change of the manager; with many images per disk that is
     // quadratic, so only images whose entry (spec or file) changed are enqueued; the images' own resync covers the rest.
     inf.on(BackingImageManagerKind, (t, o, old) => {

@@ -124,6 +124,14 @@ export abstract class Controller {
     this.queue.add(name);
   }
 
+  /**
+   * Enqueues an object after an informer event about it: a new object (`ADDED`, e.g. thousands created at once) and a
+   * resync go behind the changes that move work along (the work queue's low priority), any other event not.
+   */
+  enqueueOn(type: string, name: string): void {
+    this.queue.add(name, type === 'ADDED' || type === 'RESYNC');
+  }
+
   start(workers: number): void {
     this.loop.start(undefined, workers);
   }

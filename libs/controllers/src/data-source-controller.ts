@@ -53,7 +53,7 @@ export class BackingImageDataSourceController extends Controller {
     // A data source waiting for room is woken when room may have freed, and retries on its own with a backoff: the
     // informers' resync (every object every 30 s) does not bring it back as well (10,000 waiting: 333 a second).
     const wanted = (t: string, name: string) => {
-      if (t !== 'RESYNC' || !this.deferred.has(name)) this.enqueue(name);
+      if (t !== 'RESYNC' || !this.deferred.has(name)) this.enqueueOn(t, name);
     };
     ctx.informers.on(BackingImageDataSourceKind, (t, o) => wanted(t, o.metadata.name));
     ctx.informers.on(BackingImageKind, (t, o) => wanted(t, o.metadata.name));

@@ -46,6 +46,27 @@ describe('WorkQueue', () => {
     q.shutDown();
   });
 
+  it('hands out low-priority keys after the others (one in eight while both wait); a key added again at normal priority moves up', async () => {
+    const q = new WorkQueue<string>();
+    for (let i = 0; i < 3; i++) q.add(`new-${i}`, true);
+    for (let i = 0; i < 10; i++) q.add(`change-${i}`);
+    q.add('new-2'); // a change of an object waiting at low priority
+    q.add('change-0', true); // already waiting at normal priority: stays there
+    expect(q.length).toBe(13);
+    const order: string[] = [];
+    for (let i = 0; i < 13; i++) {
+      const k = (await q.get())!;
+      order.push(k);
+      q.done(k);
+    }
+    expect(order).toEqual([
+      'change-0', 'change-1', 'change-2', 'change-3', 'change-4', 'change-5', 'change-6',
+      'new-0', // the eighth key handed out while both kinds wait
+      'change-7', 'change-8', 'change-9', 'new-2', 'new-1',
+    ]);
+    expect(q.length).toBe(0);
+  });
+
   it('addAfter delivers after the delay, not before; an earlier pending time wins', async () => {
     const clock = new ManualClock();
     const q = new WorkQueue<string>({ qps: 0 }, clock);

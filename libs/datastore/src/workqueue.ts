@@ -80,10 +80,19 @@ export interface WorkQueueMetrics {
   retried(): void;
 }
 
+/** One in this many keys handed out is a low-priority one while both kinds wait. */
+const LOW_SHARE = 8;
+
 export class WorkQueue<K = string> {
   /** Where adds, depth and retries are reported (none by default). */
   metrics?: WorkQueueMetrics;
   private readonly queue: K[] = [];
+  /**
+   * Waiting keys added at low priority (in order): handed out when no other key waits, and one in every
+   * `LOW_SHARE` hand-outs, so that they are never starved.
+   */
+  private readonly low = new Set<K>();
+  private handedOut = 0;
   private readonly dirty = new Set<K>();
   private readonly processing = new Set<K>();
   private readonly delayed = new Map<K, { at: number; timer: TimerHandle }>();
@@ -100,9 +109,18 @@ export class WorkQueue<K = string> {
     this.rateLimiter = new ItemExponentialRateLimiter<K>(opts, () => clock.now());
   }
 
-  /** Adds a key unless it is already waiting. */
-  add(key: K): void {
-    if (this.shuttingDown || this.dirty.has(key)) return;
+  /**
+   * Adds a key unless it is already waiting. `low`: at low priority, behind every other waiting key (controller-
+   * runtime's priority queue gives the objects of an initial list and of a resync a low priority: a burst of them does
+   * not delay the changes that move work along). A key waiting at low priority that is added again at normal priority
+   * moves up.
+   */
+  add(key: K, low = false): void {
+    if (this.shuttingDown) return;
+    if (this.dirty.has(key)) {
+      if (!low && this.low.delete(key)) this.queue.push(key);
+      return;
+    }
     this.dirty.add(key);
     this.metrics?.added();
     if (this.processing.has(key)) return;
@@ -112,8 +130,9 @@ export class WorkQueue<K = string> {
       this.processing.add(key);
       g(key);
     } else {
-      this.queue.push(key);
-      this.metrics?.depth(this.queue.length);
+      if (low) this.low.add(key);
+      else this.queue.push(key);
+      this.metrics?.depth(this.length);
     }
   }
 
@@ -148,11 +167,11 @@ export class WorkQueue<K = string> {
 
   /** Waits for the next key; `undefined` once the queue is shut down. Call `done(key)` after processing. */
   get(): Promise<K | undefined> {
-    const k = this.queue.shift();
+    const k = this.next();
     if (k !== undefined) {
       this.dirty.delete(k);
       this.processing.add(k);
-      this.metrics?.depth(this.queue.length);
+      this.metrics?.depth(this.length);
       return Promise.resolve(k);
     }
     if (this.shuttingDown) return Promise.resolve(undefined);
@@ -168,8 +187,19 @@ export class WorkQueue<K = string> {
     if (this.processing.size === 0) for (const w of this.drainWaiters.splice(0)) w();
   }
 
+  /** The next waiting key: the oldest normal one, else (and once in every LOW_SHARE) the oldest low one. */
+  private next(): K | undefined {
+    const lowFirst = this.low.size > 0 && (this.queue.length === 0 || ++this.handedOut % LOW_SHARE === 0);
+    if (lowFirst) {
+      const k = this.low.values().next().value as K;
+      this.low.delete(k);
+      return k;
+    }
+    return this.queue.shift();
+  }
+
   get length(): number {
-    return this.queue.length;
+    return this.queue.length + this.low.size;
   }
   get isShuttingDown(): boolean {
     return this.shuttingDown;
@@ -181,6 +211,7 @@ export class WorkQueue<K = string> {
     for (const d of this.delayed.values()) this.clock.clearTimer(d.timer);
     this.delayed.clear();
     this.queue.length = 0;
+    this.low.clear();
     this.metrics?.depth(0);
     this.dirty.clear();
     for (const g of this.getters.splice(0)) g(undefined);
