@@ -99,7 +99,15 @@ const refMs = performance.now() - refStart;
 const gets0 = gets;
 
 // The system under test.
-const apiPort = 20000 + Math.floor(Math.random() * 20000);
+// A port the kernel says is free now (a random one collided with the curl reference's thousands of closed sockets).
+const apiPort = await new Promise((resolve, reject) => {
+  const probe = http.createServer();
+  probe.once('error', reject);
+  probe.listen(0, '127.0.0.1', () => {
+    const { port } = probe.address();
+    probe.close(() => resolve(port));
+  });
+});
 const base = `http://127.0.0.1:${apiPort}`;
 const loadAtStart = os.loadavg().map((l) => +l.toFixed(2));
 const profArgs = values['cpu-prof-dir'] ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(values['cpu-prof-dir'])] : [];

@@ -43,6 +43,17 @@ async function until<T>(fn: () => T | undefined, what: string): Promise<T> {
   }
 }
 
+/** A download data source of image `name` (UUID `u-<name>`) on disk uuid-d1, in `status`. */
+async function dataSource(name: string, status: Record<string, unknown>) {
+  const ds = await store.create(BackingImageDataSourceKind, {
+    apiVersion: LONGHORN_API_VERSION,
+    kind: 'BackingImageDataSource',
+    metadata: { name, namespace: NS },
+    spec: { uuid: `u-${name}`, diskUUID: 'uuid-d1', nodeID: 'node-1', diskPath: '/d1', sourceType: 'download', parameters: {} },
+  });
+  return store.updateStatus(BackingImageDataSourceKind, { ...ds, status });
+}
+
 describe('ActivityObserver', () => {
   it('logs failed data sources, copies and backups with image and disk, and counts bytes, failures and backups', async () => {
     const metrics = new BackingImageMetrics({ store, namespace: NS, processMetrics: false });
@@ -98,13 +109,7 @@ describe('ActivityObserver', () => {
     observer = new ActivityObserver({ store, namespace: NS, log, metrics });
     await observer.start();
     const synced = async () => Number(/kind="sync"} (\d+)/.exec(await metrics.text())?.[1] ?? 0);
-    const ds = await store.create(BackingImageDataSourceKind, {
-      apiVersion: LONGHORN_API_VERSION,
-      kind: 'BackingImageDataSource',
-      metadata: { name: 'img', namespace: NS },
-      spec: { uuid: 'u-img', diskUUID: 'uuid-d1', nodeID: 'node-1', diskPath: '/d1', sourceType: 'download', parameters: {} },
-    });
-    await store.updateStatus(BackingImageDataSourceKind, { ...ds, status: { currentState: 'ready-for-transfer', size: 4096, progress: 100, message: '' } });
+    await dataSource('img', { currentState: 'ready-for-transfer', size: 4096, progress: 100, message: '' });
     const bim = await store.create(BackingImageManagerKind, {
       apiVersion: LONGHORN_API_VERSION,
       kind: 'BackingImageManager',
@@ -131,13 +136,7 @@ describe('ActivityObserver', () => {
   });
 
   it('does not log again what had already failed before it started', async () => {
-    const ds = await store.create(BackingImageDataSourceKind, {
-      apiVersion: LONGHORN_API_VERSION,
-      kind: 'BackingImageDataSource',
-      metadata: { name: 'old', namespace: NS },
-      spec: { uuid: 'u-old', diskUUID: 'uuid-d1', nodeID: 'node-1', diskPath: '/d1', sourceType: 'download', parameters: {} },
-    });
-    await store.updateStatus(BackingImageDataSourceKind, { ...ds, status: { currentState: 'failed', size: 0, progress: 0, message: 'HTTP 500' } });
+    await dataSource('old', { currentState: 'failed', size: 0, progress: 0, message: 'HTTP 500' });
     const metrics = new BackingImageMetrics({ store, namespace: NS, processMetrics: false });
     observer = new ActivityObserver({ store, namespace: NS, log, metrics });
     await observer.start();
