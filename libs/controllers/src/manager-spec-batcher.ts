@@ -1,10 +1,11 @@
-import { isConflict, isNotFound, type Datastore } from '@bis/datastore';
+import type { Datastore } from '@bis/datastore';
+import { retryOnConflict } from './actions.js';
 import { BackingImageManagerKind } from './kinds.js';
 
 interface Addition {
   uuid: string;
-  resolve(): void;
-  reject(err: Error): void;
+  /** Every caller that asked for this image since the last write: all learn its outcome. */
+  waiters: { resolve(): void; reject(err: Error): void }[];
 }
 
 /**
@@ -25,24 +26,14 @@ export class ManagerSpecBatcher {
     private readonly namespace: string,
   ) {}
 
-  /** Sets `spec.backingImages[image] = uuid` on manager `bimName`. */
+  /** Sets `spec.backingImages[image] = uuid` on manager `bimName` (a later request for the same image wins). */
   add(bimName: string, image: string, uuid: string): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       let m = this.#pending.get(bimName);
       if (!m) this.#pending.set(bimName, (m = new Map()));
-      // a second request for the same image replaces the first; both callers learn the outcome of the write
-      const prev = m.get(image);
-      m.set(image, {
-        uuid,
-        resolve: () => {
-          prev?.resolve();
-          resolve();
-        },
-        reject: (err) => {
-          prev?.reject(err);
-          reject(err);
-        },
-      });
+      const waiters = m.get(image)?.waiters ?? [];
+      waiters.push({ resolve, reject });
+      m.set(image, { uuid, waiters });
       if (!this.#flushing.has(bimName)) void this.#flush(bimName);
     });
   }
@@ -51,11 +42,12 @@ export class ManagerSpecBatcher {
     this.#flushing.add(bimName);
     try {
       for (let batch = this.#take(bimName); batch; batch = this.#take(bimName)) {
+        const waiters = [...batch.values()].flatMap((a) => a.waiters);
         try {
-          await this.#write(bimName, batch);
-          for (const a of batch.values()) a.resolve();
+          await retryOnConflict(() => this.#write(bimName, batch));
+          for (const w of waiters) w.resolve();
         } catch (err) {
-          for (const a of batch.values()) a.reject(err instanceof Error ? err : new Error(String(err)));
+          for (const w of waiters) w.reject(err instanceof Error ? err : new Error(String(err)));
         }
       }
     } finally {
@@ -69,23 +61,17 @@ export class ManagerSpecBatcher {
     return m && m.size > 0 ? m : undefined;
   }
 
+  /** One write of the manager as it is now, with the additions it lacks (none: no write). */
   async #write(bimName: string, batch: Map<string, Addition>): Promise<void> {
-    for (let attempt = 1; ; attempt++) {
-      const cur = await this.store.get(BackingImageManagerKind, bimName, this.namespace);
-      if (cur.metadata.deletionTimestamp) throw new Error(`backing image manager ${bimName} is being deleted`);
-      const have = cur.spec?.backingImages ?? {};
-      const missing = [...batch].filter(([image, a]) => have[image] !== a.uuid);
-      if (missing.length === 0) return;
-      const backingImages = { ...have };
-      for (const [image, a] of missing) backingImages[image] = a.uuid;
-      try {
-        await this.store.update(BackingImageManagerKind, { ...cur, spec: { ...cur.spec, backingImages } });
-        this.stats.writes++;
-        this.stats.additions += missing.length;
-        return;
-      } catch (err) {
-        if (isNotFound(err) || !isConflict(err) || attempt >= 5) throw err;
-      }
-    }
+    const cur = await this.store.get(BackingImageManagerKind, bimName, this.namespace);
+    if (cur.metadata.deletionTimestamp) throw new Error(`backing image manager ${bimName} is being deleted`);
+    const have = cur.spec?.backingImages ?? {};
+    const missing = [...batch].filter(([image, a]) => have[image] !== a.uuid);
+    if (missing.length === 0) return;
+    const backingImages = { ...have };
+    for (const [image, a] of missing) backingImages[image] = a.uuid;
+    await this.store.update(BackingImageManagerKind, { ...cur, spec: { ...cur.spec, backingImages } });
+    this.stats.writes++;
+    this.stats.additions += missing.length;
   }
 }

@@ -5,6 +5,7 @@
 import type { BackingImageDiskFileStatus, BackingImageState, BackingImageStatus } from '@bis/crd-types';
 import { FILE_MACHINE, transition } from '@bis/state-machine';
 import { changed } from './common.js';
+import { IN_PROGRESS } from './rules.js';
 import type { BackingImageDataSource, BackingImageManager } from './kinds.js';
 
 export interface AggregationEvent {
@@ -123,7 +124,8 @@ export function aggregateFileStatus(input: AggregationInput): AggregationEvent[]
   return events;
 }
 
-const PASSING_STATES: ReadonlySet<string> = new Set(['', 'pending', 'starting', 'in-progress']);
+/** A copy not yet started, or being prepared or received. */
+const PASSING_STATES: ReadonlySet<string> = new Set(['', ...IN_PROGRESS]);
 
 /**
  * Whether `next` differs from `prev` only in copies that are (still, or now) in a passing state: a copy added in one,

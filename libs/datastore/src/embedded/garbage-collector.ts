@@ -74,10 +74,6 @@ export class GarbageCollector {
     });
   }
 
-  private dependentsOf(uid: string): string[] {
-    return this.host.table.viewDependentsOf(uid);
-  }
-
   /**
    * Stages garbage-collection passes until nothing changes. A pass looks only at what the changes since the last one
    * concern (the table records them: objects removed, being deleted, or whose owners changed): those objects, their
@@ -110,7 +106,7 @@ export class GarbageCollector {
     if (!o) return;
     const fin = o.metadata.finalizers ?? [];
     if (o.metadata.deletionTimestamp && fin.includes(ORPHAN_FINALIZER)) {
-      for (const dk of this.dependentsOf(o.metadata.uid)) {
+      for (const dk of table.viewDependentsOf(o.metadata.uid)) {
         const d = table.view(dk) as AnyStored;
         const next = clone(d);
         next.metadata.ownerReferences = (d.metadata.ownerReferences ?? []).filter((r) => r.uid !== o.metadata.uid);
@@ -121,11 +117,11 @@ export class GarbageCollector {
       return;
     }
     if (o.metadata.deletionTimestamp && fin.includes(FOREGROUND_FINALIZER)) {
-      for (const dk of this.dependentsOf(o.metadata.uid)) {
+      for (const dk of table.viewDependentsOf(o.metadata.uid)) {
         const d = table.view(dk) as AnyStored;
-        if (!d.metadata.deletionTimestamp) ignore(this.deleteByKey(dk, this.dependentsOf(d.metadata.uid).length > 0 ? 'Foreground' : 'Background'));
+        if (!d.metadata.deletionTimestamp) ignore(this.deleteByKey(dk, table.viewDependentsOf(d.metadata.uid).length > 0 ? 'Foreground' : 'Background'));
       }
-      const blocking = this.dependentsOf(o.metadata.uid).filter((dk) =>
+      const blocking = table.viewDependentsOf(o.metadata.uid).filter((dk) =>
         (table.view(dk) as AnyStored).metadata.ownerReferences?.some((r) => r.uid === o.metadata.uid && r.blockOwnerDeletion),
       );
       if (blocking.length === 0) this.removeFinalizer(key, FOREGROUND_FINALIZER);

@@ -20,7 +20,7 @@ interface PendingObject {
  * The objects of the embedded store, in two layers:
  * - the committed (durable) state — what get/list/watch read — with the last durable resourceVersion `rv`;
  * - the staged state on top of it: changes handed a resourceVersion and waiting for their batch's fdatasync. Writes
- *   are validated against the staged view (`view`, `viewHasUid`, `viewEntries`).
+ *   are validated against the staged view (`view`, `viewHasUid`, `viewKeyOfUid`, `viewDependentsOf`).
  * Staged and committed objects are never changed in place: a change replaces the object.
  */
 export class ObjectTable {
@@ -149,11 +149,6 @@ export class ObjectTable {
       if (!set) this.dependents.set(r.uid, (set = new Set()));
       set.add(key);
     }
-  }
-
-  *viewEntries(): Generator<[string, AnyStored]> {
-    for (const [key, o] of this.objects) if (!this.pendingObjects.has(key)) yield [key, o];
-    for (const [key, p] of this.pendingObjects) if (p.object) yield [key, p.object];
   }
 
   /** When `key` has a staged change: the promise of its batch. */
