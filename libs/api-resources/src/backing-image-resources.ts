@@ -162,6 +162,7 @@ export function backingImageResource(service: BackingImageService, uploads: Uplo
     handlers: {
       id: (bi) => bi.metadata.name,
       toFields: (bi) => backingImageFields(bi),
+      renderDependsOnObjectOnly: true,
       list: () => service.list(),
       get: (_ctx, id) => service.get(id),
       create: (_ctx, input) => service.create(input),

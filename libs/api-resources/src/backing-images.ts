@@ -1,4 +1,4 @@
-import { isNotFound, type Stored } from '@bis/datastore';
+import { isNotFound, sharedReadsOf, type Stored } from '@bis/datastore';
 import {
   ActionError,
   BackingImageActions,
@@ -62,7 +62,10 @@ export class BackingImageService {
     return this.d.namespace;
   }
 
+  /** The images; from an embedded store, its own objects (no copies: the REST list renders only those that changed). */
   async list(): Promise<StoredBI[]> {
+    const shared = sharedReadsOf(this.d.store);
+    if (shared) return [...shared.listShared(BackingImageKind, { namespace: this.ns }).items];
     return (await this.d.store.list(BackingImageKind, { namespace: this.ns })).items;
   }
 

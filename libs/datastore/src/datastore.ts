@@ -38,3 +38,20 @@ export interface Datastore {
   /** Releases files and ends every watch. */
   close(): Promise<void>;
 }
+
+/**
+ * A store that can hand out its committed objects themselves instead of copies, for readers that only read (the REST
+ * lists). A stored object is replaced, never changed, when it is written, so the same object (`===`) in two lists is
+ * the same version: a reader may keep what it derived from an object (a rendered reply) for as long as the object
+ * lives, in a `WeakMap`. Callers must not change the objects.
+ */
+export interface SharedReads {
+  listShared<T extends KubeObject>(kind: ResourceKind<T>, opts?: ListOptions): { items: readonly Stored<T>[]; resourceVersion: string };
+}
+
+/** `store` as {@link SharedReads} when it offers them (the embedded store does; a Kubernetes API server does not). */
+export function sharedReadsOf(store: Datastore): SharedReads | undefined {
+  const s = store as Datastore & Partial<SharedReads>;
+  return typeof s.listShared === 'function' ? (s as Datastore & SharedReads) : undefined;
+}
+

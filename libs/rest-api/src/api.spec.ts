@@ -206,6 +206,53 @@ describe('rest-api framework (fastify.inject)', () => {
   });
 });
 
+describe('rest-api list rendering reused per object (renderDependsOnObjectOnly)', () => {
+  it('renders an object once while it is the same object, again when it is replaced or the base URL differs', async () => {
+    const rendered: string[] = [];
+    const items: Thing[] = [
+      { name: 'b', size: 2, tags: [] },
+      { name: 'a', size: 1, tags: ['x'] },
+    ];
+    const registry = new ApiRegistry().addResource<Thing>({
+      schema: { id: 'thing', pluralName: 'things', collectionMethods: ['GET'], resourceFields: { name: { type: 'string' }, size: { type: 'int' } } },
+      handlers: {
+        id: (t) => t.name,
+        toFields: (t) => {
+          rendered.push(t.name);
+          return { name: t.name, size: t.size };
+        },
+        renderDependsOnObjectOnly: true,
+        list: async () => [...items],
+      },
+    });
+    const app = Fastify();
+    await app.register(restApiPlugin, { registry });
+    await app.ready();
+    try {
+      const list = async (host = 'api.local') => {
+        const r = await app.inject({ method: 'GET', url: '/v1/things', headers: { host } });
+        expect(r.statusCode).toBe(200);
+        return r.json().data.map((d: { id: string; size: number; links: { self: string } }) => `${d.id}:${d.size}:${d.links.self}`);
+      };
+      expect(await list()).toEqual(['a:1:http://api.local/v1/things/a', 'b:2:http://api.local/v1/things/b']);
+      expect(rendered.sort()).toEqual(['a', 'b']);
+      rendered.length = 0;
+      expect(await list()).toEqual(['a:1:http://api.local/v1/things/a', 'b:2:http://api.local/v1/things/b']);
+      expect(rendered).toEqual([]);
+      // a new version is a new object: only it is rendered again
+      items[0] = { name: 'b', size: 3, tags: [] };
+      expect(await list()).toEqual(['a:1:http://api.local/v1/things/a', 'b:3:http://api.local/v1/things/b']);
+      expect(rendered).toEqual(['b']);
+      rendered.length = 0;
+      // links carry the base URL: another host renders again
+      expect(await list('other.local:9500')).toEqual(['a:1:http://other.local:9500/v1/things/a', 'b:3:http://other.local:9500/v1/things/b']);
+      expect(rendered.sort()).toEqual(['a', 'b']);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe('helpers', () => {
   it('parses Go durations', () => {
     expect(parseGoDuration('1s')).toBe(1000);

@@ -43,6 +43,13 @@ export interface ResourceHandlers<R> {
   actions?: Record<string, (ctx: ApiContext, id: string, input: ApiInput) => Promise<R | ApiResource | void>>;
   /** Collection actions (`POST <collection>?action=<name>`). */
   collectionActions?: Record<string, (ctx: ApiContext, input: ApiInput) => Promise<R | ApiResource | void>>;
+  /**
+   * True when `toFields` and `availableActions` read the object alone (not the request context, not other objects): a
+   * list then keeps each object's rendered JSON, by base URL, for as long as the object lives, and renders only objects
+   * it has not rendered before. Worth it when `list` hands out the store's own objects, which stay the same object
+   * until they are written (`SharedReads` of `@bis/datastore`); with fresh copies nothing is reused.
+   */
+  renderDependsOnObjectOnly?: boolean;
   /** Change notifications for `/v1/ws/<plural>`: yields whenever the list may have changed. Without it the stream polls each period. */
   changes?(signal: AbortSignal): AsyncIterable<unknown>;
 }
@@ -176,16 +183,40 @@ function collection(def: ResourceDefinition<unknown>, baseUrl: string, items: un
   return { type: 'collection', resourceType: def.schema.id, links: { self: url }, createTypes: canCreate ? { [def.schema.id]: url } : {}, actions, data };
 }
 
+interface RenderedItem {
+  id: string;
+  json: string;
+  /** The base URL the links were rendered with. */
+  baseUrl: string;
+}
+
+/** Per resource: each listed object's rendered JSON, while the object lives (see `renderDependsOnObjectOnly`). */
+const renderCaches = new WeakMap<ResourceDefinition<unknown>, WeakMap<object, RenderedItem>>();
+
+function renderCacheOf(def: ResourceDefinition<unknown>): WeakMap<object, RenderedItem> {
+  let c = renderCaches.get(def);
+  if (!c) renderCaches.set(def, (c = new WeakMap()));
+  return c;
+}
+
 /**
  * The JSON of `collection(...)`, built one item at a time: each rendered item is serialized at once and only its
  * text is kept, so a list of a thousand images does not hold a thousand rendered object trees until the reply is
  * serialized (they lived long enough to be promoted to the old generation, and were most of its garbage).
  */
 function collectionJson(def: ResourceDefinition<unknown>, baseUrl: string, items: unknown[], ctx: ApiContext): string {
-  const rendered: { id: string; json: string }[] = [];
+  const cache = def.handlers.renderDependsOnObjectOnly ? renderCacheOf(def) : undefined;
+  const rendered: RenderedItem[] = [];
   for (const o of items) {
+    const hit = cache && typeof o === 'object' && o !== null ? cache.get(o) : undefined;
+    if (hit && hit.baseUrl === baseUrl) {
+      rendered.push(hit);
+      continue;
+    }
     const r = render(def, baseUrl, o, ctx);
-    rendered.push({ id: r.id, json: JSON.stringify(r) });
+    const item: RenderedItem = { id: r.id, json: JSON.stringify(r), baseUrl };
+    if (cache && typeof o === 'object' && o !== null) cache.set(o, item);
+    rendered.push(item);
   }
   rendered.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   const envelope = JSON.stringify(collection(def, baseUrl, [], ctx));

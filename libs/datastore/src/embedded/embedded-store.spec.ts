@@ -37,6 +37,31 @@ describe('EmbeddedDatastore on disk', () => {
     await fsp.rm(dir, { recursive: true, force: true });
   });
 
+  it('listShared hands out the committed objects: the same object while unchanged, a new one per write, equal to list', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir });
+    await s.create(WidgetKind, w('b'));
+    await s.create(WidgetKind, w('a'));
+    const first = s.listShared(WidgetKind, { namespace: 'ns' });
+    expect(first.items.map((i) => i.metadata.name)).toEqual(['a', 'b']);
+    expect(first).toEqual(await s.list(WidgetKind, { namespace: 'ns' }));
+    const a = first.items[0];
+    const b = first.items[1];
+    // a write replaces its object; the other stays the same object
+    const b2 = await s.update(WidgetKind, { ...(await s.get(WidgetKind, 'b', 'ns')), spec: { size: 2 } });
+    const second = s.listShared(WidgetKind, { namespace: 'ns' });
+    expect(second.items[0]).toBe(a);
+    expect(second.items[1]).not.toBe(b);
+    expect(second.items[1]).toEqual(b2);
+    expect(b.spec.size).toBe(1);
+    expect(second.resourceVersion).toBe(b2.metadata.resourceVersion);
+    // what a writer changes in its own copy never reaches the shared objects
+    b2.spec.size = 99;
+    (await s.get(WidgetKind, 'a', 'ns')).spec.size = 99;
+    expect(s.listShared(WidgetKind, { namespace: 'ns' }).items.map((i) => i.spec.size)).toEqual([1, 2]);
+    expect(s.listShared(WidgetKind, { namespace: 'other' }).items).toEqual([]);
+    await s.close();
+  });
+
   it('drops a torn last line (an unacknowledged append) and keeps everything before it', async () => {
     const s = await EmbeddedDatastore.open({ dataDir: dir });
     await s.create(WidgetKind, w('a'));

@@ -1,6 +1,6 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import type { CreateOptions, Datastore } from '../datastore.js';
+import type { CreateOptions, Datastore, SharedReads } from '../datastore.js';
 import { ConflictError, InvalidError, NotFoundError } from '../errors.js';
 import type { DeleteOptions, KubeObject, ListOptions, ListResult, ResourceKind, Stored, WatchEvent, WatchOptions } from '../types.js';
 import { acquireLock, releaseLock } from './dir-lock.js';
@@ -71,7 +71,7 @@ export interface EmbeddedDatastoreOptions {
  * rejection caused by a staged change of the same object (Conflict, AlreadyExists, NotFound …) is delivered after
  * that change's batch settles, so a client that re-reads and retries sees the state it conflicted with.
  */
-export class EmbeddedDatastore implements Datastore {
+export class EmbeddedDatastore implements Datastore, SharedReads {
   private readonly table = new ObjectTable();
   private readonly history: WatchHistory;
   private readonly commit: GroupCommit;
@@ -163,6 +163,13 @@ export class EmbeddedDatastore implements Datastore {
     const sel = selectorOrInvalid(kind, opts.labelSelector);
     const items = this.table.matching(kindKeyOf(kind), kind.namespaced ? opts.namespace : undefined, sel);
     return { items: items.map((o) => clone(o) as Stored<T>), resourceVersion: String(this.table.rv) };
+  }
+
+  /** {@link SharedReads}: `list` without the copies (the committed objects are replaced on write, never changed). */
+  listShared<T extends KubeObject>(kind: ResourceKind<T>, opts: ListOptions = {}): { items: readonly Stored<T>[]; resourceVersion: string } {
+    const sel = selectorOrInvalid(kind, opts.labelSelector);
+    const items = this.table.matching(kindKeyOf(kind), kind.namespaced ? opts.namespace : undefined, sel) as Stored<T>[];
+    return { items, resourceVersion: String(this.table.rv) };
   }
 
   watch<T extends KubeObject>(kind: ResourceKind<T>, opts: WatchOptions = {}): AsyncIterable<WatchEvent<T>> {
