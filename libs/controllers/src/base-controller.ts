@@ -63,6 +63,11 @@ export interface ControllerTiming {
   /** BIDS pod retry backoff 1 min → 5 min. */
   dataSourceRetryInitialMs: number;
   dataSourceRetryMaxMs: number;
+  /**
+   * A data source waiting for room in the data plane retries on its own after this long, doubling per wait, at most 5
+   * min (1 s); it is woken at once when a data-source workload changes.
+   */
+  dataSourceDeferredRetryMs: number;
   /** BIM file backoff 1 min → 5 min. */
   fileBackoffInitialMs: number;
   fileBackoffMaxMs: number;
@@ -84,6 +89,7 @@ export const DEFAULT_TIMING: ControllerTiming = {
   backupPollMs: 2000,
   dataSourceRetryInitialMs: 60_000,
   dataSourceRetryMaxMs: 300_000,
+  dataSourceDeferredRetryMs: 1000,
   fileBackoffInitialMs: 60_000,
   fileBackoffMaxMs: 300_000,
   managerRestartInitialMs: 1000,

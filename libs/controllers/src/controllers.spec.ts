@@ -513,6 +513,35 @@ describe('backing image controllers over the embedded store', () => {
     expect(['ia', 'ib', 'ic'].map((n) => h!.sim.downloads.get(`http://127.0.0.1:8080/${n}`))).toEqual([1, 1, 1]);
   });
 
+  it('a data source told to wait while room came meanwhile tries again at once (no lost wake-up)', async () => {
+    // The fallback retry of a waiting data source and the resync are made far longer than the test: only the wake-up can start it.
+    h = await startHarness(undefined, { resyncMs: 600_000, timing: { ...FAST_TIMING, dataSourceDeferredRetryMs: 600_000 } });
+    h.sim.maxDataSources = 1;
+    const sums = ['wa', 'wb'].map((n) => h!.sim.serve(`http://127.0.0.1:8080/${n}`, `${n}-content`.repeat(50)));
+    await h.cm.actions.create({ name: 'wa', sourceType: 'upload', minNumberOfCopies: 1 });
+    await waitFor('the first data source to run', async () => h!.sim.dataSources.has('wa'));
+    await h.cm.actions.create({ name: 'wb', sourceType: 'download', parameters: { url: 'http://127.0.0.1:8080/wb' }, expectedChecksum: sums[1], minNumberOfCopies: 1 });
+    await waitFor('the second data source to wait', async () => /waiting for the data plane/.test((await h!.store.get(BackingImageDataSourceKind, 'wb', NS)).status?.message ?? ''));
+    // Its status writes are over (the image's status follows the data source's): nothing else brings it back.
+    let lastDeferral = Date.now();
+    h.sim.onDeferred = (name) => {
+      if (name === 'wb') lastDeferral = Date.now();
+    };
+    await waitFor('the waiting data source to be left alone', async () => Date.now() - lastDeferral > 500);
+    // A change wakes `wb`, which finds no room again (its status stays the same: no write, no event brings it back);
+    // room appears and the data plane says so while that start is being told to wait, before the controller has put
+    // `wb` among the waiting ones again.
+    h.sim.onDeferred = (name) => {
+      if (name !== 'wb') return;
+      h!.sim.onDeferred = undefined;
+      h!.sim.maxDataSources = 2;
+      h!.sim.signalDataSourceChange('wa');
+    };
+    h.sim.signalDataSourceChange('wa');
+    await waitReady('wb', 1, 15_000);
+    expect(h.sim.onDeferred).toBeUndefined();
+  });
+
   it('rejects invalid creations with clear messages', async () => {
     h = await startHarness();
     await expect(h.cm.actions.create({ name: 'x1', sourceType: 'nope' })).rejects.toThrow('admission webhook "validator.longhorn.io" denied the request: spec.sourceType: must be one of');

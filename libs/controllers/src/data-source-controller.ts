@@ -45,6 +45,8 @@ export class BackingImageDataSourceController extends Controller {
   private readonly deferred = new Set<string>();
   /** How many times in a row each waiting data source found no room (its fallback retry backs off with it). */
   private readonly deferrals = new Map<string, number>();
+  /** Data-source workload changes seen so far: a start told to wait retries at once when one came while it was asked. */
+  private workloadChanges = 0;
   readonly retryBackoff: Backoff;
 
   constructor(ctx: ControllerContext) {
@@ -63,6 +65,7 @@ export class BackingImageDataSourceController extends Controller {
     });
     ctx.dataPlane.onWorkloadChange((kind, name) => {
       if (kind !== 'data-source') return;
+      this.workloadChanges++;
       this.enqueue(name);
       // A data-source workload changed (it may have ended and made room): the oldest waiting ones try again now
       // instead of at their next retry. A few, not all: each that still finds no room just waits again.
@@ -299,6 +302,7 @@ export class BackingImageDataSourceController extends Controller {
         };
         status.runningParameters = launch.parameters;
         let started: 'started' | 'deferred' = 'started';
+        const changesBefore = this.workloadChanges;
         try {
           launch.credentials = await this.launchCredentials(launch);
           started = await this.ctx.dataPlane.startDataSource(bids, launch);
@@ -314,7 +318,10 @@ export class BackingImageDataSourceController extends Controller {
           status.message = 'waiting for the data plane to have room for one more data source';
           // The oldest waiting data sources are woken as soon as a data-source workload changes; this retry is only the
           // fallback, and it backs off (1 s, doubling to 5 min) so that thousands waiting do not each come back every second.
-          this.queue.addAfter(name, Math.min(1000 * 2 ** Math.min(n - 1, 9), 300_000));
+          // A change that came while the data plane was asked found this one not yet waiting: it tries again now
+          // (otherwise that wake-up would be lost, and the wait last until the fallback).
+          if (this.workloadChanges !== changesBefore) this.enqueue(name);
+          else this.queue.addAfter(name, Math.min(this.ctx.timing.dataSourceDeferredRetryMs * 2 ** Math.min(n - 1, 9), 300_000));
           return;
         }
         this.deferrals.delete(name);

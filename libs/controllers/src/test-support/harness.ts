@@ -21,6 +21,7 @@ export const FAST_TIMING = {
   backupPollMs: 40,
   dataSourceRetryInitialMs: 200,
   dataSourceRetryMaxMs: 1000,
+  dataSourceDeferredRetryMs: 50,
   fileBackoffInitialMs: 200,
   fileBackoffMaxMs: 1000,
   managerRestartInitialMs: 50,

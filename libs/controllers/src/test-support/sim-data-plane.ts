@@ -326,9 +326,20 @@ export class SimDataPlane implements DataPlane {
   /** At most this many data sources at once (`deferred` beyond). */
   maxDataSources = Number.POSITIVE_INFINITY;
 
+  /** Called when a start is told to wait, before the answer reaches the controller (to make a change meanwhile). */
+  onDeferred?: (name: string) => void;
+
+  /** Signals a change of a data-source workload, as the data plane does when one starts or ends. */
+  signalDataSourceChange(name: string): void {
+    this.notify('data-source', name);
+  }
+
   async startDataSource(bids: BackingImageDataSource, launch: DataSourceLaunch): Promise<'started' | 'deferred'> {
     if (this.dataSources.has(bids.metadata.name)) return 'started';
-    if (this.dataSources.size >= this.maxDataSources) return 'deferred';
+    if (this.dataSources.size >= this.maxDataSources) {
+      this.onDeferred?.(bids.metadata.name);
+      return 'deferred';
+    }
     const d: SimDataSource = { name: bids.metadata.name, nodeID: bids.spec!.nodeID!, diskUUID: bids.spec!.diskUUID!, address: `127.0.0.1:${(this.port += 2)}`, launch, state: '', size: 0, progress: 0, checksum: '', message: '', timers: [] };
     this.dataSources.set(d.name, d);
     const after = (ms: number, fn: () => void) => {
