@@ -42,6 +42,11 @@ export interface ControllerTiming {
   managerPollMs: number;
   managerForcedListTicks: number;
   /**
+   * A manager that reported changes (Watch) is Listed again after 20 times its last List and status write took, at
+   * least this long (100 ms), at most `managerPollMs`.
+   */
+  managerListMinIntervalMs: number;
+  /**
    * A manager's status whose files changed only in their progress is written at most this often (3 s, the rate of
    * Longhorn's monitor); any other change at once.
    */
@@ -83,6 +88,7 @@ export const DEFAULT_TIMING: ControllerTiming = {
   dataSourcePollMs: 3000,
   managerPollMs: 1000,
   managerForcedListTicks: 60,
+  managerListMinIntervalMs: 100,
   managerProgressWriteMs: 3000,
   imageTransientWriteMs: 1000,
   managerEventCoalesceMs: 1000,

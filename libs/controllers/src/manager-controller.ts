@@ -42,8 +42,10 @@ interface Monitor {
   ticks: number;
   /** When the last List started (ms since epoch); Lists are at most one per `managerPollMs`. */
   lastListAt: number;
-  /** A List requested by a notification before `managerPollMs` passed since the last one. */
+  /** A List requested by a notification before the List interval passed since the last one. */
   kickTimer?: NodeJS.Timeout;
+  /** How long the last List and its status write took (ms): the interval between Lists follows it. */
+  lastListMs: number;
   receiveErrors: number;
   busy: boolean;
   stopped: boolean;
@@ -790,7 +792,7 @@ export class BackingImageManagerController extends Controller {
     if (existing && existing.address === address && !existing.stopped) return;
     if (existing) this.stopMonitor(name);
     // tick() catches its own failures (they show in the status and the log); the timer only starts it.
-    const m: Monitor = { address, dirty: true, ticks: 0, lastListAt: 0, lastWriteAt: 0, receiveErrors: 0, busy: false, stopped: false, timer: setInterval(() => void this.tick(name, m, true), this.ctx.timing.managerPollMs) };
+    const m: Monitor = { address, dirty: true, ticks: 0, lastListAt: 0, lastListMs: 0, lastWriteAt: 0, receiveErrors: 0, busy: false, stopped: false, timer: setInterval(() => void this.tick(name, m, true), this.ctx.timing.managerPollMs) };
     m.timer.unref();
     this.monitors.set(name, m);
     this.openWatch(name, m);
@@ -836,14 +838,24 @@ export class BackingImageManagerController extends Controller {
   }
 
   /**
+   * The shortest time between two Lists of a manager that reported changes: 20 times what the last List and its status
+   * write took, at least `managerListMinIntervalMs`, at most `managerPollMs` (Longhorn's 1 s ticker). A copy that
+   * finished is seen that much sooner, and its sync slot (the per-node replenish limit counts the copies in passing
+   * states in the managers' status) freed; a manager with many files, whose List and write cost more, Lists less often.
+   */
+  private listInterval(m: Monitor): number {
+    const { managerPollMs, managerListMinIntervalMs } = this.ctx.timing;
+    return Math.min(managerPollMs, Math.max(managerListMinIntervalMs, 20 * m.lastListMs));
+  }
+
+  /**
    * A change was reported (Watch notification, or a Fetch/Sync this controller just started): List as soon as the
-   * rate allows instead of waiting for the next tick. Lists stay at most one per `managerPollMs` (Longhorn's 1 s
-   * ticker); only the wait between a notification and the List is cut (up to a whole tick before).
+   * interval allows instead of waiting for the next tick (`listInterval`).
    */
   private kick(name: string, m: Monitor): void {
     if (m.stopped || m.kickTimer) return;
     m.dirty = true;
-    const wait = Math.max(0, m.lastListAt + this.ctx.timing.managerPollMs - Date.now());
+    const wait = Math.max(0, m.lastListAt + this.listInterval(m) - Date.now());
     m.kickTimer = setTimeout(() => {
       m.kickTimer = undefined;
       // tick() catches its own failures (they show in the status and the log); nothing waits for it.
@@ -863,8 +875,8 @@ export class BackingImageManagerController extends Controller {
     if (fromTicker) m.ticks++;
     if (m.busy) return;
     if (!m.dirty && m.ticks < this.ctx.timing.managerForcedListTicks) return;
-    if (Date.now() - m.lastListAt < this.ctx.timing.managerPollMs) {
-      // A kicked List ran less than a tick ago: the kick timer (or the next tick) covers this change.
+    if (Date.now() - m.lastListAt < (m.dirty ? this.listInterval(m) : this.ctx.timing.managerPollMs)) {
+      // A kicked List ran less than an interval ago: the kick timer (or the next tick) covers this change.
       if (m.dirty) this.kick(name, m);
       return;
     }
@@ -930,6 +942,7 @@ export class BackingImageManagerController extends Controller {
       else this.ctx.log.debug(`backing image manager monitor ${name}: ${errMessage(err)}`);
     } finally {
       m.busy = false;
+      m.lastListMs = Date.now() - m.lastListAt;
       if (m.dirty && !m.stopped) this.kick(name, m);
     }
   }

@@ -15,6 +15,7 @@ export const FAST_TIMING = {
   dataSourcePollMs: 40,
   managerPollMs: 40,
   managerForcedListTicks: 5,
+  managerListMinIntervalMs: 10,
   managerProgressWriteMs: 120,
   imageTransientWriteMs: 60,
   managerEventCoalesceMs: 10,
