@@ -394,4 +394,8 @@ const result = {
 };
 console.log(JSON.stringify(result, null, 2));
 if (!values.keep) rmSync(tmp, { recursive: true, force: true });
-else console.log(`kept ${tmp}`);
+else {
+  // the controller-manager's standard output (its log lines), for a look at what happened when
+  writeFileSync(path.join(tmp, 'controller-manager.log'), out);
+  console.log(`kept ${tmp} (the controller-manager's output in controller-manager.log)`);
+}

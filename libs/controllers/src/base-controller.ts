@@ -42,7 +42,7 @@ export interface ControllerTiming {
   managerPollMs: number;
   managerForcedListTicks: number;
   /**
-   * A manager that reported changes (Watch) is Listed again after 20 times its last List and status write took, at
+   * A manager that reported changes (Watch) is Listed again after 5 times what its List and status write take, at
    * least this long (100 ms), at most `managerPollMs`.
    */
   managerListMinIntervalMs: number;

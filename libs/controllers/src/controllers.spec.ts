@@ -475,7 +475,9 @@ describe('backing image controllers over the embedded store', () => {
     await waitReady('held', 1);
     const [holder] = [...h.sim.managers.values()].filter((m) => m.files.has('held'));
     expect(holder).toBeDefined();
-    // The manager goes away (as after a restart) and the backup object is created at once, before it is back.
+    // The manager goes away (as after a restart) and the backup object is created at once, before it is back: it stays
+    // away until the backup has said that it waits.
+    h.sim.startsHeld.add(holder!.name);
     h.sim.kill(holder!.name);
     const bbi = await h.store.create(BackupBackingImageKind, {
       apiVersion: LONGHORN_API_VERSION,
@@ -488,6 +490,7 @@ describe('backing image controllers over the embedded store', () => {
       return b.status?.error?.includes('failed to find a ready backing image manager holding backing image held; attempt') ? b : undefined;
     });
     expect(waited.status?.state ?? '').toBe('');
+    h.sim.startsHeld.delete(holder!.name);
     const done = await waitFor('backup completed once the manager is back', async () => {
       const b = await h!.store.get(BackupBackingImageKind, bbi.metadata.name, NS);
       if (b.status?.state === 'Error') throw new Error(`backup failed: ${b.status.error}`);
@@ -511,6 +514,33 @@ describe('backing image controllers over the embedded store', () => {
     }
     expect(maxSeen).toBe(1);
     expect(['ia', 'ib', 'ic'].map((n) => h!.sim.downloads.get(`http://127.0.0.1:8080/${n}`))).toEqual([1, 1, 1]);
+  });
+
+  it('syncs started together (several per manager reconcile) never exceed the per-node limit or the SendingLimit', async () => {
+    const disks = ['d1', 'd2', 'd3', 'd4', 'd5', 'd6'].map((uuid) => ({ uuid }));
+    h = await startHarness(disks);
+    await setSetting('concurrent-backing-image-replenish-per-node-limit', '2');
+    h.sim.transferMs = 300;
+    const names = ['s1', 's2', 's3'];
+    const sums = names.map((n) => h!.sim.serve(`http://127.0.0.1:8080/${n}`, `${n}-content`.repeat(40)));
+    let maxPassing = 0;
+    const sample = () => {
+      let n = 0;
+      for (const m of h!.sim.managers.values()) for (const f of m.files.values()) if (['pending', 'starting', 'in-progress'].includes(f.state) && f.sender) n++;
+      maxPassing = Math.max(maxPassing, n);
+    };
+    const timer = setInterval(sample, 2);
+    try {
+      for (const [i, n] of names.entries()) await h.cm.actions.create({ name: n, sourceType: 'download', parameters: { url: `http://127.0.0.1:8080/${n}` }, expectedChecksum: sums[i], minNumberOfCopies: 3 });
+      for (const n of names) await waitReady(n, 3, 20_000);
+    } finally {
+      clearInterval(timer);
+    }
+    // 6 syncs in all; at most 2 at once on the node (one node holds every disk), each copy sent to at most 3 at once
+    expect(h.sim.syncCalls.length).toBeGreaterThanOrEqual(6);
+    expect(maxPassing).toBeGreaterThan(0);
+    expect(maxPassing).toBeLessThanOrEqual(2);
+    expect(h.sim.maxSending).toBeLessThanOrEqual(3);
   });
 
   it('a data source told to wait while room came meanwhile tries again at once (no lost wake-up)', async () => {

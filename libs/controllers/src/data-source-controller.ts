@@ -35,7 +35,12 @@ interface Monitor {
   busy: boolean;
   /** Whether a poll reached the data source yet. */
   polled: boolean;
+  /** The next of the first polls (close together, then further apart up to the poll interval). */
+  rampTimer?: NodeJS.Timeout;
 }
+
+/** The first polls of a data source come this long after it starts, doubling up to the poll interval. */
+const FIRST_POLL_MS = 100;
 
 /** Longhorn's BackingImageDataSource controller (§3.2). */
 export class BackingImageDataSourceController extends Controller {
@@ -369,13 +374,29 @@ export class BackingImageDataSourceController extends Controller {
     const m: Monitor = { address, diskUUID, failures: 0, busy: false, polled: false, timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs) };
     m.timer.unref();
     this.monitors.set(name, m);
-    // The first poll runs when the reconcile that started the monitor has written the status (see reconcile).
+    // The first poll runs when the reconcile that started the monitor has written the status (see reconcile). A small
+    // file is ready within a fraction of a second, and its data source holds a place in the data plane until the
+    // controller sees it: the next polls come after 100 ms, doubling until they reach the poll interval (3 s).
+    const ramp = (delay: number) => {
+      if (delay >= this.ctx.timing.dataSourcePollMs) return;
+      m.rampTimer = setTimeout(() => {
+        if (this.monitors.get(name) !== m) return;
+        // poll() catches its own failures (counted, shown in the status); nothing waits for it.
+        void this.poll(name, m);
+        ramp(delay * 2);
+      }, delay);
+      m.rampTimer.unref();
+    };
+    ramp(Math.min(FIRST_POLL_MS, this.ctx.timing.dataSourcePollMs / 2));
   }
 
   private stopMonitor(name: string): void {
     this.deferred.delete(name);
     const m = this.monitors.get(name);
-    if (m) clearInterval(m.timer);
+    if (m) {
+      clearInterval(m.timer);
+      clearTimeout(m.rampTimer);
+    }
     this.monitors.delete(name);
   }
 

@@ -31,6 +31,9 @@ type NodeFile = { diskUUID: string; biName: string; state: string };
  */
 export const FILE_REQUEST_GRACE_MS = 30_000;
 
+/** A manager that reported changes is Listed again after this many times what its List and status write take. */
+const LIST_INTERVAL_FACTOR = 5;
+
 /** gRPC status codes used here (grpc-js `status`). */
 const grpcStatus = { INVALID_ARGUMENT: 3, NOT_FOUND: 5, ALREADY_EXISTS: 6 } as const;
 
@@ -44,8 +47,8 @@ interface Monitor {
   lastListAt: number;
   /** A List requested by a notification before the List interval passed since the last one. */
   kickTimer?: NodeJS.Timeout;
-  /** How long the last List and its status write took (ms): the interval between Lists follows it. */
-  lastListMs: number;
+  /** How long a List and its status write take (ms, smoothed): the interval between Lists follows it. */
+  listMs: number;
   receiveErrors: number;
   busy: boolean;
   stopped: boolean;
@@ -682,7 +685,9 @@ export class BackingImageManagerController extends Controller {
       markRequested(biName);
       this.fileListChanged(name);
       this.event(bim, 'Normal', EventReason.Syncing, `Syncing backing image ${biName} in disk ${disk} on node ${bim.spec?.nodeID} from ${sender.name}(${from})`);
-      break;
+      // Longhorn starts one sync per reconcile of a manager (and the next one when the manager's status changes, after
+      // its List: up to a second per sync). Here a reconcile starts as many as the per-node limit and the senders'
+      // SendingLimit allow: both are counted as they are granted, so neither is exceeded.
     }
     const rejected = (await Promise.allSettled(fetches)).filter((r): r is PromiseRejectedResult => r.status === 'rejected');
     // a permanent refusal was recorded in its data source's status; another failure is retried with backoff
@@ -792,7 +797,7 @@ export class BackingImageManagerController extends Controller {
     if (existing && existing.address === address && !existing.stopped) return;
     if (existing) this.stopMonitor(name);
     // tick() catches its own failures (they show in the status and the log); the timer only starts it.
-    const m: Monitor = { address, dirty: true, ticks: 0, lastListAt: 0, lastListMs: 0, lastWriteAt: 0, receiveErrors: 0, busy: false, stopped: false, timer: setInterval(() => void this.tick(name, m, true), this.ctx.timing.managerPollMs) };
+    const m: Monitor = { address, dirty: true, ticks: 0, lastListAt: 0, listMs: 0, lastWriteAt: 0, receiveErrors: 0, busy: false, stopped: false, timer: setInterval(() => void this.tick(name, m, true), this.ctx.timing.managerPollMs) };
     m.timer.unref();
     this.monitors.set(name, m);
     this.openWatch(name, m);
@@ -838,14 +843,15 @@ export class BackingImageManagerController extends Controller {
   }
 
   /**
-   * The shortest time between two Lists of a manager that reported changes: 20 times what the last List and its status
-   * write took, at least `managerListMinIntervalMs`, at most `managerPollMs` (Longhorn's 1 s ticker). A copy that
-   * finished is seen that much sooner, and its sync slot (the per-node replenish limit counts the copies in passing
-   * states in the managers' status) freed; a manager with many files, whose List and write cost more, Lists less often.
+   * The shortest time between two Lists of a manager that reported changes: 5 times what a List and its status write
+   * take (smoothed), at least `managerListMinIntervalMs`, at most `managerPollMs` (Longhorn's 1 s ticker). A copy that
+   * finished is seen that much sooner, and its data source's place or its sync slot (the per-node replenish limit
+   * counts the copies in passing states in the managers' status) freed; a manager with many files, whose List and
+   * write cost more, Lists less often.
    */
   private listInterval(m: Monitor): number {
     const { managerPollMs, managerListMinIntervalMs } = this.ctx.timing;
-    return Math.min(managerPollMs, Math.max(managerListMinIntervalMs, 20 * m.lastListMs));
+    return Math.min(managerPollMs, Math.max(managerListMinIntervalMs, LIST_INTERVAL_FACTOR * m.listMs));
   }
 
   /**
@@ -942,7 +948,8 @@ export class BackingImageManagerController extends Controller {
       else this.ctx.log.debug(`backing image manager monitor ${name}: ${errMessage(err)}`);
     } finally {
       m.busy = false;
-      m.lastListMs = Date.now() - m.lastListAt;
+      // smoothed: one List that waited behind other work does not stretch the interval on its own
+      m.listMs = m.listMs === 0 ? Date.now() - m.lastListAt : 0.7 * m.listMs + 0.3 * (Date.now() - m.lastListAt);
       if (m.dirty && !m.stopped) this.kick(name, m);
     }
   }

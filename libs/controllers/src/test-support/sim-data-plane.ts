@@ -124,8 +124,11 @@ export class SimDataPlane implements DataPlane {
     return { phase: 'ready', nodeID: m.nodeID, diskUUID: m.diskUUID, ip: '127.0.0.1', address: m.address, syncAddress: m.address.replace(/:(\d+)$/, (_s, p) => `:${Number(p) + 1}`) };
   }
 
+  /** Managers whose start does not happen (as a pod that stays pending) while they are in this set. */
+  readonly startsHeld = new Set<string>();
+
   async startManager(bim: BackingImageManager): Promise<void> {
-    if (this.managers.has(bim.metadata.name)) return;
+    if (this.managers.has(bim.metadata.name) || this.startsHeld.has(bim.metadata.name)) return;
     const m: SimManager = { name: bim.metadata.name, nodeID: bim.spec!.nodeID!, diskUUID: bim.spec!.diskUUID!, address: `127.0.0.1:${(this.port += 2)}`, files: new Map(), watchers: new Set(), enders: new Set() };
     this.managers.set(m.name, m);
     setTimeout(() => this.notify('manager', m.name), 5).unref();
