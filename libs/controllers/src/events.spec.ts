@@ -58,6 +58,55 @@ describe('StoreEventRecorder (events kept in the store)', () => {
     expect((await r2.list()).map((e) => e.message)).toEqual(['a3', 'b0', 'b1', 'b2', 'c0']);
   });
 
+  it('writes the events of different objects at once (at most `concurrency`), each object in order; warnings wait where routine events are only logged', async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'bis-events-'));
+    const real = await EmbeddedDatastore.open({ dataDir: dir });
+    store = real;
+    // creates wait for the gate, like writes acknowledged after a slow sync
+    let open: () => void = () => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let running = 0;
+    let maxRunning = 0;
+    const slow = new Proxy(real, {
+      get(target, prop, receiver) {
+        if (prop !== 'create') return Reflect.get(target, prop, receiver) as unknown;
+        return async (...args: Parameters<EmbeddedDatastore['create']>) => {
+          running++;
+          maxRunning = Math.max(maxRunning, running);
+          try {
+            await gate;
+            return await target.create(...args);
+          } finally {
+            running--;
+          }
+        };
+      },
+    });
+    let t = Date.parse('2026-01-01T00:00:00Z');
+    const lines: string[] = [];
+    const r = new StoreEventRecorder({ store: slow, namespace: NS, maxPending: 10, concurrency: 3, now: () => new Date((t += 1000)), log: (l, type) => lines.push(`${type} ${l}`) });
+    for (let i = 0; i < 10; i++) r.record('src', bi(`o${i % 5}`), 'Normal', 'Update', `n${i}`);
+    // the queue is full: a routine event is only logged, a warning still waits
+    r.record('src', bi('o0'), 'Normal', 'Update', 'dropped');
+    r.record('src', bi('o1'), 'Warning', 'Failed', 'disk-1: no space left on device (ENOSPC)');
+    expect(r.dropped).toEqual({ Normal: 1, Warning: 0 });
+    expect(lines.some((l) => /^Warning 1 event\(s\) only logged, not stored: 10 waiting already \(1 Normal and 0 Warning since the start\)$/.test(l))).toBe(true);
+    expect(lines).toContain('Normal event Normal Update BackingImage/o0: dropped');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(running).toBe(3);
+    open();
+    await r.flush();
+    expect(maxRunning).toBe(3);
+    const events = await r.list();
+    expect(events.map((e) => e.message).sort()).toEqual(['disk-1: no space left on device (ENOSPC)', 'n0', 'n1', 'n2', 'n3', 'n4', 'n5', 'n6', 'n7', 'n8', 'n9']);
+    // each object's events in the order recorded
+    for (let o = 0; o < 5; o++) {
+      const mine = events.filter((e) => e.involvedObject.name === `o${o}` && e.reason === 'Update').sort((a, b) => a.time.localeCompare(b.time));
+      expect(mine.map((e) => e.message)).toEqual([`n${o}`, `n${o + 5}`]);
+    }
+    expect(events.find((e) => e.type === 'Warning')?.involvedObject.name).toBe('o1');
+  });
+
   it('keeps credentials out of messages', () => {
     expect(redactEventMessage('download from https://user:pa55word@example.com/x.img failed')).toBe('download from https://***@example.com/x.img failed');
     expect(redactEventMessage('GET https://b.s3.example.com/o?X-Amz-Signature=abcdef&x=1 403')).toBe('GET https://b.s3.example.com/o?X-Amz-Signature=***&x=1 403');

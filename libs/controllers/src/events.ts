@@ -188,8 +188,10 @@ export interface StoreEventRecorderOptions {
   perObject?: number;
   /** Events kept in all (oldest dropped first; default 5000). */
   total?: number;
-  /** Most writes waiting (records beyond it are only logged; default 1000). */
+  /** Most events waiting (beyond it a Normal event is only logged, a Warning beyond twice it; default 1000). */
   maxPending?: number;
+  /** Most writes at once (events of different objects; default 8). */
+  concurrency?: number;
   log?: (line: string, type: EventType) => void;
   now?: () => Date;
   component?: string;
@@ -202,21 +204,28 @@ interface Kept {
 }
 
 /**
- * Events kept in the store as core/v1 Event objects, with bounded retention: the newest `perObject` per involved
- * object and the newest `total` in all. Written in the background, one at a time, in the order recorded; a repeat of
- * an object's last event updates that event's count and lastTimestamp instead of adding one.
- */
-/**
- * What every sink that keeps events somewhere shares: each event is logged at once and written in the background,
- * one at a time and in order, at most `maxPending` waiting (more are logged only); a failed write is logged, never
- * thrown. `flush` waits for what was recorded so far.
+ * What every sink that keeps events somewhere shares: each event is logged at once and written in the background.
+ * The events of one object are written one at a time, in the order recorded (a repeat folds into the last one); those
+ * of different objects at the same time, at most `concurrency` writes at once (8), so that a store or API server that
+ * acknowledges each write after a sync is not paced by one write at a time. At most `maxPending` events wait (1000);
+ * beyond that a `Normal` event is logged only, and a `Warning` still waits up to twice that, so that a burst of
+ * routine events does not hide why something failed. What was only logged is counted (`dropped`) and said in a log
+ * line at most every 10 s. A failed write is logged, never thrown. `flush` waits for what was recorded so far.
  */
 export abstract class QueuedEventSink<Time> implements EventSink {
-  private chain: Promise<void> = Promise.resolve();
+  /** The last write queued for each object (`kind/name`): the next event of that object goes after it. */
+  private readonly tails = new Map<string, Promise<void>>();
+  private readonly inFlight = new Set<Promise<void>>();
   private pending = 0;
+  private running = 0;
+  private readonly slotWaiters: (() => void)[] = [];
+  /** Events only logged because too many waited, by type. */
+  readonly dropped = { Normal: 0, Warning: 0 };
+  private droppedSaidAt = 0;
+  private droppedSaid = 0;
 
   constructor(
-    private readonly queue: { maxPending?: number; log?: (line: string, type: EventType) => void },
+    private readonly queue: { maxPending?: number; concurrency?: number; log?: (line: string, type: EventType) => void; now?: () => Date },
     /** How a failed write is described ("stored", "written"). */
     private readonly done: string,
   ) {}
@@ -229,28 +238,65 @@ export abstract class QueuedEventSink<Time> implements EventSink {
   record(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string): void {
     message = redactEventMessage(message);
     this.queue.log?.(eventLine(type, reason, obj, message), type);
-    if (this.pending >= (this.queue.maxPending ?? 1000)) return;
+    const max = this.queue.maxPending ?? 1000;
+    if (this.pending >= (type === 'Warning' ? 2 * max : max)) {
+      this.dropped[type]++;
+      this.sayDropped();
+      return;
+    }
     this.pending++;
     const time = this.stamp();
-    this.chain = this.chain
-      .then(() => this.write(source, obj, type, reason, message, time))
+    const key = `${obj.kind}/${obj.metadata.name}`;
+    const after = this.tails.get(key) ?? Promise.resolve();
+    const p: Promise<void> = after
+      .then(() => this.inSlot(() => this.write(source, obj, type, reason, message, time)))
       .catch((err: unknown) =>
         this.queue.log?.(`event ${reason} on ${obj.kind}/${obj.metadata.name} not ${this.done}: ${err instanceof Error ? err.message : String(err)}`, 'Warning'),
       )
       .finally(() => {
         this.pending--;
+        this.inFlight.delete(p);
+        if (this.tails.get(key) === p) this.tails.delete(key);
       });
+    this.tails.set(key, p);
+    this.inFlight.add(p);
   }
 
-  flush(): Promise<void> {
-    return this.chain;
+  private async inSlot(fn: () => Promise<void>): Promise<void> {
+    const limit = Math.max(1, this.queue.concurrency ?? 8);
+    while (this.running >= limit) await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+    this.running++;
+    try {
+      await fn();
+    } finally {
+      this.running--;
+      this.slotWaiters.shift()?.();
+    }
+  }
+
+  private sayDropped(): void {
+    const now = (this.queue.now?.() ?? new Date()).getTime();
+    if (now - this.droppedSaidAt < 10_000) return;
+    const total = this.dropped.Normal + this.dropped.Warning;
+    this.droppedSaidAt = now;
+    this.queue.log?.(`${total - this.droppedSaid} event(s) only logged, not ${this.done}: ${this.pending} waiting already (${this.dropped.Normal} Normal and ${this.dropped.Warning} Warning since the start)`, 'Warning');
+    this.droppedSaid = total;
+  }
+
+  async flush(): Promise<void> {
+    await Promise.all([...this.inFlight]);
   }
 }
 
+/**
+ * Events kept in the store as core/v1 Event objects, with bounded retention: the newest `perObject` per involved
+ * object and the newest `total` in all. Written in the background ({@link QueuedEventSink}); a repeat of an object's
+ * last event updates that event's count and lastTimestamp instead of adding one.
+ */
 export class StoreEventRecorder extends QueuedEventSink<string> {
   private seq = 0;
   /** Kept events, oldest first (loaded from the store on the first write). */
-  private kept?: Kept[];
+  private keptLoad?: Promise<Kept[]>;
   /** Last event per object (`kind/name`): folded repeats. */
   private readonly last = new Map<string, Stored<CoreEvent>>();
   private readonly perObject: number;
@@ -277,13 +323,12 @@ export class StoreEventRecorder extends QueuedEventSink<string> {
       .sort((a, b) => a.time.localeCompare(b.time) || (a.firstTime ?? '').localeCompare(b.firstTime ?? ''));
   }
 
-  private async loadKept(): Promise<Kept[]> {
-    if (this.kept) return this.kept;
-    const { items } = await this.opts.store.list(EventKind, { namespace: this.opts.namespace });
-    this.kept = items
-      .map((e) => ({ name: e.metadata.name, obj: `${e.involvedObject.kind}/${e.involvedObject.name}`, time: e.lastTimestamp ?? '' }))
-      .sort((a, b) => a.time.localeCompare(b.time));
-    return this.kept;
+  private loadKept(): Promise<Kept[]> {
+    // one load, whichever write comes first (writes of different objects run at the same time)
+    this.keptLoad ??= this.opts.store.list(EventKind, { namespace: this.opts.namespace }).then(({ items }) =>
+      items.map((e) => ({ name: e.metadata.name, obj: `${e.involvedObject.kind}/${e.involvedObject.name}`, time: e.lastTimestamp ?? '' })).sort((a, b) => a.time.localeCompare(b.time)),
+    );
+    return this.keptLoad;
   }
 
   protected async write(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string, time: string): Promise<void> {
@@ -295,11 +340,11 @@ export class StoreEventRecorder extends QueuedEventSink<string> {
       try {
         const saved = await store.update(EventKind, { ...last, count: (last.count ?? 1) + 1, lastTimestamp: time });
         this.last.set(key, saved);
-        const k = kept.find((e) => e.name === saved.metadata.name);
-        if (k) {
-          k.time = time;
-          kept.splice(kept.indexOf(k), 1);
-          kept.push(k);
+        const i = kept.findIndex((e) => e.name === saved.metadata.name);
+        if (i >= 0) {
+          const [k] = kept.splice(i, 1);
+          k!.time = time;
+          kept.push(k!);
         }
         return;
       } catch {
@@ -334,7 +379,10 @@ export class StoreEventRecorder extends QueuedEventSink<string> {
     const rest = kept.filter((e) => !drop.includes(e));
     if (rest.length > this.total) drop.push(...rest.slice(0, rest.length - this.total));
     for (const e of drop) {
-      kept.splice(kept.indexOf(e), 1);
+      // another object's write may have dropped it meanwhile (they prune at the same time)
+      const i = kept.indexOf(e);
+      if (i < 0) continue;
+      kept.splice(i, 1);
       if (this.last.get(e.obj)?.metadata.name === e.name) this.last.delete(e.obj);
       await this.opts.store.delete(EventKind, e.name, this.opts.namespace).catch((err: unknown) => {
         if (!isNotFound(err)) throw err;

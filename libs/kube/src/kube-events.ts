@@ -18,8 +18,10 @@ export interface KubeEventRecorderOptions {
   /** `reportingInstance` and `source.host` (the node the controller runs on). */
   host?: string;
   access?: ApiAccess;
-  /** Most writes waiting (records beyond it are only logged; default 1000). */
+  /** Most events waiting (beyond it a Normal event is only logged, a Warning beyond twice it; default 1000). */
   maxPending?: number;
+  /** Most requests at once (events of different objects; default 8). */
+  concurrency?: number;
   log?: (line: string, type: EventType) => void;
   now?: () => Date;
 }
@@ -28,7 +30,7 @@ export interface KubeEventRecorderOptions {
  * Events as Kubernetes Events (core/v1 `Event`, as Longhorn's recorder writes them) on the involved object, so
  * `kubectl describe lhbi <name>` lists them. A repeat of an object's last event patches its `count` and
  * `lastTimestamp` (the event correlator's aggregation); the API server's event TTL bounds their retention. Written in
- * the background in the order recorded; a failed write is logged, never thrown.
+ * the background, each object's in the order recorded (`QueuedEventSink`); a failed write is logged, never thrown.
  */
 export class KubeEventRecorder extends QueuedEventSink<Date> {
   private readonly core: CoreV1Api;
