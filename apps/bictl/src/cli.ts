@@ -496,6 +496,16 @@ export const COMMANDS: Record<string, Command> = {
       try {
         await ctx.client.uploadBackingImage(name, await openAsBlob(file), {
           signal: ctx.io.signal,
+          // an upload the server failed (e.g. its checksum check after the last byte) is not waited for
+          failure: async () => {
+            const now = await ctx.client.getBackingImage(name, { signal: ctx.io.signal }).catch(() => undefined);
+            try {
+              if (now) failIfUploadFailed(now);
+            } catch (err) {
+              return err as Error;
+            }
+            return undefined;
+          },
           onProgress: (p) => {
             at = p.offset;
             bar.bytes(p.offset, p.size, p.offset === p.size);

@@ -1,5 +1,5 @@
 import { html, nothing, type TemplateResult } from 'lit-html';
-import { formatBytes, formatDuration, parseExpectedChecksum, type CreateBackingImageRequest, type SourceType, SOURCE_TYPES } from '@bis/api-client';
+import { formatBytes, formatDuration, parseExpectedChecksum, summariseCopies, type CreateBackingImageRequest, type SourceType, SOURCE_TYPES } from '@bis/api-client';
 import { changed, client, state } from './store.js';
 import { alertBox, errorText, progressBar } from './widgets.js';
 
@@ -144,6 +144,13 @@ async function runUpload(run: UploadRun): Promise<void> {
   try {
     await client.uploadBackingImage(run.name, run.file, {
       signal: run.abort.signal,
+      // an upload the server failed (its upload server will not come back) ends with the server's reason at once
+      failure: async () => {
+        const bi = await client.getBackingImage(run.name, { signal: run.abort.signal }).catch(() => undefined);
+        if (!bi || !summariseCopies(bi).allFailed) return undefined;
+        const msg = Object.values(bi.diskFileStatusMap).find((f) => f.message)?.message;
+        return new Error(`the upload of backing image ${run.name} failed on the server${msg ? `: ${msg}` : ''}; delete it and upload again`);
+      },
       onProgress: (p) => {
         run.offset = p.offset;
         run.resumes = resumedBefore + p.resumes;

@@ -86,6 +86,22 @@ describe('BisClient against a live API', () => {
     }
   });
 
+  it('stops waiting for an upload server when the caller learns the server failed the upload', async () => {
+    const c = new BisClient({ server: api.url });
+    // an image with no upload server: the client would wait for one up to readyTimeoutMs (2 min)
+    await c.createBackingImage({ name: 'no-upload-server', sourceType: 'download', parameters: { url: `${files.url}/img.raw` } });
+    const path = join(dir, 'small.raw');
+    await writeFile(path, image.subarray(0, 4096));
+    let asked = 0;
+    const err = await c
+      .uploadBackingImage('no-upload-server', await openAsBlob(path), {
+        failure: async () => (++asked >= 2 ? new Error('the upload of backing image no-upload-server failed on the server') : undefined),
+      })
+      .catch((e: unknown) => e);
+    expect((err as Error).message).toBe('the upload of backing image no-upload-server failed on the server');
+    expect(asked).toBe(2);
+  }, 10_000);
+
   it('runs the image actions: cleanup guard, min copies, backup, restore, delete', async () => {
     const c = new BisClient({ server: api.url });
     await expect(c.cleanupBackingImage('from-url', Object.keys((await c.getBackingImage('from-url')).diskFileStatusMap))).rejects.toThrow('no enough ready files for HA');

@@ -75,6 +75,12 @@ export interface UploadOptions {
   retryDelayMs?: number;
   /** How long to wait for the image's upload server to come up (default 120 s). */
   readyTimeoutMs?: number;
+  /**
+   * Asked while the upload server is not up and after a failed part (at most once a second): an error it resolves
+   * with ends the upload with that error, e.g. when the server already failed the upload and its upload server will
+   * not come back.
+   */
+  failure?(): Promise<Error | undefined>;
 }
 
 function trimBase(server: string): string {
@@ -240,10 +246,19 @@ export class BisClient {
     let failures = 0;
     let delay = opts.retryDelayMs ?? 500;
     let offset: number | undefined;
+    let checkedAt = 0;
+    // the server's own verdict, when it has one, ends the wait for an upload server that will not come back
+    const checkFailure = async (): Promise<void> => {
+      if (!opts.failure || Date.now() - checkedAt < 1000) return;
+      checkedAt = Date.now();
+      const failed = await opts.failure();
+      if (failed) throw failed;
+    };
 
     const backoff = async (err: unknown): Promise<void> => {
       failures++;
       if (failures > maxRetries) throw err;
+      await checkFailure();
       await sleep(delay, signal);
       delay = Math.min(delay * 2, 10_000);
     };
@@ -258,6 +273,7 @@ export class BisClient {
         } catch (err) {
           if (err instanceof ApiClientError && err.status === 405) return this.uploadWhole(name, file, opts);
           if (uploadNotReady(err) && Date.now() < readyDeadline) {
+            await checkFailure();
             await sleep(500, signal);
             continue;
           }
