@@ -394,8 +394,4 @@ const result = {
 };
 console.log(JSON.stringify(result, null, 2));
 if (!values.keep) rmSync(tmp, { recursive: true, force: true });
-else {
-  // the controller-manager's standard output (its log lines), for a look at what happened when
-  writeFileSync(path.join(tmp, 'controller-manager.log'), out);
-  console.log(`kept ${tmp} (the controller-manager's output in controller-manager.log)`);
-}
+else console.log(`kept ${tmp} (the processes' logs in data/logs)`);

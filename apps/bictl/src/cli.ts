@@ -20,6 +20,7 @@ import {
   isNotFound,
   parseExpectedChecksum,
   summariseCopies,
+  allCopiesFailedReason,
   type BackingImage,
   type BisEvent,
   type BackupBackingImage,
@@ -346,12 +347,17 @@ function copiesDone(bi: BackingImage): boolean {
  * An upload the server already failed (every copy failed: a checksum mismatch, a size mismatch, a data source that
  * stopped) cannot be resumed: the data source is gone. Says so at once, with the server's reason and what to do.
  */
-function failIfUploadFailed(bi: BackingImage): void {
-  if (!summariseCopies(bi).allFailed) return;
-  const msg = Object.values(bi.diskFileStatusMap).find((f) => f.message)?.message;
-  throw new CommandFailed(
+function uploadFailure(bi: BackingImage): CommandFailed | undefined {
+  const msg = allCopiesFailedReason(bi);
+  if (msg === undefined) return undefined;
+  return new CommandFailed(
     `the upload of backing image ${bi.name} failed on the server${msg ? `: ${msg}` : ''}\nit cannot be resumed: delete it (bictl image rm ${bi.name} --wait) and run the upload again`,
   );
+}
+
+function failIfUploadFailed(bi: BackingImage): void {
+  const failure = uploadFailure(bi);
+  if (failure) throw failure;
 }
 
 async function waitReady(ctx: Ctx, name: string): Promise<BackingImage> {
@@ -371,8 +377,8 @@ async function waitCopies(ctx: Ctx, name: string): Promise<BackingImage> {
       failed: (bi) => {
         const s = summariseCopies(bi);
         if (s.deleting) return `backing image ${name} is being deleted`;
-        if (!s.allFailed) return undefined;
-        const msg = Object.values(bi.diskFileStatusMap).find((f) => f.message)?.message;
+        const msg = allCopiesFailedReason(bi);
+        if (msg === undefined) return undefined;
         return `every copy of backing image ${name} failed${msg ? `: ${msg}` : ''}`;
       },
       onUpdate: (bi) => {
@@ -499,12 +505,7 @@ export const COMMANDS: Record<string, Command> = {
           // an upload the server failed (e.g. its checksum check after the last byte) is not waited for
           failure: async () => {
             const now = await ctx.client.getBackingImage(name, { signal: ctx.io.signal }).catch(() => undefined);
-            try {
-              if (now) failIfUploadFailed(now);
-            } catch (err) {
-              return err as Error;
-            }
-            return undefined;
+            return now && uploadFailure(now);
           },
           onProgress: (p) => {
             at = p.offset;

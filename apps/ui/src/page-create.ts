@@ -1,5 +1,5 @@
 import { html, nothing, type TemplateResult } from 'lit-html';
-import { formatBytes, formatDuration, parseExpectedChecksum, summariseCopies, type CreateBackingImageRequest, type SourceType, SOURCE_TYPES } from '@bis/api-client';
+import { allCopiesFailedReason, formatBytes, formatDuration, parseExpectedChecksum, type CreateBackingImageRequest, type SourceType, SOURCE_TYPES } from '@bis/api-client';
 import { changed, client, state } from './store.js';
 import { alertBox, errorText, progressBar } from './widgets.js';
 
@@ -147,8 +147,8 @@ async function runUpload(run: UploadRun): Promise<void> {
       // an upload the server failed (its upload server will not come back) ends with the server's reason at once
       failure: async () => {
         const bi = await client.getBackingImage(run.name, { signal: run.abort.signal }).catch(() => undefined);
-        if (!bi || !summariseCopies(bi).allFailed) return undefined;
-        const msg = Object.values(bi.diskFileStatusMap).find((f) => f.message)?.message;
+        const msg = bi && allCopiesFailedReason(bi);
+        if (msg === undefined) return undefined;
         return new Error(`the upload of backing image ${run.name} failed on the server${msg ? `: ${msg}` : ''}; delete it and upload again`);
       },
       onProgress: (p) => {

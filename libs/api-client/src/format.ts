@@ -76,6 +76,15 @@ export function summariseCopies(bi: Pick<BackingImage, 'diskFileStatusMap' | 'de
   return { total, ready, inProgress, failed, waiting: total - ready - inProgress - failed, progress, allFailed, deleting, phase };
 }
 
+/**
+ * When every copy of the image failed (an upload the server failed cannot be resumed: its data source is gone): the
+ * first reason a copy gives, '' when none does. Otherwise `undefined`.
+ */
+export function allCopiesFailedReason(bi: Pick<BackingImage, 'diskFileStatusMap' | 'deletionTimestamp'>): string | undefined {
+  if (!summariseCopies(bi).allFailed) return undefined;
+  return Object.values(bi.diskFileStatusMap).find((f) => f.message)?.message ?? '';
+}
+
 /** `2/3 ready, 1 in progress` */
 export function describeCopies(s: CopySummary): string {
   if (s.total === 0) return 'no copies yet';

@@ -14,6 +14,7 @@ export {
   formatBytes,
   formatDuration,
   summariseCopies,
+  allCopiesFailedReason,
   describeCopies,
   describeSource,
   copiesShortfall,

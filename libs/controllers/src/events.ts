@@ -1,4 +1,5 @@
 import { defineKind, isNotFound, type Datastore, type ObjectMeta, type Stored } from '@bis/datastore';
+import { Semaphore } from '@bis/runtime';
 
 /** Longhorn's event reasons (`constant/events.go`) used by the backing-image controllers. */
 export const EventReason = {
@@ -217,8 +218,7 @@ export abstract class QueuedEventSink<Time> implements EventSink {
   private readonly tails = new Map<string, Promise<void>>();
   private readonly inFlight = new Set<Promise<void>>();
   private pending = 0;
-  private running = 0;
-  private readonly slotWaiters: (() => void)[] = [];
+  private readonly slots: Semaphore;
   /** Events only logged because too many waited, by type. */
   readonly dropped = { Normal: 0, Warning: 0 };
   private droppedSaidAt = 0;
@@ -228,7 +228,9 @@ export abstract class QueuedEventSink<Time> implements EventSink {
     private readonly queue: { maxPending?: number; concurrency?: number; log?: (line: string, type: EventType) => void; now?: () => Date },
     /** How a failed write is described ("stored", "written"). */
     private readonly done: string,
-  ) {}
+  ) {
+    this.slots = new Semaphore(Math.max(1, queue.concurrency ?? 8));
+  }
 
   /** The event's time, taken when it is recorded. */
   protected abstract stamp(): Time;
@@ -249,7 +251,7 @@ export abstract class QueuedEventSink<Time> implements EventSink {
     const key = `${obj.kind}/${obj.metadata.name}`;
     const after = this.tails.get(key) ?? Promise.resolve();
     const p: Promise<void> = after
-      .then(() => this.inSlot(() => this.write(source, obj, type, reason, message, time)))
+      .then(() => this.slots.run(() => this.write(source, obj, type, reason, message, time)))
       .catch((err: unknown) =>
         this.queue.log?.(`event ${reason} on ${obj.kind}/${obj.metadata.name} not ${this.done}: ${err instanceof Error ? err.message : String(err)}`, 'Warning'),
       )
@@ -260,18 +262,6 @@ export abstract class QueuedEventSink<Time> implements EventSink {
       });
     this.tails.set(key, p);
     this.inFlight.add(p);
-  }
-
-  private async inSlot(fn: () => Promise<void>): Promise<void> {
-    const limit = Math.max(1, this.queue.concurrency ?? 8);
-    while (this.running >= limit) await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
-    this.running++;
-    try {
-      await fn();
-    } finally {
-      this.running--;
-      this.slotWaiters.shift()?.();
-    }
   }
 
   private sayDropped(): void {

@@ -27,7 +27,7 @@ import {
   throwIfAborted,
 } from '../names.js';
 import { encodeBackupUrl } from '../url.js';
-import { Semaphore } from '../semaphore.js';
+import { Semaphore } from '@bis/runtime';
 import { assertConcurrency, forEachConcurrent, loadConfigIfExists, throttle, withDriver, type StoreAccessOptions } from './common.js';
 
 export interface CreateBackupOptions extends StoreAccessOptions {

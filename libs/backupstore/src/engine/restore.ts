@@ -23,7 +23,7 @@ import {
 import { parseBackupUrl } from '../url.js';
 import { DiskPathError, confineToRoot } from '@bis/disk-path';
 import { usableImageChain } from '../image-chain.js';
-import { Semaphore } from '../semaphore.js';
+import { Semaphore } from '@bis/runtime';
 import { assertConcurrency, throttle, withDriver, type StoreAccessOptions } from './common.js';
 
 export interface RestoreBackupOptions extends StoreAccessOptions {
