@@ -13,4 +13,10 @@ export default {
     ],
   },
   testMatch: ['<rootDir>/src/**/*.spec.ts', '<rootDir>/test/**/*.spec.ts'],
+  // `*.alone.spec.ts`: a test that rewrites the workspace's built files (it runs `npm start`, whose build restores them
+  // from Nx's cache), which would pull a module from under a process another test just started. `npm test` runs the
+  // other tests first (BIS_TEST_PHASE=shared), then these, one project at a time (BIS_TEST_PHASE=alone). Without
+  // BIS_TEST_PHASE (jest run by hand) every test runs.
+  testPathIgnorePatterns: ['/node_modules/', ...(process.env.BIS_TEST_PHASE === 'shared' ? ['\\.alone\\.spec\\.ts$'] : [])],
+  ...(process.env.BIS_TEST_PHASE === 'alone' ? { testMatch: ['<rootDir>/src/**/*.alone.spec.ts', '<rootDir>/test/**/*.alone.spec.ts'] } : {}),
 };

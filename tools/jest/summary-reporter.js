@@ -12,7 +12,10 @@ export default class SummaryReporter {
     const dir = process.env.BIS_TEST_SUMMARY_DIR;
     if (!dir) return;
     mkdirSync(dir, { recursive: true });
-    const project = relative(process.env.BIS_WORKSPACE_ROOT ?? process.cwd(), this.rootDir) || '.';
+    // The second run of `npm test` (BIS_TEST_PHASE=alone, jest.base.js) reports apart from the first.
+    const alone = process.env.BIS_TEST_PHASE === 'alone';
+    if (alone && results.numTotalTests === 0) return;
+    const project = (relative(process.env.BIS_WORKSPACE_ROOT ?? process.cwd(), this.rootDir) || '.') + (alone ? ' (alone)' : '');
     const name = project.replace(/[^a-zA-Z0-9_.-]/g, '_');
     writeFileSync(
       join(dir, `${name}.json`),

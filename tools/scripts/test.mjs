@@ -5,9 +5,10 @@
 //   3. Nx project references in sync
 //   4. typecheck, then every build, then jest, for every project (nx run-many), two at a time; after the builds, the
 //      benchmarks' imports of built modules are checked (tools/scripts/check-bench-imports.mjs; all projects only)
-//   5. one closing line with the totals of every jest project
+//   5. the `*.alone.spec.ts` tests, one project at a time, after every other test (jest.base.js says why)
+//   6. one closing line with the totals of every jest project
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
@@ -22,10 +23,26 @@ const env = {
   BIS_WORKSPACE_ROOT: root,
 };
 
-function run(cmd, args) {
-  console.log(`\n$ ${cmd} ${args.join(' ')}`);
-  const r = spawnSync(cmd, args, { stdio: 'inherit', env, cwd: root });
+function run(cmd, args, extraEnv = {}) {
+  console.log(`\n$ ${Object.entries(extraEnv).map(([k, v]) => `${k}=${v} `).join('')}${cmd} ${args.join(' ')}`);
+  const r = spawnSync(cmd, args, { stdio: 'inherit', env: { ...env, ...extraEnv }, cwd: root });
   return r.status ?? 1;
+}
+
+/** The Nx projects (package names) with a `*.alone.spec.ts` under src/ or test/. */
+function projectsWithAloneTests() {
+  const found = [];
+  for (const group of ['apps', 'libs']) {
+    for (const dir of readdirSync(join(root, group))) {
+      const base = join(root, group, dir);
+      const has = ['src', 'test'].some((sub) => {
+        const d = join(base, sub);
+        return existsSync(d) && readdirSync(d, { recursive: true }).some((f) => String(f).endsWith('.alone.spec.ts'));
+      });
+      if (has) found.push(JSON.parse(readFileSync(join(base, 'package.json'), 'utf8')).name);
+    }
+  }
+  return found;
 }
 
 function summarise(nxStatus) {
@@ -69,5 +86,16 @@ const benchImports =
 const tests = run('npx', [
   '--no-install', 'nx', 'run-many', '-t', 'test', '--parallel=2', '--outputStyle=static', ...(extra.length === 0 ? ['--excludeTaskDependencies'] : []), ...extra,
   '--', '--reporters=default', `--reporters=${reporter}`,
-]);
-process.exit(summarise(typecheck || builds || benchImports || tests));
+], { BIS_TEST_PHASE: 'shared' });
+// Then the tests that rewrite built files, alone. With project arguments, the selected projects (those without such a
+// test pass with none); otherwise the projects that have one.
+const alone = projectsWithAloneTests();
+const aloneTests =
+  extra.length === 0 && alone.length === 0
+    ? 0
+    : run('npx', [
+        '--no-install', 'nx', 'run-many', '-t', 'test', '--parallel=1', '--outputStyle=static', '--excludeTaskDependencies',
+        ...(extra.length === 0 ? ['-p', ...alone] : extra),
+        '--', '--passWithNoTests', '--reporters=default', `--reporters=${reporter}`,
+      ], { BIS_TEST_PHASE: 'alone' });
+process.exit(summarise(typecheck || builds || benchImports || tests || aloneTests));
