@@ -2,7 +2,7 @@ import { describe, it, expect } from '@jest/globals';
 import { formatGoTime } from './go-time.js';
 import { decodeSyncingFileConfig, encodeSyncingFileConfig } from './backing-cfg.js';
 import { PortAllocator, parsePortRange } from './port-allocator.js';
-import { IntervalSet } from './ssync/interval-set.js';
+import { IntervalSet, subtractRanges } from './ssync/interval-set.js';
 import { backingFilePath, backingImageNameFromPath, dataSourceFilePath } from './layout.js';
 import { decodeFileId, encodeFileId } from './sync-api.js';
 import { defaultRequestTimeoutMs } from './ssync/sender.js';
@@ -81,6 +81,20 @@ describe('IntervalSet', () => {
     s.add(15, 35);
     expect(s.intervals).toEqual([[0, 40]]);
     expect(s.covered).toBe(40);
+  });
+  it('clips the ranges within a window and subtracts one set of ranges from another', () => {
+    const s = new IntervalSet();
+    s.add(0, 10);
+    s.add(20, 30);
+    s.add(40, 50);
+    expect(s.within(5, 45)).toEqual([[5, 10], [20, 30], [40, 45]]);
+    expect(s.within(10, 20)).toEqual([]);
+    expect(s.within(25, 26)).toEqual([[25, 26]]);
+    expect(s.within(60, 70)).toEqual([]);
+    expect(subtractRanges([[0, 10], [20, 30]], [[2, 4], [8, 22], [25, 26]])).toEqual([[0, 2], [4, 8], [22, 25], [26, 30]]);
+    expect(subtractRanges([[0, 10]], [])).toEqual([[0, 10]]);
+    expect(subtractRanges([[0, 10]], [[0, 10]])).toEqual([]);
+    expect(subtractRanges([[5, 10]], [[0, 6], [9, 20]])).toEqual([[6, 9]]);
   });
 });
 

@@ -720,7 +720,7 @@ export class SyncService extends EventEmitter<SyncServiceEvents> {
         signal: f.signal,
         chain,
         token: this.#opts.internalAuth?.token,
-        forward: { file, size: chain.size, segmentFinal: (i) => source.segmentFinal(i) },
+        forward: { file, size: chain.size, segmentFinal: (i) => source.segmentFinal(i), holesIn: (b, e) => source.holesIn(b, e) },
       }))()
       .then(
         (r) => this.#log(`forwarded ${filePath} to ${toAddress}: ${r.dataBytes} data bytes, ${r.holeBytes} hole bytes`),

@@ -140,6 +140,53 @@ describe('forwarding a file while it is received', () => {
     await b.closed;
   });
 
+  it('a segment that is partly holes is forwarded as its data and its holes: the next copy is as sparse', async () => {
+    // 512 KiB units, 4 per segment: segment 0 data/hole/hole/data, segment 1 hole/data/hole/hole, segment 2 all data
+    const UNIT = 512 * 1024;
+    const pattern = 'dhhdhdhhdddd';
+    const src = await writePatternFile(path.join(dir, 'src'), pattern, UNIT);
+    const chain = await computeFileChain(src);
+    const size = pattern.length * UNIT;
+    const mid = path.join(dir, 'mid.tmp');
+    const dst = path.join(dir, 'dst');
+    const b = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: mid, size });
+    expect((await ask(b, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
+    expect((await ask(b, 'POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
+    const c = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size });
+    const file = await fsp.open(mid, 'r');
+    const forwarded = sendFile({
+      path: mid,
+      toAddress: `127.0.0.1:${c.port}`,
+      layout: () => Promise.reject(new Error('not used')),
+      chain,
+      forward: { file, size, segmentFinal: (i) => b.forwardable.segmentFinal(i), holesIn: (x, y) => b.forwardable.holesIn(x, y) },
+    });
+    const data = readFileSync(src);
+    for (let i = 0; i < pattern.length; i++) {
+      const begin = i * UNIT;
+      const r =
+        pattern[i] === 'd'
+          ? await ask(b, 'POST', `writeData?begin=${begin}&end=${begin + UNIT}`, data.subarray(begin, begin + UNIT))
+          : await ask(b, 'POST', `sendHole?begin=${begin}&end=${begin + UNIT}`);
+      expect(r.status).toBe(200);
+    }
+    // what B got as holes, and nothing where data came
+    expect(b.forwardable.holesIn(0, SEG)).toEqual([[UNIT, 3 * UNIT]]);
+    expect(b.forwardable.holesIn(SEG, 2 * SEG)).toEqual([[SEG, SEG + UNIT], [SEG + 2 * UNIT, 2 * SEG]]);
+    expect(b.forwardable.holesIn(2 * SEG, 3 * SEG)).toEqual([]);
+    expect((await ask(b, 'POST', 'close')).status).toBe(200);
+    const [rb, rc, sent] = await Promise.all([b.done, c.done, forwarded]);
+    await file.close();
+    await Promise.all([b.closed, c.closed]);
+    expect(rb.sha512).toBe(chain.checksum);
+    expect(rc.sha512).toBe(chain.checksum);
+    const holeUnits = [...pattern].filter((u) => u !== 'd').length;
+    expect(sent).toMatchObject({ chainAccepted: true, dataBytes: (pattern.length - holeUnits) * UNIT, holeBytes: holeUnits * UNIT });
+    expect(sha(dst)).toBe(sha(src));
+    // C holes where the source has them (the whole-data segment and the data units only, plus a little slack)
+    expect((await fsp.stat(dst)).blocks * 512).toBeLessThanOrEqual((pattern.length - holeUnits) * UNIT + 64 * 1024);
+  });
+
   it('a failed receive fails the forwarding send; a receive without a chain cannot be forwarded', async () => {
     const src = await segmentsFile('src', 'dd');
     const chain = await computeFileChain(src);

@@ -50,4 +50,40 @@ export class IntervalSet {
   get intervals(): Array<[number, number]> {
     return this.#starts.map((s, i) => [s, this.#ends[i]!]);
   }
+
+  /** The covered ranges that meet [start, end), clipped to it, in order. */
+  within(start: number, end: number): Array<[number, number]> {
+    const out: Array<[number, number]> = [];
+    if (!(end > start)) return out;
+    let lo = 0;
+    let hi = this.#starts.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.#ends[mid]! <= start) lo = mid + 1;
+      else hi = mid;
+    }
+    for (let i = lo; i < this.#starts.length && this.#starts[i]! < end; i++) {
+      out.push([Math.max(start, this.#starts[i]!), Math.min(end, this.#ends[i]!)]);
+    }
+    return out;
+  }
+}
+
+/** What of `ranges` (sorted, disjoint) `minus` (sorted, disjoint) leaves, in order. */
+export function subtractRanges(ranges: ReadonlyArray<readonly [number, number]>, minus: ReadonlyArray<readonly [number, number]>): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  let j = 0;
+  for (const [s0, e] of ranges) {
+    let s = s0;
+    while (j < minus.length && minus[j]![1] <= s) j++;
+    let k = j;
+    while (s < e && k < minus.length && minus[k]![0] < e) {
+      const [ms, me] = minus[k]!;
+      if (ms > s) out.push([s, ms]);
+      s = Math.max(s, me);
+      k++;
+    }
+    if (s < e) out.push([s, e]);
+  }
+  return out;
 }

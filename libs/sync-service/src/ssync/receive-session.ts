@@ -3,7 +3,7 @@ import { alignedBuffer, DirectTarget } from '@bis/direct-io';
 import { AUTHORIZATION_HEADER, checkInternalCaller } from '@bis/internal-auth';
 import { decodeChain, nativeSha512ChainAvailable, type Sha512Chain } from '@bis/sha512-chain';
 import { ChainCheck } from './chain-check.js';
-import { IntervalSet } from './interval-set.js';
+import { IntervalSet, subtractRanges } from './interval-set.js';
 import { DeferredPieces, SlabPool, processReceiveBudget, type ProcessReceiveBudget, type SlabSource } from './process-receive-budget.js';
 import { PieceWriter } from './piece-writer.js';
 import { RECEIVE_SLAB_SIZE, ReceivedFileHasher, type Slab, type SlabAllocator } from './received-hasher.js';
@@ -99,6 +99,9 @@ export class ReceiveSession {
 
   // ---- what was received
   readonly #coverage = new IntervalSet();
+  /** What came as `sendHole` and as `writeData`, for a forwarder to send a segment's holes on as holes. */
+  readonly #holeRanges = new IntervalSet();
+  readonly #dataRanges = new IntervalSet();
   #dataBytes = 0;
   #holeBytes = 0;
 
@@ -198,6 +201,15 @@ export class ReceiveSession {
   keepWaiting(): void {
     if (this.#finished || this.#inflight.size > 0 || this.#openedAt) return;
     this.#armIdle();
+  }
+
+  /**
+   * The parts of [begin, end) that came as `sendHole` and not (also) as `writeData`, in order: holes in the file.
+   * Asked by a forwarder once the range's segment is final, so that it sends them on as holes.
+   */
+  holesIn(begin: number, end: number): Array<[number, number]> {
+    const holes = this.#holeRanges.within(begin, end);
+    return holes.length === 0 ? holes : subtractRanges(holes, this.#dataRanges.within(begin, end));
   }
 
   // ---------------------------------------------------------------- requests
@@ -325,6 +337,7 @@ export class ReceiveSession {
     if (hasher) for (const p of w.pieces) hasher.dataWritten(p.begin, p.end, p.slab);
     else for (const p of w.pieces) if (p.slab) this.#slabs.release(p.slab);
     this.#coverage.add(begin, end);
+    this.#dataRanges.add(begin, end);
     this.#dataBytes += end - begin;
     this.#opts.onProgress?.(this.#dataBytes);
     return {};
@@ -422,6 +435,7 @@ export class ReceiveSession {
     }
     this.#hasher?.holeRecorded(begin, end);
     this.#coverage.add(begin, end);
+    this.#holeRanges.add(begin, end);
     this.#holeBytes += end - begin;
     return {};
   }

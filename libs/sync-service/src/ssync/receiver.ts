@@ -19,6 +19,8 @@ export interface ForwardableReceive {
   readonly chain: Promise<Sha512Chain | undefined>;
   /** Resolves when segment `index` is in the file and verified (rejects when the receive fails). */
   segmentFinal(index: number): Promise<SegmentKind>;
+  /** The parts of [begin, end) received as holes (and not as data), in order; asked once their segment is final. */
+  holesIn(begin: number, end: number): Array<[number, number]>;
 }
 
 export interface SsyncReceiver {
@@ -63,6 +65,7 @@ export async function startSsyncReceiver(opts: SsyncReceiverOptions): Promise<Ss
       if (!check) throw new SsyncReceiveError('the receive has no SHA-512 chain: its segments cannot be forwarded before it completes');
       return check.whenFinal(index);
     },
+    holesIn: (begin, end) => session.holesIn(begin, end),
   };
   forwardable.chain.catch(() => undefined); // asked for by a forwarding sender only
   return { port, done: session.done, closed: session.closed, keepWaiting: () => session.keepWaiting(), forwardable };

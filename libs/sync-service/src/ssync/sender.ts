@@ -73,6 +73,12 @@ export interface ForwardSource {
   size: number;
   /** Resolves when segment `index` is final: `hole` (send it as a hole) or `data` (read it from `file`). */
   segmentFinal(index: number): Promise<SegmentKind>;
+  /**
+   * The parts of [begin, end) of a final `data` segment that are holes in `file` (received as holes), in order: they
+   * are sent on as holes, the rest as data, so that the next copy is as sparse as this one. Without it a segment
+   * that is partly holes is sent as data (its holes as zeros).
+   */
+  holesIn?(begin: number, end: number): ReadonlyArray<readonly [number, number]>;
 }
 
 export interface SendFileResult {
@@ -411,11 +417,26 @@ export async function sendFile(opts: SendFileOptions): Promise<SendFileResult> {
       const { segmentSize } = opts.chain;
       const segments = opts.chain.states.length;
       let nextSegment = 0;
+      // the pieces of a segment that is partly holes, handed out before the next segment
+      const pieces: Task[] = [];
       nextTask = async () => {
+        const piece = pieces.shift();
+        if (piece) return piece;
         if (nextSegment >= segments) return undefined;
         const i = nextSegment++;
         const kind = await untilAborted(forward.segmentFinal(i), signal);
-        return { kind, begin: i * segmentSize, end: Math.min(size, (i + 1) * segmentSize) };
+        const begin = i * segmentSize;
+        const end = Math.min(size, (i + 1) * segmentSize);
+        const holes = kind === 'data' ? (forward.holesIn?.(begin, end) ?? []) : [];
+        if (holes.length === 0) return { kind, begin, end };
+        let at = begin;
+        for (const [hs, he] of holes) {
+          if (hs > at) pieces.push({ kind: 'data', begin: at, end: hs });
+          pieces.push({ kind: 'hole', begin: hs, end: he });
+          at = he;
+        }
+        if (at < end) pieces.push({ kind: 'data', begin: at, end });
+        return pieces.shift();
       };
       largest = segmentSize;
       taskCount = segments;
