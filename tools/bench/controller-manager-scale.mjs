@@ -21,6 +21,9 @@
 // --env: extra environment variable for the controller-manager (repeatable), e.g. --env MALLOC_ARENA_MAX=2.
 // --cpu-prof-dir: the controller-manager runs with `node --cpu-prof --cpu-prof-dir <dir>` (the profile is written when
 // it stops).
+// --trace-writes <name>: the run also reports `writeTrace`, every store write of the objects named <name> (an image
+// and its data source) and of the Events about them: kind, create/status/spec, and what changed (status fields,
+// file states per disk), to see which writes an image takes and why.
 // Needs: npx nx run-many -t build -p controller-manager backing-image-manager backing-image-data-source
 import { spawn, execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -49,6 +52,7 @@ const { values } = parseArgs({
     env: { type: 'string', multiple: true, default: [] },
     'memory-log': { type: 'string' },
     'max-minutes': { type: 'string', default: '60' },
+    'trace-writes': { type: 'string' },
   },
 });
 const N = Number(values.images);
@@ -180,6 +184,28 @@ const pct = (a, p) => {
 // changed: `create`, `delete`, `status` (only .status changed), `spec/metadata` (anything else).
 const writesByKind = {};
 const eventsByReason = {};
+const writeTrace = [];
+/** What changed between two versions of an object, in a few words (for --trace-writes). */
+function describeChange(prev, next) {
+  if (next.kind === 'Event') return `${next.type} ${next.reason}: ${String(next.message ?? '').slice(0, 120)}`;
+  const out = [];
+  const ps = prev?.status ?? {};
+  const ns = next.status ?? {};
+  for (const k of new Set([...Object.keys(ps), ...Object.keys(ns)])) {
+    if (JSON.stringify(ps[k]) === JSON.stringify(ns[k])) continue;
+    const v = ns[k];
+    if (v && typeof v === 'object' && !Array.isArray(v)) {
+      const parts = [];
+      for (const [d, e] of Object.entries(v)) {
+        if (JSON.stringify(ps[k]?.[d]) === JSON.stringify(e)) continue;
+        parts.push(e && typeof e === 'object' ? `${d.slice(0, 6)}:${e.state ?? ''}${e.progress !== undefined ? `/${e.progress}` : ''}${e.message ? ` "${String(e.message).slice(0, 60)}"` : ''}` : `${d.slice(0, 6)}=${String(e).slice(0, 30)}`);
+      }
+      out.push(`${k}{${parts.join(', ')}}`);
+    } else out.push(`${k}=${JSON.stringify(v)?.slice(0, 40)}`);
+  }
+  if (prev && stripRv({ ...prev, status: undefined }) !== stripRv({ ...next, status: undefined })) out.push('spec/metadata');
+  return out.join('; ');
+}
 // Reads the store log while the system runs (it is append-only between compactions; a compaction replaces it, and
 // the events already counted are skipped by resourceVersion), so every write is classified.
 const storeLog = path.join(tmp, 'data', 'store', 'store.log');
@@ -208,6 +234,10 @@ function classifyLine(line) {
   if (kind === 'Event' && how === 'create') {
     const reason = `${r.object.type ?? ''} ${r.object.involvedObject?.kind ?? ''} ${r.object.reason ?? ''}`;
     eventsByReason[reason] = (eventsByReason[reason] ?? 0) + 1;
+  }
+  const traced = values['trace-writes'];
+  if (traced && (r.object.metadata.name === traced || (kind === 'Event' && r.object.involvedObject?.name === traced))) {
+    writeTrace.push({ rv: r.rv, kind: kind === 'Event' ? `Event(${r.object.involvedObject?.kind})` : kind, how, change: how === 'delete' ? '' : describeChange(prev, r.object) });
   }
   if (r.type === 'DELETED') lastObj.delete(key);
   else lastObj.set(key, r.object);
@@ -377,6 +407,7 @@ const result = {
   storeWrites,
   writesPerImage: +(storeWrites / N).toFixed(1),
   writesByKind,
+  ...(values['trace-writes'] ? { writeTrace } : {}),
   eventsByReason,
   loadAverage: { atStart: loadAtStart, atEnd: os.loadavg().map((l) => +l.toFixed(2)) },
   filesOnDisks: files,

@@ -42,11 +42,21 @@ export interface ControlPlaneOptions {
    * addresses on its bridge without hiding a real network.
    */
   serviceClusterIpRange?: string;
+  /** Picks a free loopback port for etcd and the API server (default: one the OS chose, closed again before use). */
+  pickPort?: () => Promise<number>;
 }
 
 /** A /24 in 10.214.0.0/16 that no address or route of this host uses (chosen from the pid, so parallel runs differ). */
 async function freeServiceRange(): Promise<string> {
   return `10.214.${await freeTestSubnet('10.214')}.0/24`;
+}
+
+/** How many times a process is started on new ports after one of its ports was taken. */
+const PORT_ATTEMPTS = 4;
+
+/** A start that failed because a port was taken between `freePort()` and the server's bind. */
+function isPortClash(err: unknown): boolean {
+  return /address already in use/.test(err instanceof Error ? err.message : String(err));
 }
 
 /** Free TCP port on 127.0.0.1 (the OS picks it; closed again before use). */
@@ -144,6 +154,7 @@ export class ControlPlane {
     const assets = opts.assetsDir ?? envtestAssets().dir;
     if (!assets) throw new Error(envtestAssets().reason);
     const timeout = opts.readyTimeoutMs ?? 120_000;
+    const pickPort = opts.pickPort ?? freePort;
     const wd = await fsp.mkdtemp(path.join(os.tmpdir(), 'bis-envtest-'));
     let etcd: ChildProcess | undefined;
     let apiServer: ChildProcess | undefined;
@@ -156,51 +167,77 @@ export class ControlPlane {
       const userToken = randomBytes(24).toString('hex');
       await fsp.writeFile(path.join(wd, 'tokens.csv'), `${adminToken},admin,admin-uid,"system:masters"\n${userToken},alice,alice-uid\n`, { mode: 0o600 });
 
-      const [etcdPort, peerPort, apiPort] = [await freePort(), await freePort(), await freePort()];
-      const etcdUrl = `http://127.0.0.1:${etcdPort}`;
-      const peerUrl = `http://127.0.0.1:${peerPort}`;
-      etcd = startProcess(path.join(assets, 'etcd'), [
-        '--name=default',
-        `--data-dir=${path.join(wd, 'etcd-data')}`,
-        `--listen-client-urls=${etcdUrl}`,
-        `--advertise-client-urls=${etcdUrl}`,
-        `--listen-peer-urls=${peerUrl}`,
-        `--initial-advertise-peer-urls=${peerUrl}`,
-        `--initial-cluster=default=${peerUrl}`,
-        '--listen-metrics-urls=',
-        '--unsafe-no-fsync',
-      ], path.join(wd, 'etcd.log'));
-      await waitUntil(timeout, etcd, path.join(wd, 'etcd.log'), async () => {
-        const res = await fetch(`${etcdUrl}/health`);
-        return res.ok && ((await res.json()) as { health?: string }).health === 'true';
-      });
+      // Each process gets its ports just before it starts, and starts again on new ports when one was taken
+      // meanwhile (another test's process may bind a port between our check and the server's own bind).
+      let etcdUrl = '';
+      for (let attempt = 1; ; attempt++) {
+        const [etcdPort, peerPort] = [await pickPort(), await pickPort()];
+        etcdUrl = `http://127.0.0.1:${etcdPort}`;
+        const peerUrl = `http://127.0.0.1:${peerPort}`;
+        const dataDir = path.join(wd, 'etcd-data');
+        await fsp.rm(dataDir, { recursive: true, force: true });
+        etcd = startProcess(path.join(assets, 'etcd'), [
+          '--name=default',
+          `--data-dir=${dataDir}`,
+          `--listen-client-urls=${etcdUrl}`,
+          `--advertise-client-urls=${etcdUrl}`,
+          `--listen-peer-urls=${peerUrl}`,
+          `--initial-advertise-peer-urls=${peerUrl}`,
+          `--initial-cluster=default=${peerUrl}`,
+          '--listen-metrics-urls=',
+          '--unsafe-no-fsync',
+        ], path.join(wd, 'etcd.log'));
+        const started = etcd;
+        try {
+          await waitUntil(timeout, started, path.join(wd, 'etcd.log'), async () => {
+            const res = await fetch(`${etcdUrl}/health`, { signal: AbortSignal.timeout(5000) });
+            return res.ok && ((await res.json()) as { health?: string }).health === 'true';
+          });
+          break;
+        } catch (err) {
+          if (attempt >= PORT_ATTEMPTS || !isPortClash(err)) throw err;
+          await stopGroup(started);
+        }
+      }
 
       const ca = await fsp.readFile(path.join(pki, 'ca.crt'), 'utf8');
-      const url = `https://127.0.0.1:${apiPort}`;
-      apiServer = startProcess(path.join(assets, 'kube-apiserver'), [
-        `--etcd-servers=${etcdUrl}`,
-        '--bind-address=127.0.0.1',
-        '--advertise-address=127.0.0.1',
-        `--secure-port=${apiPort}`,
-        '--endpoint-reconciler-type=none',
-        `--cert-dir=${pki}`,
-        `--tls-cert-file=${path.join(pki, 'apiserver.crt')}`,
-        `--tls-private-key-file=${path.join(pki, 'apiserver.key')}`,
-        `--client-ca-file=${path.join(pki, 'ca.crt')}`,
-        `--token-auth-file=${path.join(wd, 'tokens.csv')}`,
-        '--authorization-mode=RBAC',
-        '--service-account-issuer=https://kubernetes.default.svc',
-        `--service-account-key-file=${path.join(pki, 'sa.pub')}`,
-        `--service-account-signing-key-file=${path.join(pki, 'sa.key')}`,
-        `--service-cluster-ip-range=${serviceRange}`,
-        '--disable-admission-plugins=ServiceAccount',
-        '--allow-privileged=true',
-        ...(opts.apiServerArgs ?? []),
-      ], path.join(wd, 'kube-apiserver.log'));
-      await waitUntil(timeout, apiServer, path.join(wd, 'kube-apiserver.log'), async () => {
-        const res = await httpsGet(`${url}/readyz`, ca);
-        return res.status === 200 && res.body === 'ok';
-      });
+      let url = '';
+      for (let attempt = 1; ; attempt++) {
+        const apiPort = await pickPort();
+        url = `https://127.0.0.1:${apiPort}`;
+        apiServer = startProcess(path.join(assets, 'kube-apiserver'), [
+          `--etcd-servers=${etcdUrl}`,
+          '--bind-address=127.0.0.1',
+          '--advertise-address=127.0.0.1',
+          `--secure-port=${apiPort}`,
+          '--endpoint-reconciler-type=none',
+          `--cert-dir=${pki}`,
+          `--tls-cert-file=${path.join(pki, 'apiserver.crt')}`,
+          `--tls-private-key-file=${path.join(pki, 'apiserver.key')}`,
+          `--client-ca-file=${path.join(pki, 'ca.crt')}`,
+          `--token-auth-file=${path.join(wd, 'tokens.csv')}`,
+          '--authorization-mode=RBAC',
+          '--service-account-issuer=https://kubernetes.default.svc',
+          `--service-account-key-file=${path.join(pki, 'sa.pub')}`,
+          `--service-account-signing-key-file=${path.join(pki, 'sa.key')}`,
+          `--service-cluster-ip-range=${serviceRange}`,
+          '--disable-admission-plugins=ServiceAccount',
+          '--allow-privileged=true',
+          ...(opts.apiServerArgs ?? []),
+        ], path.join(wd, 'kube-apiserver.log'));
+        const started = apiServer;
+        const readyUrl = `${url}/readyz`;
+        try {
+          await waitUntil(timeout, started, path.join(wd, 'kube-apiserver.log'), async () => {
+            const res = await httpsGet(readyUrl, ca);
+            return res.status === 200 && res.body === 'ok';
+          });
+          break;
+        } catch (err) {
+          if (attempt >= PORT_ATTEMPTS || !isPortClash(err)) throw err;
+          await stopGroup(started);
+        }
+      }
       return new ControlPlane(wd, url, etcdUrl, ca, adminToken, userToken, etcd, apiServer, serviceRange);
     } catch (err) {
       await stopGroup(apiServer);
