@@ -117,16 +117,23 @@ export class ReceivedFileHasher {
   readonly #worker: SequentialSha512 = nativeSha512ChainAvailable() ? new RecordingSha512() : new WorkerSha512();
   readonly #slabSize: number;
   readonly #free: Slab[] = [];
+  /** Slabs that may still be allocated: they are made when first needed (a receive that takes the sender's chain a
+   * moment after it opens, or a small file, never needs all of them; allocating 12 MiB per receive up front cost the
+   * managers most of their garbage-collection time when many small images were synced). */
+  #unallocated: number;
+  readonly #allocate: SlabAllocator;
+  readonly #shared: boolean;
   readonly #waitingForSlab: Array<{ begin: number; resolve: (s: Slab) => void; reject: (e: Error) => void }> = [];
   #stopped: Error | undefined;
-  /** Used only to read ranges back from the file and for the post-pass. */
-  readonly #readSlab: Slab;
+  /** Used only to read ranges back from the file and for the post-pass (made when first needed). */
+  #readSlabMemo: Slab | undefined;
   readonly #pieces = new Map<number, Piece>();
   /** Written ranges not yet hashed that still hold a slab (candidates for reclaiming), by begin. */
   readonly #retained = new Set<number>();
   /** Ranges being written right now. */
   readonly #inflight = new Map<number, number>();
-  readonly #zero: Buffer;
+  /** Zeros that holes are hashed from (made when first needed). */
+  #zeroMemo: Buffer | undefined;
   readonly #fh: () => fsp.FileHandle | undefined;
   /** Everything before this offset was submitted to the worker. */
   #next = 0;
@@ -145,11 +152,9 @@ export class ReceivedFileHasher {
     this.#fh = opts.fileHandle;
     this.#slabSize = opts.slabSize ?? RECEIVE_SLAB_SIZE;
     const n = Math.max(2, opts.slabs ?? RECEIVE_SLABS);
-    const allocate = opts.allocate ?? plainSlabMemory;
-    const shared = this.#worker.needsSharedMemory;
-    for (let i = 0; i < n; i++) this.#free.push(new Slab(allocate(this.#slabSize, shared)));
-    this.#zero = plainSlabMemory(this.#slabSize, shared);
-    this.#readSlab = new Slab(plainSlabMemory(this.#slabSize, shared));
+    this.#allocate = opts.allocate ?? plainSlabMemory;
+    this.#shared = this.#worker.needsSharedMemory;
+    this.#unallocated = n;
     this.#queueLimit = 2 * this.#slabSize;
   }
 
@@ -175,12 +180,27 @@ export class ReceivedFileHasher {
    */
   async acquire(begin: number): Promise<Slab> {
     if (this.#stopped) throw this.#stopped;
-    const s = this.#free.pop() ?? this.#reclaim();
+    const s = this.#free.pop() ?? this.#newSlab() ?? this.#reclaim();
     if (s) return s;
     return new Promise<Slab>((resolve, reject) => {
       this.#waitingForSlab.push({ begin, resolve, reject });
       this.#waitingForSlab.sort((x, y) => x.begin - y.begin);
     });
+  }
+
+  /** One more slab while fewer than the limit were made. */
+  #newSlab(): Slab | undefined {
+    if (this.#unallocated <= 0) return undefined;
+    this.#unallocated--;
+    return new Slab(this.#allocate(this.#slabSize, this.#shared));
+  }
+
+  get #zero(): Buffer {
+    return (this.#zeroMemo ??= plainSlabMemory(this.#slabSize, this.#shared));
+  }
+
+  get #readSlab(): Slab {
+    return (this.#readSlabMemo ??= new Slab(plainSlabMemory(this.#slabSize, this.#shared)));
   }
 
   /** Gives back a slab whose bytes are no longer needed. */
