@@ -1,32 +1,16 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { mkdtemp, rm, stat } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { processes } from './test-support/processes.js';
 
 const APP = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const BIN = path.join(APP, 'bin', 'controller-manager.js');
-
-/** Every process on the machine: pid, parent pid, state and command line (read from /proc). */
-function processes(): { pid: number; ppid: number; state: string; args: string[] }[] {
-  const out = [];
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const st = readFileSync(`/proc/${d}/stat`, 'utf8');
-      const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
-      const args = readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0').filter(Boolean);
-      out.push({ pid: Number(d), ppid: Number(f[1]), state: f[0]!, args });
-    } catch {
-      // ended meanwhile
-    }
-  }
-  return out;
-}
 
 /** Running (not zombie) data-plane processes whose arguments point into `dataDir`. */
 const dataPlane = (dataDir: string) =>

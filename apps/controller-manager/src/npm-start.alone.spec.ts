@@ -3,38 +3,14 @@
  * the process npm forwards the signal to is the controller-manager itself, which stops every process of the system.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from '@jest/globals';
+import { processes, type Proc } from './test-support/processes.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-
-interface Proc {
-  pid: number;
-  ppid: number;
-  state: string;
-  args: string[];
-}
-
-/** Every process on the machine (read from /proc). */
-function processes(): Proc[] {
-  const out: Proc[] = [];
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const st = readFileSync(`/proc/${d}/stat`, 'utf8');
-      const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
-      const args = readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0').filter(Boolean);
-      out.push({ pid: Number(d), ppid: Number(f[1]), state: f[0]!, args });
-    } catch {
-      // ended meanwhile
-    }
-  }
-  return out;
-}
 
 /** The live (not zombie) descendants of `root`. */
 function descendants(root: number): Proc[] {

@@ -1,10 +1,11 @@
 import { describe, it, expect, beforeEach, afterEach } from '@jest/globals';
 import { promises as fsp, readFileSync } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { computeFileChain, encodeChain } from '@bis/sha512-chain';
-import { startSsyncReceiver, type SsyncReceiver } from './receiver.js';
+import { computeFileChain, encodeChain, type Sha512Chain } from '@bis/sha512-chain';
+import { startSsyncReceiver, type SsyncReceiver, type SsyncReceiverOptions } from './receiver.js';
 import { sendFile } from './sender.js';
 import { sha512Of, writePatternFile } from '../test-support/pattern-file.js';
 
@@ -46,6 +47,46 @@ async function waitFor(what: string, cond: () => boolean): Promise<void> {
   }
 }
 
+/** Sends unit `i` of `pattern` (`d` data from `data`, else a hole) to `rx` by hand, as a sender would. */
+async function sendUnit(rx: SsyncReceiver, pattern: string, data: Buffer, unit: number, i: number): Promise<void> {
+  const begin = i * unit;
+  const r =
+    pattern[i] === 'd'
+      ? await ask(rx, 'POST', `writeData?begin=${begin}&end=${begin + unit}`, data.subarray(begin, begin + unit))
+      : await ask(rx, 'POST', `sendHole?begin=${begin}&end=${begin + unit}`);
+  expect(r.status).toBe(200);
+}
+
+/** B's sender closes; B, C and the forwarding send end, and both copies hold the chain's checksum. */
+async function closeAndCheck(b: SsyncReceiver, c: SsyncReceiver, file: FileHandle, forwarded: ReturnType<typeof sendFile>, chain: Sha512Chain) {
+  expect((await ask(b, 'POST', 'close')).status).toBe(200);
+  const [rb, rc, sent] = await Promise.all([b.done, c.done, forwarded]);
+  await file.close();
+  await Promise.all([b.closed, c.closed]);
+  expect(rb.sha512).toBe(chain.checksum);
+  expect(rc.sha512).toBe(chain.checksum);
+  return { rc, sent };
+}
+
+/** A receiver of `size` bytes at `filePath`, opened and given the sender's chain (as B, the copy that forwards). */
+async function receivingWithChain(filePath: string, size: number, chain: Sha512Chain, extra: Partial<SsyncReceiverOptions> = {}): Promise<SsyncReceiver> {
+  const rx = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath, size, ...extra });
+  expect((await ask(rx, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
+  expect((await ask(rx, 'POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
+  return rx;
+}
+
+/** B's forwarding send of the file it receives (open at `file`) to `to`; with `holes`, B tells which parts are holes. */
+function forwardFrom(b: SsyncReceiver, file: FileHandle, to: SsyncReceiver, size: number, chain: Sha512Chain, holes: boolean): ReturnType<typeof sendFile> {
+  return sendFile({
+    path: 'mid',
+    toAddress: `127.0.0.1:${to.port}`,
+    layout: () => Promise.reject(new Error('not used')),
+    chain,
+    forward: { file, size, segmentFinal: (i) => b.forwardable.segmentFinal(i), ...(holes ? { holesIn: (x: number, y: number) => b.forwardable.holesIn(x, y) } : {}) },
+  });
+}
+
 describe('forwarding a file while it is received', () => {
   it('sends each verified segment on before the rest has arrived; the next copy is whole, verified and sparse', async () => {
     const pattern = 'ddhdhhdd';
@@ -55,31 +96,16 @@ describe('forwarding a file while it is received', () => {
     const mid = path.join(dir, 'mid.tmp');
     const dst = path.join(dir, 'dst');
     // B: receives from a sender driven by hand, one segment at a time
-    const b = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: mid, size });
-    expect((await ask(b, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
-    expect((await ask(b, 'POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
+    const b = await receivingWithChain(mid, size, chain);
     await expect(b.forwardable.chain).resolves.toMatchObject({ size, checksum: chain.checksum });
 
     // C: receives from B's forwarding send
     let cBytes = 0;
     const c = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size, onProgress: (n) => (cBytes = n) });
     const file = await fsp.open(mid, 'r');
-    const forwarded = sendFile({
-      path: mid,
-      toAddress: `127.0.0.1:${c.port}`,
-      layout: () => Promise.reject(new Error('not used')),
-      chain,
-      forward: { file, size, segmentFinal: (i) => b.forwardable.segmentFinal(i) },
-    });
+    const forwarded = forwardFrom(b, file, c, size, chain, false);
     const data = readFileSync(src);
-    const sendSegment = async (i: number) => {
-      const begin = i * SEG;
-      const r =
-        pattern[i] === 'd'
-          ? await ask(b, 'POST', `writeData?begin=${begin}&end=${begin + SEG}`, data.subarray(begin, begin + SEG))
-          : await ask(b, 'POST', `sendHole?begin=${begin}&end=${begin + SEG}`);
-      expect(r.status).toBe(200);
-    };
+    const sendSegment = (i: number) => sendUnit(b, pattern, data, SEG, i);
     // the first two segments reach C while B still waits for the other six
     await sendSegment(0);
     await sendSegment(1);
@@ -88,13 +114,8 @@ describe('forwarding a file while it is received', () => {
     void c.done.then(() => (cDone = true), () => (cDone = true));
     expect(cDone).toBe(false);
     for (let i = 2; i < pattern.length; i++) await sendSegment(i);
-    expect((await ask(b, 'POST', 'close')).status).toBe(200);
-    const [rb, rc, sent] = await Promise.all([b.done, c.done, forwarded]);
-    await file.close();
-    await Promise.all([b.closed, c.closed]);
-    expect(rb.sha512).toBe(chain.checksum);
+    const { rc, sent } = await closeAndCheck(b, c, file, forwarded, chain);
     // every segment C got was checked in flight against the chain (data) or as a hole: nothing read back at the end
-    expect(rc.sha512).toBe(chain.checksum);
     expect(rc.chainStats).toEqual({ segments: 8, inFlight: 5, holes: 3, readBack: 0 });
     expect(sent).toMatchObject({ chainAccepted: true, dataBytes: 5 * SEG, holeBytes: 3 * SEG });
     expect(sha(dst)).toBe(sha(src));
@@ -106,9 +127,7 @@ describe('forwarding a file while it is received', () => {
     const chain = await computeFileChain(src);
     const size = 2 * SEG;
     const mid = path.join(dir, 'mid.tmp');
-    const b = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: mid, size });
-    expect((await ask(b, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
-    expect((await ask(b, 'POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
+    const b = await receivingWithChain(mid, size, chain);
     const data = readFileSync(src);
     // segment 0 in two halves (not verified in flight); a forwarder waits for it after the first half
     expect((await ask(b, 'POST', `writeData?begin=0&end=${MiB}`, data.subarray(0, MiB))).status).toBe(200);
@@ -149,37 +168,17 @@ describe('forwarding a file while it is received', () => {
     const size = pattern.length * UNIT;
     const mid = path.join(dir, 'mid.tmp');
     const dst = path.join(dir, 'dst');
-    const b = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: mid, size });
-    expect((await ask(b, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
-    expect((await ask(b, 'POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
+    const b = await receivingWithChain(mid, size, chain);
     const c = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: dst, size });
     const file = await fsp.open(mid, 'r');
-    const forwarded = sendFile({
-      path: mid,
-      toAddress: `127.0.0.1:${c.port}`,
-      layout: () => Promise.reject(new Error('not used')),
-      chain,
-      forward: { file, size, segmentFinal: (i) => b.forwardable.segmentFinal(i), holesIn: (x, y) => b.forwardable.holesIn(x, y) },
-    });
+    const forwarded = forwardFrom(b, file, c, size, chain, true);
     const data = readFileSync(src);
-    for (let i = 0; i < pattern.length; i++) {
-      const begin = i * UNIT;
-      const r =
-        pattern[i] === 'd'
-          ? await ask(b, 'POST', `writeData?begin=${begin}&end=${begin + UNIT}`, data.subarray(begin, begin + UNIT))
-          : await ask(b, 'POST', `sendHole?begin=${begin}&end=${begin + UNIT}`);
-      expect(r.status).toBe(200);
-    }
+    for (let i = 0; i < pattern.length; i++) await sendUnit(b, pattern, data, UNIT, i);
     // what B got as holes, and nothing where data came
     expect(b.forwardable.holesIn(0, SEG)).toEqual([[UNIT, 3 * UNIT]]);
     expect(b.forwardable.holesIn(SEG, 2 * SEG)).toEqual([[SEG, SEG + UNIT], [SEG + 2 * UNIT, 2 * SEG]]);
     expect(b.forwardable.holesIn(2 * SEG, 3 * SEG)).toEqual([]);
-    expect((await ask(b, 'POST', 'close')).status).toBe(200);
-    const [rb, rc, sent] = await Promise.all([b.done, c.done, forwarded]);
-    await file.close();
-    await Promise.all([b.closed, c.closed]);
-    expect(rb.sha512).toBe(chain.checksum);
-    expect(rc.sha512).toBe(chain.checksum);
+    const { sent } = await closeAndCheck(b, c, file, forwarded, chain);
     const holeUnits = [...pattern].filter((u) => u !== 'd').length;
     expect(sent).toMatchObject({ chainAccepted: true, dataBytes: (pattern.length - holeUnits) * UNIT, holeBytes: holeUnits * UNIT });
     expect(sha(dst)).toBe(sha(src));
@@ -191,18 +190,10 @@ describe('forwarding a file while it is received', () => {
     const src = await segmentsFile('src', 'dd');
     const chain = await computeFileChain(src);
     const size = 2 * SEG;
-    const b = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'mid.tmp'), size, fatalLingerMs: 100 });
-    expect((await ask(b, 'GET', `open?begin=0&end=${size}&directIO=false`)).status).toBe(200);
-    expect((await ask(b, 'POST', 'sha512Chain', encodeChain(chain))).status).toBe(200);
+    const b = await receivingWithChain(path.join(dir, 'mid.tmp'), size, chain, { fatalLingerMs: 100 });
     const c = await startSsyncReceiver({ port: 0, host: '127.0.0.1', filePath: path.join(dir, 'dst'), size, fatalLingerMs: 100, idleTimeoutMs: 500 });
     const file = await fsp.open(path.join(dir, 'mid.tmp'), 'r');
-    const forwarded = sendFile({
-      path: 'mid',
-      toAddress: `127.0.0.1:${c.port}`,
-      layout: () => Promise.reject(new Error('not used')),
-      chain,
-      forward: { file, size, segmentFinal: (i) => b.forwardable.segmentFinal(i) },
-    });
+    const forwarded = forwardFrom(b, file, c, size, chain, false);
     const bad = Buffer.from(readFileSync(src).subarray(0, SEG));
     bad[7] ^= 1;
     await ask(b, 'POST', `writeData?begin=0&end=${SEG}`, bad);
