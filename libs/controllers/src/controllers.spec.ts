@@ -3,8 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
-import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupBackingImageKind, BackupTargetKind, NodeKind, ReplicaKind, SettingKind, type BackingImage } from './kinds.js';
-import { replicaLabels } from './names.js';
+import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupBackingImageKind, BackupTargetKind, NodeKind, ReplicaKind, SettingKind, type BackingImage, type BackingImageDataSource } from './kinds.js';
+import { Annotation, replicaLabels } from './names.js';
 import { FAST_TIMING, NS, startHarness, waitFor, type Harness } from './test-support/harness.js';
 
 const URL = 'http://127.0.0.1:8080/parrot.raw';
@@ -48,6 +48,28 @@ describe('backing image controllers over the embedded store', () => {
     expect(bims.every((m) => m.status?.currentState === 'running' && m.spec?.backingImages?.['parrot'] === bi.status?.uuid)).toBe(true);
     expect(h.sim.syncCalls).toHaveLength(1);
     expect((await h.cm.events.list({ name: 'parrot', reason: 'Update' })).some((e) => e.message.startsWith('Initialized UUID to'))).toBe(true);
+  });
+
+  it('a data source whose workload runs as soon as it started gets its address and ip in the status write of its start', async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    const seen: BackingImageDataSource[] = [];
+    const stopWatch = new AbortController();
+    const watching = (async () => {
+      for await (const ev of h!.store.watch(BackingImageDataSourceKind, { namespace: NS, signal: stopWatch.signal })) {
+        if (ev.type === 'ADDED' || ev.type === 'MODIFIED') seen.push(ev.object);
+      }
+    })().catch(() => undefined);
+    await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
+    await waitReady('parrot', 1);
+    stopWatch.abort();
+    await watching;
+    // the first version that shows the start (the download's parameters, no message) already has the workload's ip
+    // and address: no write of a started data source without them
+    const started = seen.find((b) => b.status?.runningParameters?.['url'] === URL && b.status?.message === '');
+    expect(started?.status?.ip).toBe('127.0.0.1');
+    expect(started?.metadata.annotations?.[Annotation.Address]).toMatch(/^127\.0\.0\.1:\d+$/);
+    expect(seen.filter((b) => b.status?.runningParameters?.['url'] === URL && !b.status?.ip && (b.status?.currentState ?? '') !== 'ready')).toEqual([]);
   });
 
   it('starts the managers of the next copies while the first file is prepared, places the copies there, and deletes what no copy used', async () => {

@@ -6,7 +6,7 @@ import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { changed, clone, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
 import type { DataSourceFileInfo } from '@bis/data-source-api/contract';
-import type { DataSourceLaunch } from './data-plane.js';
+import type { DataSourceLaunch, WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupTargetKind, NodeKind, type BackingImageDataSource } from './kinds.js';
 import { recordDiskHealth } from './disk-conditions.js';
@@ -232,12 +232,7 @@ export class BackingImageDataSourceController extends Controller {
     const isNew = (status.currentState ?? '') === '';
     const mismatch = w.phase !== 'missing' && (w.nodeID !== spec.nodeID || w.diskUUID !== spec.diskUUID);
     if (w.phase === 'ready' && !mismatch) {
-      status.ip = w.ip;
-      status.storageIP = w.ip;
-      if (bids.metadata.annotations?.[Annotation.Address] !== w.address) {
-        await store.update(BackingImageDataSourceKind, { ...bids, metadata: { ...bids.metadata, annotations: { ...bids.metadata.annotations, [Annotation.Address]: w.address } } });
-      }
-      this.startMonitor(name, w.address, spec.diskUUID ?? '');
+      await this.adoptRunning(bids, status, w);
     } else {
       status.ip = '';
       status.storageIP = '';
@@ -340,11 +335,26 @@ export class BackingImageDataSourceController extends Controller {
             EventReason.Started,
             `Started the data source (${what}) of backing image ${name} on node ${spec.nodeID} disk ${spec.diskUUID}${isNew ? '' : ` (attempt ${this.retryBackoff.attempts(name)})`}`,
           );
+          // EXTENSION: a workload that runs as soon as it started (a data-source host answers once the instance
+          // listens) gets its address, ip and monitor in this reconcile, in the same status write as the start,
+          // instead of in the reconcile its workload change brings next (one status write and one reconcile fewer).
+          const now = await this.ctx.dataPlane.dataSourceStatus(bids);
+          if (now.phase === 'ready' && now.nodeID === spec.nodeID && now.diskUUID === spec.diskUUID) await this.adoptRunning(bids, status, now);
         }
       }
     } else if (w.phase !== 'ready') {
       this.queue.addAfter(name, 500);
     }
+  }
+
+  /** The data source's workload runs: its address (annotation), its ip in the status, and its monitor. */
+  private async adoptRunning(bids: Stored<BackingImageDataSource>, status: BackingImageDataSourceStatus, w: WorkloadStatus): Promise<void> {
+    status.ip = w.ip;
+    status.storageIP = w.ip;
+    if (bids.metadata.annotations?.[Annotation.Address] !== w.address) {
+      await this.ctx.store.update(BackingImageDataSourceKind, { ...bids, metadata: { ...bids.metadata, annotations: { ...bids.metadata.annotations, [Annotation.Address]: w.address } } });
+    }
+    this.startMonitor(bids.metadata.name, w.address, bids.spec?.diskUUID ?? '');
   }
 
   /** A restore reads its backup target's credential secret (Longhorn passes it as the data source's credential). */
