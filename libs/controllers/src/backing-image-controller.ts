@@ -124,6 +124,8 @@ export class BackingImageController extends Controller {
         // EXTENSION: the new copies are written to the image's spec now and handed to their managers in this
         // reconcile (Longhorn adds an image to a manager's spec at the reconcile after the one that placed the copy).
         cur = await this.writeSpec(cur, next);
+        // the new disks' last-reference times go in this reconcile's status write, not in one more write after it
+        next.status.diskLastRefAtMap = this.lastRefMap(next, disksInUse);
         this.event(bi, placed.type, placed.reason, placed.message);
         await this.handleManagers(next, topo);
       }

@@ -72,6 +72,31 @@ describe('backing image controllers over the embedded store', () => {
     expect(seen.filter((b) => b.status?.runningParameters?.['url'] === URL && !b.status?.ip && (b.status?.currentState ?? '') !== 'ready')).toEqual([]);
   });
 
+  it("the placed copies' last-reference times are written with the placement's status, not in a write of their own", async () => {
+    h = await startHarness();
+    const sum = h.sim.serve(URL, DATA);
+    const versions: BackingImage[] = [];
+    const stopWatch = new AbortController();
+    const watching = (async () => {
+      for await (const ev of h!.store.watch(BackingImageKind, { namespace: NS, signal: stopWatch.signal })) {
+        if (ev.type === 'ADDED' || ev.type === 'MODIFIED') versions.push(ev.object);
+      }
+    })().catch(() => undefined);
+    await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 3 });
+    await waitReady('parrot', 3);
+    stopWatch.abort();
+    await watching;
+    const onlyLastRefs = versions.slice(1).filter((v, i) => {
+      const prev = versions[i]!;
+      if (JSON.stringify(prev.spec) !== JSON.stringify(v.spec)) return false;
+      const keys = new Set([...Object.keys(prev.status ?? {}), ...Object.keys(v.status ?? {})]);
+      const differing = [...keys].filter((k) => JSON.stringify((prev.status as Record<string, unknown> | undefined)?.[k]) !== JSON.stringify((v.status as Record<string, unknown> | undefined)?.[k]));
+      return differing.length === 1 && differing[0] === 'diskLastRefAtMap';
+    });
+    expect(onlyLastRefs.map((v) => v.status?.diskLastRefAtMap)).toEqual([]);
+    expect(Object.keys((await getBI('parrot')).status?.diskLastRefAtMap ?? {})).toHaveLength(3);
+  });
+
   it('starts the managers of the next copies while the first file is prepared, places the copies there, and deletes what no copy used', async () => {
     h = await startHarness([{ uuid: 'disk-1' }, { uuid: 'disk-2' }, { uuid: 'disk-3' }, { uuid: 'disk-4' }]);
     const managersNow = async () => (await h!.store.list(BackingImageManagerKind, { namespace: NS })).items;
