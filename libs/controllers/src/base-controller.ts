@@ -58,6 +58,13 @@ export interface ControllerTiming {
    */
   imageTransientWriteMs: number;
   /**
+   * A data source whose poll found it moved only into or within `in-progress` (from starting or in-progress: its
+   * progress, size) is written at most once per this interval after the last status write of its monitor (1 s); any
+   * other change (pending, ready-for-transfer, failed, a message) at once. A small image is ready within that time,
+   * and its in-progress version was a status write and a round of reconciles nobody needed.
+   */
+  dataSourceTransientWriteMs: number;
+  /**
    * Changes of images and data sources enqueue the managers concerned after 20 times the manager's last reconcile
    * duration, at most this long, so that a burst of them makes one manager reconcile (which looks at every image of
    * its disk) instead of one each (1 s).
@@ -91,6 +98,7 @@ export const DEFAULT_TIMING: ControllerTiming = {
   managerListMinIntervalMs: 100,
   managerProgressWriteMs: 3000,
   imageTransientWriteMs: 1000,
+  dataSourceTransientWriteMs: 1000,
   managerEventCoalesceMs: 1000,
   backupPollMs: 2000,
   dataSourceRetryInitialMs: 60_000,

@@ -97,6 +97,37 @@ describe('backing image controllers over the embedded store', () => {
     expect(Object.keys((await getBI('parrot')).status?.diskLastRefAtMap ?? {})).toHaveLength(3);
   });
 
+  it('a data source that is ready soon after it started has no in-progress write; a long one shows its progress', async () => {
+    h = await startHarness(undefined, { timing: { ...FAST_TIMING, dataSourceTransientWriteMs: 1500 } });
+    const states = new Map<string, string[]>();
+    const stopWatch = new AbortController();
+    const watching = (async () => {
+      for await (const ev of h!.store.watch(BackingImageDataSourceKind, { namespace: NS, signal: stopWatch.signal })) {
+        if (ev.type !== 'MODIFIED') continue;
+        const list = states.get(ev.object.metadata.name) ?? [];
+        const st = ev.object.status?.currentState ?? '';
+        if (list[list.length - 1] !== st) list.push(st);
+        states.set(ev.object.metadata.name, list);
+      }
+    })().catch(() => undefined);
+    // ready 100 ms after it started: within the 1.5 s, the in-progress answer is not written
+    h.sim.transferMs = 100;
+    const quick = 'http://127.0.0.1:8080/quick.raw';
+    await h.cm.actions.create({ name: 'quick', sourceType: 'download', parameters: { url: quick }, expectedChecksum: h.sim.serve(quick, DATA), minNumberOfCopies: 1 });
+    await waitReady('quick', 1);
+    // in progress for 4 s: written once the 1.5 s since the start's write have passed
+    h.sim.transferMs = 4000;
+    const slow = 'http://127.0.0.1:8080/slow.raw';
+    await h.cm.actions.create({ name: 'slow', sourceType: 'download', parameters: { url: slow }, expectedChecksum: h.sim.serve(slow, DATA), minNumberOfCopies: 1 });
+    await waitReady('slow', 1);
+    stopWatch.abort();
+    await watching;
+    expect(states.get('quick')).toContain('ready-for-transfer');
+    expect(states.get('quick')).not.toContain('in-progress');
+    expect(states.get('slow')).toEqual(expect.arrayContaining(['in-progress', 'ready-for-transfer']));
+    expect(states.get('slow')!.indexOf('in-progress')).toBeLessThan(states.get('slow')!.indexOf('ready-for-transfer'));
+  }, 30_000);
+
   it('starts the managers of the next copies while the first file is prepared, places the copies there, and deletes what no copy used', async () => {
     h = await startHarness([{ uuid: 'disk-1' }, { uuid: 'disk-2' }, { uuid: 'disk-3' }, { uuid: 'disk-4' }]);
     const managersNow = async () => (await h!.store.list(BackingImageManagerKind, { namespace: NS })).items;

@@ -37,6 +37,8 @@ interface Monitor {
   polled: boolean;
   /** The next of the first polls (close together, then further apart up to the poll interval). */
   rampTimer?: NodeJS.Timeout;
+  /** When the status was last written with what a poll found (or the monitor started: the start's write). */
+  lastWriteAt: number;
 }
 
 /** The first polls of a data source come this long after it starts, doubling up to the poll interval. */
@@ -381,7 +383,7 @@ export class BackingImageDataSourceController extends Controller {
     if (existing && existing.address === address) return;
     if (existing) this.stopMonitor(name);
     // poll() catches its own failures (counted, shown in the status); the timer only starts it.
-    const m: Monitor = { address, diskUUID, failures: 0, busy: false, polled: false, timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs) };
+    const m: Monitor = { address, diskUUID, failures: 0, busy: false, polled: false, lastWriteAt: Date.now(), timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs) };
     m.timer.unref();
     this.monitors.set(name, m);
     // The first poll runs when the reconcile that started the monitor has written the status (see reconcile). A small
@@ -461,8 +463,18 @@ export class BackingImageDataSourceController extends Controller {
           delete status.nextRetryAt;
         }
         if (!changed(cur.status, status)) return;
+        // Only into or within in-progress, soon after the last write: a later poll writes it (or what came next).
+        if (
+          currentState === 'in-progress' &&
+          ['', 'starting', 'in-progress'].includes(prevState) &&
+          status.message === (cur.status?.message ?? '') &&
+          Date.now() - m.lastWriteAt < this.ctx.timing.dataSourceTransientWriteMs
+        ) {
+          return;
+        }
         try {
           await store.updateStatus(BackingImageDataSourceKind, { ...cur, status });
+          m.lastWriteAt = Date.now();
           if (currentState !== prevState && currentState === 'failed') {
             this.ctx.events.record(EventSource.BackingImageDataSource, imageRef(this.ctx, name), 'Warning', EventReason.Failed, `The data source of backing image ${name} failed: ${info.message}`);
             // A full, failing or forbidden disk is marked on the disk: no new copy goes there until it recovers.

@@ -18,6 +18,7 @@ export const FAST_TIMING = {
   managerListMinIntervalMs: 10,
   managerProgressWriteMs: 120,
   imageTransientWriteMs: 60,
+  dataSourceTransientWriteMs: 300,
   managerEventCoalesceMs: 10,
   backupPollMs: 40,
   dataSourceRetryInitialMs: 200,
