@@ -118,17 +118,16 @@ export class BackingImageController extends Controller {
       // EXTENSION: the first copy may have become ready in this very reconcile (its manager listed it): mark the file
       // transferred now, so that replenishment places the other copies in this reconcile rather than the next one.
       if (!transferred && readyCount(next) > readyBefore) transferred = await this.handleDataSource(next, topo);
-      next.status.diskLastRefAtMap = this.lastRefMap(next, disksInUse);
       const placed = await this.replenish(next, topo, transferred);
       if (placed) {
         // EXTENSION: the new copies are written to the image's spec now and handed to their managers in this
         // reconcile (Longhorn adds an image to a manager's spec at the reconcile after the one that placed the copy).
         cur = await this.writeSpec(cur, next);
-        // the new disks' last-reference times go in this reconcile's status write, not in one more write after it
-        next.status.diskLastRefAtMap = this.lastRefMap(next, disksInUse);
         this.event(bi, placed.type, placed.reason, placed.message);
         await this.handleManagers(next, topo);
       }
+      // after the placement: the new disks' last-reference times go in this reconcile's status write
+      next.status.diskLastRefAtMap = this.lastRefMap(next, disksInUse);
       this.evict(next, disksInUse);
       await this.prestartManagers(next, topo);
     }

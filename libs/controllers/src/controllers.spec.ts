@@ -3,7 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
-import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupBackingImageKind, BackupTargetKind, NodeKind, ReplicaKind, SettingKind, type BackingImage, type BackingImageDataSource } from './kinds.js';
+import type { KubeObject, ResourceKind, Stored } from '@bis/datastore';
+import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, BackupBackingImageKind, BackupTargetKind, NodeKind, ReplicaKind, SettingKind, type BackingImage } from './kinds.js';
 import { Annotation, replicaLabels } from './names.js';
 import { FAST_TIMING, NS, startHarness, waitFor, type Harness } from './test-support/harness.js';
 
@@ -26,6 +27,24 @@ const waitReady = (name: string, n: number, timeoutMs = 10_000) =>
 
 async function setSetting(name: string, value: string) {
   await h!.store.create(SettingKind, { apiVersion: LONGHORN_API_VERSION, kind: 'Setting', metadata: { name, namespace: NS }, value });
+}
+
+/** Every version of `kind` the store commits (created or changed) until `stop()`, which returns them. */
+function recordVersions<T extends KubeObject>(kind: ResourceKind<T>): { stop: () => Promise<Stored<T>[]> } {
+  const versions: Stored<T>[] = [];
+  const stopWatch = new AbortController();
+  const watching = (async () => {
+    for await (const ev of h!.store.watch(kind, { namespace: NS, signal: stopWatch.signal })) {
+      if (ev.type === 'ADDED' || ev.type === 'MODIFIED') versions.push(ev.object);
+    }
+  })().catch(() => undefined);
+  return {
+    stop: async () => {
+      stopWatch.abort();
+      await watching;
+      return versions;
+    },
+  };
 }
 
 describe('backing image controllers over the embedded store', () => {
@@ -53,17 +72,10 @@ describe('backing image controllers over the embedded store', () => {
   it('a data source whose workload runs as soon as it started gets its address and ip in the status write of its start', async () => {
     h = await startHarness();
     const sum = h.sim.serve(URL, DATA);
-    const seen: BackingImageDataSource[] = [];
-    const stopWatch = new AbortController();
-    const watching = (async () => {
-      for await (const ev of h!.store.watch(BackingImageDataSourceKind, { namespace: NS, signal: stopWatch.signal })) {
-        if (ev.type === 'ADDED' || ev.type === 'MODIFIED') seen.push(ev.object);
-      }
-    })().catch(() => undefined);
+    const recording = recordVersions(BackingImageDataSourceKind);
     await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
     await waitReady('parrot', 1);
-    stopWatch.abort();
-    await watching;
+    const seen = await recording.stop();
     // the first version that shows the start (the download's parameters, no message) already has the workload's ip
     // and address: no write of a started data source without them
     const started = seen.find((b) => b.status?.runningParameters?.['url'] === URL && b.status?.message === '');
@@ -75,17 +87,10 @@ describe('backing image controllers over the embedded store', () => {
   it("the placed copies' last-reference times are written with the placement's status, not in a write of their own", async () => {
     h = await startHarness();
     const sum = h.sim.serve(URL, DATA);
-    const versions: BackingImage[] = [];
-    const stopWatch = new AbortController();
-    const watching = (async () => {
-      for await (const ev of h!.store.watch(BackingImageKind, { namespace: NS, signal: stopWatch.signal })) {
-        if (ev.type === 'ADDED' || ev.type === 'MODIFIED') versions.push(ev.object);
-      }
-    })().catch(() => undefined);
+    const recording = recordVersions(BackingImageKind);
     await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 3 });
     await waitReady('parrot', 3);
-    stopWatch.abort();
-    await watching;
+    const versions = await recording.stop();
     const onlyLastRefs = versions.slice(1).filter((v, i) => {
       const prev = versions[i]!;
       if (JSON.stringify(prev.spec) !== JSON.stringify(v.spec)) return false;
@@ -99,17 +104,7 @@ describe('backing image controllers over the embedded store', () => {
 
   it('a data source that is ready soon after it started has no in-progress write; a long one shows its progress', async () => {
     h = await startHarness(undefined, { timing: { ...FAST_TIMING, dataSourceTransientWriteMs: 1500 } });
-    const states = new Map<string, string[]>();
-    const stopWatch = new AbortController();
-    const watching = (async () => {
-      for await (const ev of h!.store.watch(BackingImageDataSourceKind, { namespace: NS, signal: stopWatch.signal })) {
-        if (ev.type !== 'MODIFIED') continue;
-        const list = states.get(ev.object.metadata.name) ?? [];
-        const st = ev.object.status?.currentState ?? '';
-        if (list[list.length - 1] !== st) list.push(st);
-        states.set(ev.object.metadata.name, list);
-      }
-    })().catch(() => undefined);
+    const recording = recordVersions(BackingImageDataSourceKind);
     // ready 100 ms after it started: within the 1.5 s, the in-progress answer is not written
     h.sim.transferMs = 100;
     const quick = 'http://127.0.0.1:8080/quick.raw';
@@ -120,8 +115,14 @@ describe('backing image controllers over the embedded store', () => {
     const slow = 'http://127.0.0.1:8080/slow.raw';
     await h.cm.actions.create({ name: 'slow', sourceType: 'download', parameters: { url: slow }, expectedChecksum: h.sim.serve(slow, DATA), minNumberOfCopies: 1 });
     await waitReady('slow', 1);
-    stopWatch.abort();
-    await watching;
+    // each data source's states in the order they were written (repeats folded)
+    const states = new Map<string, string[]>();
+    for (const v of await recording.stop()) {
+      const list = states.get(v.metadata.name) ?? [];
+      const st = v.status?.currentState ?? '';
+      if (list[list.length - 1] !== st) list.push(st);
+      states.set(v.metadata.name, list);
+    }
     expect(states.get('quick')).toContain('ready-for-transfer');
     expect(states.get('quick')).not.toContain('in-progress');
     expect(states.get('slow')).toEqual(expect.arrayContaining(['in-progress', 'ready-for-transfer']));

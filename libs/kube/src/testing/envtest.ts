@@ -170,41 +170,40 @@ export class ControlPlane {
       // Each process gets its ports just before it starts, and starts again on new ports when one was taken
       // meanwhile (another test's process may bind a port between our check and the server's own bind).
       let etcdUrl = '';
-      for (let attempt = 1; ; attempt++) {
+      const etcdReady = await startUntilReady(timeout, async () => {
         const [etcdPort, peerPort] = [await pickPort(), await pickPort()];
-        etcdUrl = `http://127.0.0.1:${etcdPort}`;
+        const clientUrl = `http://127.0.0.1:${etcdPort}`;
         const peerUrl = `http://127.0.0.1:${peerPort}`;
         const dataDir = path.join(wd, 'etcd-data');
         await fsp.rm(dataDir, { recursive: true, force: true });
+        etcdUrl = clientUrl;
         etcd = startProcess(path.join(assets, 'etcd'), [
           '--name=default',
           `--data-dir=${dataDir}`,
-          `--listen-client-urls=${etcdUrl}`,
-          `--advertise-client-urls=${etcdUrl}`,
+          `--listen-client-urls=${clientUrl}`,
+          `--advertise-client-urls=${clientUrl}`,
           `--listen-peer-urls=${peerUrl}`,
           `--initial-advertise-peer-urls=${peerUrl}`,
           `--initial-cluster=default=${peerUrl}`,
           '--listen-metrics-urls=',
           '--unsafe-no-fsync',
         ], path.join(wd, 'etcd.log'));
-        const started = etcd;
-        try {
-          await waitUntil(timeout, started, path.join(wd, 'etcd.log'), async () => {
-            const res = await fetch(`${etcdUrl}/health`, { signal: AbortSignal.timeout(5000) });
+        return {
+          child: etcd,
+          logFile: path.join(wd, 'etcd.log'),
+          ready: async () => {
+            const res = await fetch(`${clientUrl}/health`, { signal: AbortSignal.timeout(5000) });
             return res.ok && ((await res.json()) as { health?: string }).health === 'true';
-          });
-          break;
-        } catch (err) {
-          if (attempt >= PORT_ATTEMPTS || !isPortClash(err)) throw err;
-          await stopGroup(started);
-        }
-      }
+          },
+        };
+      });
 
       const ca = await fsp.readFile(path.join(pki, 'ca.crt'), 'utf8');
       let url = '';
-      for (let attempt = 1; ; attempt++) {
+      const apiServerReady = await startUntilReady(timeout, async () => {
         const apiPort = await pickPort();
-        url = `https://127.0.0.1:${apiPort}`;
+        const apiUrl = `https://127.0.0.1:${apiPort}`;
+        url = apiUrl;
         apiServer = startProcess(path.join(assets, 'kube-apiserver'), [
           `--etcd-servers=${etcdUrl}`,
           '--bind-address=127.0.0.1',
@@ -225,20 +224,16 @@ export class ControlPlane {
           '--allow-privileged=true',
           ...(opts.apiServerArgs ?? []),
         ], path.join(wd, 'kube-apiserver.log'));
-        const started = apiServer;
-        const readyUrl = `${url}/readyz`;
-        try {
-          await waitUntil(timeout, started, path.join(wd, 'kube-apiserver.log'), async () => {
-            const res = await httpsGet(readyUrl, ca);
+        return {
+          child: apiServer,
+          logFile: path.join(wd, 'kube-apiserver.log'),
+          ready: async () => {
+            const res = await httpsGet(`${apiUrl}/readyz`, ca);
             return res.status === 200 && res.body === 'ok';
-          });
-          break;
-        } catch (err) {
-          if (attempt >= PORT_ATTEMPTS || !isPortClash(err)) throw err;
-          await stopGroup(started);
-        }
-      }
-      return new ControlPlane(wd, url, etcdUrl, ca, adminToken, userToken, etcd, apiServer, serviceRange);
+          },
+        };
+      });
+      return new ControlPlane(wd, url, etcdUrl, ca, adminToken, userToken, etcdReady, apiServerReady, serviceRange);
     } catch (err) {
       await stopGroup(apiServer);
       await stopGroup(etcd);
@@ -364,6 +359,26 @@ function startProcess(bin: string, args: string[], logFile: string): ChildProces
   child.once('error', () => log.end());
   track(child);
   return child;
+}
+
+/**
+ * Starts a server with `launch` (which picks its ports and spawns it) and waits until `ready` (returns the started process); when it failed because
+ * a port was taken between the pick and its bind, stops it and launches again on new ports (up to PORT_ATTEMPTS).
+ */
+async function startUntilReady(
+  timeoutMs: number,
+  launch: () => Promise<{ child: ChildProcess; logFile: string; ready: () => Promise<boolean> }>,
+): Promise<ChildProcess> {
+  for (let attempt = 1; ; attempt++) {
+    const { child, logFile, ready } = await launch();
+    try {
+      await waitUntil(timeoutMs, child, logFile, ready);
+      return child;
+    } catch (err) {
+      if (attempt >= PORT_ATTEMPTS || !isPortClash(err)) throw err;
+      await stopGroup(child);
+    }
+  }
 }
 
 async function waitUntil(timeoutMs: number, child: ChildProcess, logFile: string, ready: () => Promise<boolean>): Promise<void> {
