@@ -1,5 +1,5 @@
 import type { KubeObject, ResourceKind, Stored } from '@bis/datastore';
-import { isNotFound } from '@bis/datastore';
+import { cloneObject, isNotFound, sameValue } from '@bis/datastore';
 import type { ControllerContext } from './base-controller.js';
 import { BackingImageKind, BackingImageManagerKind, NodeKind, ReplicaKind, type BackingImage, type Node, type Replica } from './kinds.js';
 import { Label } from './names.js';
@@ -7,7 +7,8 @@ import { SettingName } from './settings.js';
 import { isNodeDown, Topology } from './topology.js';
 import type { SelectorPolicy } from './rules.js';
 
-export const clone = <T>(v: T): T => structuredClone(v);
+export const clone = <T>(v: T): T => cloneObject(v);
+export { sameValue };
 
 /**
  * The backing image an event is about, by name: the cached object (with its uid, so `kubectl describe` finds the
@@ -18,56 +19,7 @@ export function imageRef(ctx: ControllerContext, name: string): { kind: string; 
   return bi ?? { kind: 'BackingImage', metadata: { name, namespace: ctx.namespace } };
 }
 
-/** Stable JSON used to detect changes (key order independent). */
-export function canonical(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (v && typeof v === 'object') {
-    const o = v as Record<string, unknown>;
-    return `{${Object.keys(o)
-      .filter((k) => o[k] !== undefined)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonical(o[k])}`)
-      .join(',')}}`;
-  }
-  return JSON.stringify(v) ?? 'null';
-}
 
-/**
- * Structural equality with {@link canonical}'s meaning (key order and keys holding `undefined` do not matter), without
- * building strings: shared sub-objects compare by reference first, so comparing a large status with a copy-on-write
- * edit of it costs one pointer check per untouched entry.
- */
-export function sameValue(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return jsonScalar(a) === jsonScalar(b);
-  const aa = Array.isArray(a);
-  if (aa !== Array.isArray(b)) return false;
-  if (aa) {
-    const x = a as unknown[];
-    const y = b as unknown[];
-    if (x.length !== y.length) return false;
-    for (let i = 0; i < x.length; i++) if (!sameValue(x[i] ?? null, y[i] ?? null)) return false;
-    return true;
-  }
-  const x = a as Record<string, unknown>;
-  const y = b as Record<string, unknown>;
-  let nx = 0;
-  for (const k in x) {
-    if (!Object.prototype.hasOwnProperty.call(x, k) || x[k] === undefined) continue;
-    nx++;
-    if (!Object.prototype.hasOwnProperty.call(y, k) || y[k] === undefined || !sameValue(x[k], y[k])) return false;
-  }
-  let ny = 0;
-  for (const k in y) if (Object.prototype.hasOwnProperty.call(y, k) && y[k] !== undefined) ny++;
-  return nx === ny;
-}
-
-/** What a non-object renders as in {@link canonical}: undefined, functions, symbols, NaN and ±Infinity render as null. */
-function jsonScalar(v: unknown): unknown {
-  if (v === undefined || typeof v === 'function' || typeof v === 'symbol') return null;
-  if (typeof v === 'number' && !Number.isFinite(v)) return null;
-  return v;
-}
 
 export const changed = (a: unknown, b: unknown): boolean => !sameValue(a, b);
 

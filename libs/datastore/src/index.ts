@@ -38,4 +38,5 @@ export {
   type RandomSource,
 } from './retry.js';
 export { SharedInformers } from './informer.js';
+export { cloneObject, sameValue } from './json-value.js';
 export { Controller, type ControllerMetrics } from './controller.js';

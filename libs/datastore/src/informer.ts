@@ -1,3 +1,4 @@
+import { cloneObject } from './json-value.js';
 import type { Datastore } from './datastore.js';
 import { isGone } from './errors.js';
 import { compileSelector } from './label-selector.js';
@@ -67,11 +68,11 @@ export class Informer<T extends KubeObject> {
   }
   get(name: string, namespace?: string): Stored<T> | undefined {
     const o = this.cache.get(namespace ? `${namespace}/${name}` : name);
-    return o ? structuredClone(o) : undefined;
+    return o ? cloneObject(o) : undefined;
   }
   list(selector?: LabelSelector): Stored<T>[] {
     const sel = compileSelector(selector);
-    return [...this.cache.values()].filter((o) => sel.matches(o.metadata.labels)).map((o) => structuredClone(o));
+    return [...this.cache.values()].filter((o) => sel.matches(o.metadata.labels)).map((o) => cloneObject(o));
   }
   /**
    * The cached object itself, not a copy: read-only, possibly a little stale (like a client-go lister). For loops over

@@ -1,6 +1,7 @@
 import { FOREGROUND_FINALIZER, ORPHAN_FINALIZER } from '../types.js';
 import type { EventRecord } from './log-file.js';
-import { canonical, cleanMeta, clone, k8sTime, kindOfKey, type AnyStored } from './object-rules.js';
+import { sameValue } from '../json-value.js';
+import { cleanMeta, clone, k8sTime, kindOfKey, type AnyStored } from './object-rules.js';
 import type { ObjectTable } from './object-table.js';
 
 export type PropagationPolicy = 'Foreground' | 'Background' | 'Orphan';
@@ -58,7 +59,7 @@ export class GarbageCollector {
       return r;
     }
     const r = this.host.stage(k, 'MODIFIED', next, cur.metadata.labels ?? {});
-    if (next.metadata.deletionTimestamp || canonical(next.metadata.ownerReferences) !== canonical(cur.metadata.ownerReferences)) this.schedule();
+    if (next.metadata.deletionTimestamp || !sameValue(next.metadata.ownerReferences, cur.metadata.ownerReferences)) this.schedule();
     return r;
   }
 

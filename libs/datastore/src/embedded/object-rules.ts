@@ -1,4 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { cloneObject, sameValue } from '../json-value.js';
 import type { CreateOptions } from '../datastore.js';
 import { AlreadyExistsError, InvalidError, StatusError } from '../errors.js';
 import { compileSelector, isValidLabelKey, isValidLabelValue, LabelSelectorError, type CompiledSelector } from '../label-selector.js';
@@ -18,22 +19,9 @@ export const kindKeyOf = (kind: ResourceKind): string => `${groupOf(kind.apiVers
 /** `<kindKey>|<namespace>|<name>`: the key of one object. */
 export const objKey = (k: string, namespace: string | undefined, name: string): string => `${k}|${namespace ?? ''}|${name}`;
 export const kindOfKey = (key: string): string => key.slice(0, key.indexOf('|'));
-export const clone = <T>(v: T): T => structuredClone(v);
+export const clone = <T>(v: T): T => cloneObject(v);
 export const k8sTime = (d: Date): string => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 
-/** Stable JSON for change detection (key order independent). */
-export function canonical(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (v && typeof v === 'object') {
-    const o = v as Record<string, unknown>;
-    return `{${Object.keys(o)
-      .filter((k) => o[k] !== undefined)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonical(o[k])}`)
-      .join(',')}}`;
-  }
-  return JSON.stringify(v) ?? 'null';
-}
 
 /** Everything except metadata and (optionally) status. */
 function bodyOf(o: KubeObject, withStatus: boolean): Record<string, unknown> {
@@ -175,17 +163,18 @@ export function prepareUpdate(kind: ResourceKind, cur: AnyStored, input: KubeObj
       ]);
     }
   }
-  const bodyChanged = canonical(bodyOf(cur, !kind.statusSubresource)) !== canonical(bodyOf(next, !kind.statusSubresource));
+  const bodyChanged = !sameValue(bodyOf(cur, !kind.statusSubresource), bodyOf(next, !kind.statusSubresource));
   if (bodyChanged) next.metadata.generation = cur.metadata.generation + 1;
-  if (!bodyChanged && canonical(next.metadata) === canonical(cur.metadata)) return undefined;
+  if (!bodyChanged && sameValue(next.metadata, cur.metadata)) return undefined;
   return next;
 }
 
 /** The object a status update of `cur` leads to, or undefined when the status is the same. */
 export function prepareStatusUpdate(cur: AnyStored, input: KubeObject): AnyStored | undefined {
-  const next = clone(cur);
-  if (input.status === undefined) delete next.status;
-  else next.status = clone(input.status);
-  if (canonical(next.status) === canonical(cur.status)) return undefined;
+  if (sameValue(input.status, cur.status)) return undefined;
+  // everything but the status is copied from the current object, the status from the input (each once)
+  const { status: _current, ...rest } = cur as AnyStored & { status?: unknown };
+  const next = clone(rest) as AnyStored;
+  if (input.status !== undefined) next.status = clone(input.status);
   return next;
 }
