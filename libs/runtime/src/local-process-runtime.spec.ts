@@ -125,8 +125,8 @@ describe('LocalProcessRuntime', () => {
     const port = await freePort();
     // Listens, then closes its listener after 500 ms, logs when, and keeps running: every probe after that fails.
     const script = `const s = require('net').createServer().listen(${port}, '127.0.0.1', () => setTimeout(() => { s.close(); console.log('closed at ' + Date.now()); }, 500)); setInterval(() => {}, 1000)`;
-    const strict = new LocalProcessRuntime({ probeIntervalMs: 100, probeFailureThreshold: 3 });
-    const lenient = new LocalProcessRuntime({ probeIntervalMs: 100, probeFailureThreshold: 1000 });
+    const strict = new LocalProcessRuntime({ probeIntervalMs: 100, readyProbeIntervalMs: 100, probeFailureThreshold: 3 });
+    const lenient = new LocalProcessRuntime({ probeIntervalMs: 100, readyProbeIntervalMs: 100, probeFailureThreshold: 1000 });
     try {
       const notReadyAt: Record<string, number> = {};
       const closedAt: Record<string, number> = {};
@@ -153,6 +153,33 @@ describe('LocalProcessRuntime', () => {
     } finally {
       await strict.stopAll();
       await lenient.stopAll();
+    }
+  });
+
+  it('probes a ready workload at the ready period, not at the start-up period', async () => {
+    const port = await freePort();
+    // The child counts the connections its listener accepts (every probe is one) and logs the count when asked.
+    const script = `let n = 0; require('net').createServer((c) => { n++; c.destroy(); }).listen(${port}, '127.0.0.1'); process.on('SIGUSR2', () => console.log('accepted ' + n)); setInterval(() => {}, 1000)`;
+    const r = new LocalProcessRuntime({ probeIntervalMs: 50, readyProbeIntervalMs: 60_000 });
+    try {
+      const started = await r.start({ name: 'quiet', command: NODE, args: ['-e', script], logFile: path.join(dir, 'quiet.log'), readinessPorts: [port] });
+      await waitFor(r, 'quiet', (st) => st.ready);
+      // At the start-up period this would be about 20 more probes; timers fire late under load, never early, so at the
+      // ready period of 60 s none comes within the second.
+      await new Promise((res) => setTimeout(res, 1000));
+      process.kill(started.pid as number, 'SIGUSR2');
+      let log = '';
+      for (let i = 0; i < 500 && !/accepted \d+/.test(log); i++) {
+        log = await fsp.readFile(path.join(dir, 'quiet.log'), 'utf8');
+        if (!/accepted \d+/.test(log)) await new Promise((res) => setTimeout(res, 20));
+      }
+      const accepted = Number(/accepted (\d+)/.exec(log)?.[1]);
+      // the probe that found it ready (and at most one retried connect while it started listening)
+      expect(accepted).toBeGreaterThanOrEqual(1);
+      expect(accepted).toBeLessThanOrEqual(2);
+      expect(r.get('quiet')?.ready).toBe(true);
+    } finally {
+      await r.stopAll();
     }
   });
 

@@ -17,8 +17,15 @@ import {
 export interface LocalProcessRuntimeOptions {
   /** Host the readiness probes connect to. Default 127.0.0.1. */
   probeHost?: string;
-  /** Readiness probe period. Default 500 ms. */
+  /** Readiness probe period until a workload is ready, and after a failed probe. Default 500 ms. */
   probeIntervalMs?: number;
+  /**
+   * Readiness probe period while the workload is ready and its last probe passed (Kubernetes' periodSeconds is 10 s
+   * by default). Default the larger of 5 s and `probeIntervalMs`. A workload that ends is seen at once from its
+   * process; the probe only finds one that runs but stopped accepting connections. At a 200 ms period the probes of 6
+   * ready workloads were 30 loopback connections a second in the standalone controller-manager, 3 % of its CPU.
+   */
+  readyProbeIntervalMs?: number;
   /** How long one probe connect may take. Default the larger of 1 s and the period. */
   probeTimeoutMs?: number;
   /**
@@ -89,6 +96,7 @@ export class LocalProcessRuntime implements WorkloadRuntime {
     this.opts = {
       probeHost: opts.probeHost ?? '127.0.0.1',
       probeIntervalMs: opts.probeIntervalMs ?? 500,
+      readyProbeIntervalMs: opts.readyProbeIntervalMs ?? Math.max(5000, opts.probeIntervalMs ?? 500),
       probeTimeoutMs: opts.probeTimeoutMs ?? Math.max(1000, opts.probeIntervalMs ?? 500),
       probeFailureThreshold: Math.max(1, opts.probeFailureThreshold ?? 3),
       terminationGracePeriodMs: opts.terminationGracePeriodMs ?? 10_000,
@@ -328,7 +336,8 @@ export class LocalProcessRuntime implements WorkloadRuntime {
         this.emit('MODIFIED', w);
       }
       // tick() cannot reject: the probes resolve to true or false.
-      if (w.probeTimer !== undefined) w.probeTimer = setTimeout(() => void tick(), this.opts.probeIntervalMs);
+      const period = w.status.ready && passed ? this.opts.readyProbeIntervalMs : this.opts.probeIntervalMs;
+      if (w.probeTimer !== undefined) w.probeTimer = setTimeout(() => void tick(), period);
     };
     w.probeTimer = setTimeout(() => void tick(), 0);
   }
