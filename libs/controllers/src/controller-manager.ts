@@ -71,7 +71,7 @@ export class ControllerManager {
       nodeID: opts.nodeID,
       dataPlane: opts.dataPlane,
       events: this.events,
-      settings: new SettingsReader(opts.store, namespace, opts.settingDefaults),
+      settings: new SettingsReader(opts.store, namespace, opts.settingDefaults, this.informers),
       secrets: opts.secrets ?? new DatastoreSecretStore(opts.store, namespace),
       informers: this.informers,
       log,

@@ -1,4 +1,4 @@
-import type { Datastore } from '@bis/datastore';
+import type { Datastore, SharedInformers } from '@bis/datastore';
 import { isNotFound } from '@bis/datastore';
 import { SettingKind } from './kinds.js';
 
@@ -34,22 +34,33 @@ export const SETTING_DEFAULTS: Readonly<Record<SettingName, string>> = {
   'backing-image-scrub-bandwidth': String(50 * 1024 * 1024),
 };
 
-/** Reads settings from the datastore (`Setting` objects named after the setting), falling back to the defaults. */
+/**
+ * Reads settings (`Setting` objects named after the setting), falling back to the defaults. With `informers`, from
+ * their cache of settings once it has synced (as Longhorn's controllers read settings through listers): the
+ * controllers read settings many times per reconcile, and each store read was a copy of the object (in Kubernetes
+ * mode, a request to the API server). Before the cache has synced, and without it, from the store.
+ */
 export class SettingsReader {
   constructor(
     private readonly store: Datastore,
     private readonly namespace: string,
     private readonly overrides: Partial<Record<SettingName, string>> = {},
+    private readonly informers?: Pick<SharedInformers, 'hasSynced' | 'cachedGet'>,
   ) {}
 
   async get(name: SettingName): Promise<string> {
+    const value = this.informers?.hasSynced(SettingKind) ? this.informers.cachedGet(SettingKind, name)?.value : await this.stored(name);
+    if (typeof value === 'string' && value !== '') return value;
+    return this.overrides[name] ?? SETTING_DEFAULTS[name];
+  }
+
+  private async stored(name: SettingName): Promise<string | undefined> {
     try {
-      const s = await this.store.get(SettingKind, name, this.namespace);
-      if (typeof s.value === 'string' && s.value !== '') return s.value;
+      return (await this.store.get(SettingKind, name, this.namespace)).value;
     } catch (err) {
       if (!isNotFound(err)) throw err;
+      return undefined;
     }
-    return this.overrides[name] ?? SETTING_DEFAULTS[name];
   }
 
   async int(name: SettingName): Promise<number> {
