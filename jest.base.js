@@ -1,4 +1,8 @@
 // Shared jest configuration: native ESM, TypeScript transformed by @swc/jest.
+// Every embedded store of the tests (and of the processes they start) deep-freezes its committed objects: a reader that
+// changes an object it got shared (listShared, getShared, an informer's cache) fails its test instead of silently
+// changing the store's state.
+process.env.BIS_DATASTORE_FREEZE ??= '1';
 // Workspace packages resolve to their TypeScript sources through the "development" export condition.
 export default {
   testEnvironment: 'node',

@@ -23,6 +23,16 @@ export function imageRef(ctx: ControllerContext, name: string): { kind: string; 
 
 export const changed = (a: unknown, b: unknown): boolean => !sameValue(a, b);
 
+/** `read()` (a shared read of the store), or undefined when the object does not exist. */
+export function shareOrUndefined<T>(read: () => T): T | undefined {
+  try {
+    return read();
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
+}
+
 export async function getOrUndefined<T>(p: Promise<T>): Promise<T | undefined> {
   try {
     return await p;

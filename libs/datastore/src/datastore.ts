@@ -47,6 +47,8 @@ export interface Datastore {
  */
 export interface SharedReads {
   listShared<T extends KubeObject>(kind: ResourceKind<T>, opts?: ListOptions): { items: readonly Stored<T>[]; resourceVersion: string };
+  /** `get` without the copy: the committed object itself (NotFoundError when absent). */
+  getShared<T extends KubeObject>(kind: ResourceKind<T>, name: string, namespace?: string): Stored<T>;
 }
 
 /** `store` as {@link SharedReads} when it offers them (the embedded store does; a Kubernetes API server does not). */

@@ -110,6 +110,8 @@ export class Informer<T extends KubeObject> {
             labelSelector: this.opts.labelSelector,
             resourceVersion: rv,
             signal,
+            // the cache and the handlers only read: no copy per event (see WatchOptions.shared)
+            shared: true,
           })) {
             rv = ev.object.metadata.resourceVersion;
             if (ev.type === 'BOOKMARK') continue;

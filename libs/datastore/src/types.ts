@@ -120,6 +120,11 @@ export interface WatchOptions extends ListOptions {
   bookmarkIntervalMs?: number;
   /** Ends the watch (the iterator returns). */
   signal?: AbortSignal;
+  /**
+   * The watcher only reads the objects it gets (an informer's cache): a store that can (the embedded one) then hands
+   * out its committed objects themselves instead of a copy per event and watcher (see {@link SharedReads}).
+   */
+  shared?: boolean;
 }
 
 export type PropagationPolicy = 'Foreground' | 'Background' | 'Orphan';

@@ -62,6 +62,43 @@ describe('EmbeddedDatastore on disk', () => {
     await s.close();
   });
 
+  it('getShared and a shared watch hand out the committed objects; a plain watch and get hand out copies; frozen when asked', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir, freezeCommitted: true });
+    const ac = new AbortController();
+    try {
+      await s.create(WidgetKind, w('a'));
+      const shared = s.getShared(WidgetKind, 'a', 'ns');
+      expect(shared).toBe(s.listShared(WidgetKind, { namespace: 'ns' }).items[0]);
+      expect(() => s.getShared(WidgetKind, 'missing', 'ns')).toThrow(/not found/);
+      const rv = shared.metadata.resourceVersion;
+      const sharedWatch = s.watch(WidgetKind, { namespace: 'ns', resourceVersion: rv, shared: true, signal: ac.signal })[Symbol.asyncIterator]();
+      const plainWatch = s.watch(WidgetKind, { namespace: 'ns', resourceVersion: rv, signal: ac.signal })[Symbol.asyncIterator]();
+      const initial = s.watch(WidgetKind, { namespace: 'ns', shared: true, signal: ac.signal })[Symbol.asyncIterator]();
+      expect((await initial.next()).value?.object).toBe(shared);
+      const updated = await s.update(WidgetKind, { ...(await s.get(WidgetKind, 'a', 'ns')), spec: { size: 2 } });
+      const committed = s.getShared(WidgetKind, 'a', 'ns');
+      expect(committed).not.toBe(shared);
+      expect(committed).toEqual(updated);
+      const viaShared = (await sharedWatch.next()).value?.object;
+      const viaPlain = (await plainWatch.next()).value?.object;
+      expect(viaShared).toBe(committed);
+      expect(viaPlain).not.toBe(committed);
+      expect(viaPlain).toEqual(committed);
+      // the committed objects are frozen: a reader that changes one throws; copies stay writable
+      expect(Object.isFrozen(committed.spec)).toBe(true);
+      expect(() => {
+        (committed.spec as { size: number }).size = 99;
+      }).toThrow(TypeError);
+      viaPlain!.spec.size = 98;
+      updated.spec.size = 97;
+      (await s.get(WidgetKind, 'a', 'ns')).spec.size = 96;
+      expect(s.getShared(WidgetKind, 'a', 'ns').spec.size).toBe(2);
+    } finally {
+      ac.abort();
+      await s.close();
+    }
+  });
+
   it('drops a torn last line (an unacknowledged append) and keeps everything before it', async () => {
     const s = await EmbeddedDatastore.open({ dataDir: dir });
     await s.create(WidgetKind, w('a'));

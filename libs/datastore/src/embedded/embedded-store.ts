@@ -51,6 +51,12 @@ export interface EmbeddedDatastoreOptions {
    * hook holds the batch like a slow disk; a throw fails the batch exactly like an I/O error (fault injection).
    */
   beforeLogSync?: (batch: LogBatchInfo) => void | Promise<void>;
+  /**
+   * Deep-freeze every committed object, so that a reader that changes an object it got shared (`listShared`,
+   * `getShared`, a `shared` watch) throws instead of changing the store's state (tests; costs a pass over each
+   * object written). Default: on when the environment has `BIS_DATASTORE_FREEZE=1` (the workspace's jest sets it).
+   */
+  freezeCommitted?: boolean;
 }
 
 
@@ -92,7 +98,7 @@ export class EmbeddedDatastore implements Datastore, SharedReads {
   ) {
     this.now = opts.now ?? (() => new Date());
     this.history = new WatchHistory(Math.max(1, opts.historyLimit ?? 1000), Math.max(1, opts.historyMaxBytes ?? 16 * 1024 * 1024));
-    this.commit = new GroupCommit(this.table, wal, this.history);
+    this.commit = new GroupCommit(this.table, wal, this.history, opts.freezeCommitted ?? process.env['BIS_DATASTORE_FREEZE'] === '1');
     this.gc = new GarbageCollector({
       table: this.table,
       stage: (k, type, object, prevLabels) => this.commit.stage(k, type, object, prevLabels),
@@ -163,6 +169,13 @@ export class EmbeddedDatastore implements Datastore, SharedReads {
     const sel = selectorOrInvalid(kind, opts.labelSelector);
     const items = this.table.matching(kindKeyOf(kind), kind.namespaced ? opts.namespace : undefined, sel);
     return { items: items.map((o) => clone(o) as Stored<T>), resourceVersion: String(this.table.rv) };
+  }
+
+  /** {@link SharedReads}: `get` without the copy (the committed object is replaced on write, never changed). */
+  getShared<T extends KubeObject>(kind: ResourceKind<T>, name: string, namespace?: string): Stored<T> {
+    const o = this.table.get(objKey(kindKeyOf(kind), kind.namespaced ? namespace : undefined, name));
+    if (!o) throw new NotFoundError(kind, name);
+    return o as Stored<T>;
   }
 
   /** {@link SharedReads}: `list` without the copies (the committed objects are replaced on write, never changed). */

@@ -51,6 +51,8 @@ export class GroupCommit {
     private readonly table: ObjectTable,
     private readonly wal: WriteAheadLog,
     private readonly history: WatchHistory,
+    /** Deep-freeze each committed object (see `EmbeddedDatastoreOptions.freezeCommitted`). */
+    private readonly freeze = false,
   ) {}
 
   get commitStats(): CommitStats {
@@ -59,6 +61,7 @@ export class GroupCommit {
 
   /** Applies one durable change (from a batch, or from the log at open) to the committed state and the history. */
   applyCommitted(ev: EventRecord, size: number): void {
+    if (this.freeze) deepFreeze(ev.object);
     this.table.applyCommitted(ev);
     this.history.push(ev, size);
   }
@@ -144,4 +147,10 @@ export class GroupCommit {
     behind?.reject(internalError(`datastore log write failed for an earlier change this one was validated against, the change was not applied: ${why}`, err));
     // Changes staged during the rollback were validated against the committed state: they stay in `openBatch`.
   }
+}
+
+function deepFreeze(v: unknown): void {
+  if (typeof v !== 'object' || v === null || Object.isFrozen(v)) return;
+  Object.freeze(v);
+  for (const x of Object.values(v)) deepFreeze(x);
 }

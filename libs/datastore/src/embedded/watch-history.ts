@@ -2,7 +2,7 @@ import { GoneError, StatusError } from '../errors.js';
 import type { CompiledSelector } from '../label-selector.js';
 import type { KubeObject, ResourceKind, Stored, WatchEvent, WatchOptions } from '../types.js';
 import type { EventRecord } from './log-file.js';
-import { clone, kindKeyOf, selectorOrInvalid, type AnyStored } from './object-rules.js';
+import { clone as copyOf, kindKeyOf, selectorOrInvalid, type AnyStored } from './object-rules.js';
 
 /** What a watch reads besides the history: the committed state. */
 export interface WatchSource {
@@ -79,7 +79,8 @@ export class WatchHistory {
     const signal = opts.signal;
     let cursor: number;
     if (opts.resourceVersion === undefined || opts.resourceVersion === '' || opts.resourceVersion === '0') {
-      const initial = source.matching(k, ns, sel).map((o) => clone(o));
+      const copy = opts.shared ? (o: AnyStored) => o : copyOf;
+      const initial = source.matching(k, ns, sel).map((o) => copy(o));
       cursor = source.rv();
       for (const o of initial) yield { type: 'ADDED', object: o as Stored<T> };
     } else {
@@ -98,7 +99,7 @@ export class WatchHistory {
         const ev = history[i];
         if (ev.rv <= cursor) continue;
         cursor = ev.rv;
-        const out = translate<T>(ev, k, ns, sel);
+        const out = translate<T>(ev, k, ns, sel, opts.shared === true);
         if (out) {
           delivered = true;
           lastSent = Date.now();
@@ -142,16 +143,17 @@ export class WatchHistory {
 }
 
 /** One history event as the watcher of kind `k`, namespace `ns` and selector `sel` sees it (undefined: not at all). */
-function translate<T extends KubeObject>(ev: EventRecord, k: string, ns: string | undefined, sel: CompiledSelector): WatchEvent<T> | undefined {
+function translate<T extends KubeObject>(ev: EventRecord, k: string, ns: string | undefined, sel: CompiledSelector, shared: boolean): WatchEvent<T> | undefined {
   if (ev.k !== k) return undefined;
   const o = ev.object as AnyStored;
+  const give = shared ? (x: AnyStored) => x : copyOf;
   if (ns !== undefined && (o.metadata.namespace ?? '') !== ns) return undefined;
   const now = sel.matches(o.metadata.labels);
   if (ev.type === 'MODIFIED' && ev.pl !== undefined) {
     const before = sel.matches(ev.pl);
-    if (before && !now) return { type: 'DELETED', object: clone(o) as Stored<T> };
-    if (!before && now) return { type: 'ADDED', object: clone(o) as Stored<T> };
+    if (before && !now) return { type: 'DELETED', object: give(o) as Stored<T> };
+    if (!before && now) return { type: 'ADDED', object: give(o) as Stored<T> };
   }
   if (!now) return undefined;
-  return { type: ev.type, object: clone(o) as Stored<T> };
+  return { type: ev.type, object: give(o) as Stored<T> };
 }
