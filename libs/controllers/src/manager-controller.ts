@@ -457,8 +457,10 @@ export class BackingImageManagerController extends Controller {
   private async deleteInvalidFiles(bim: Stored<BackingImageManager>, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>): Promise<void> {
     const { store, namespace } = this.ctx;
     const disk = bim.spec?.diskUUID ?? '';
+    // once the cache has synced it is read without an await per image (a disk may hold thousands)
+    const cached = this.ctx.informers.hasSynced(BackingImageKind);
     for (const [biName, file] of Object.entries({ ...status.backingImageFileMap })) {
-      const bi = await cachedOrGet(this.ctx, BackingImageKind, biName);
+      const bi = cached ? this.ctx.informers.cachedGet(BackingImageKind, biName) : await cachedOrGet(this.ctx, BackingImageKind, biName);
       if (!bi) {
         await this.deleteFile(bim, status, api, biName, file.uuid ?? '');
         continue;
@@ -896,7 +898,9 @@ export class BackingImageManagerController extends Controller {
     m.lastListAt = Date.now();
     const { store, namespace, nodeID } = this.ctx;
     try {
-      const first = await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
+      // only read (the write below spreads it): the committed object where the store shares it, as in reconcileManager
+      const shared = sharedReadsOf(store);
+      const first = shared ? shareOrUndefined(() => shared.getShared(BackingImageManagerKind, name, namespace)) : await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
       if (!first || first.status?.ownerID !== nodeID) return this.stopMonitor(name);
       const listed = await this.ctx.dataPlane.managerClient(m.address).list();
       const map = fileMapFromList(listed);

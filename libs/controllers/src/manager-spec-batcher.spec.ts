@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
-import { EmbeddedDatastore } from '@bis/datastore';
+import { EmbeddedDatastore, isConflict } from '@bis/datastore';
 import { LONGHORN_API_VERSION } from '@bis/crd-types';
 import { BackingImageManagerKind } from './kinds.js';
 import { ManagerSpecBatcher } from './manager-spec-batcher.js';
@@ -38,10 +38,25 @@ describe('ManagerSpecBatcher', () => {
   });
 
   it('retries a write that conflicts with another writer, and fails the additions of a manager that is gone', async () => {
-    const b = new ManagerSpecBatcher(store, NS);
+    // the store as the batcher sees it, counting the conflicts its updates meet
+    let conflicts = 0;
+    const seen = new Proxy(store, {
+      get(target, prop, receiver) {
+        if (prop !== 'update') return Reflect.get(target, prop, receiver) as unknown;
+        return (...args: Parameters<EmbeddedDatastore['update']>) =>
+          store.update(...args).catch((err: unknown) => {
+            if (isConflict(err)) conflicts++;
+            throw err;
+          });
+      },
+    });
+    const b = new ManagerSpecBatcher(seen, NS);
     const cur = await store.get(BackingImageManagerKind, 'bim-1', NS);
-    const both = Promise.all([b.add('bim-1', 'a', 'u-a'), store.update(BackingImageManagerKind, { ...cur, spec: { ...cur.spec, backingImages: { ...cur.spec?.backingImages, other: 'u-o' } } })]);
-    await both;
+    // the other writer's update is staged first: the batcher's write, made from the version before it, conflicts
+    const other = store.update(BackingImageManagerKind, { ...cur, spec: { ...cur.spec, backingImages: { ...cur.spec?.backingImages, other: 'u-o' } } });
+    await Promise.all([other, b.add('bim-1', 'a', 'u-a')]);
+    expect(conflicts).toBe(1);
+    expect(b.stats.writes).toBe(1);
     const m = await store.get(BackingImageManagerKind, 'bim-1', NS);
     expect(m.spec?.backingImages).toMatchObject({ old: 'u-old', other: 'u-o', a: 'u-a' });
     await expect(b.add('bim-2', 'a', 'u-a')).rejects.toThrow(/not found/i);

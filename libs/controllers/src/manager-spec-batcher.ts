@@ -1,4 +1,4 @@
-import type { Datastore } from '@bis/datastore';
+import { sharedReadsOf, type Datastore } from '@bis/datastore';
 import { retryOnConflict } from './actions.js';
 import { BackingImageManagerKind } from './kinds.js';
 
@@ -63,7 +63,9 @@ export class ManagerSpecBatcher {
 
   /** One write of the manager as it is now, with the additions it lacks (none: no write). */
   async #write(bimName: string, batch: Map<string, Addition>): Promise<void> {
-    const cur = await this.store.get(BackingImageManagerKind, bimName, this.namespace);
+    // only read (the write spreads it): the committed object where the store shares it (it lists every image of its disk)
+    const shared = sharedReadsOf(this.store);
+    const cur = shared ? shared.getShared(BackingImageManagerKind, bimName, this.namespace) : await this.store.get(BackingImageManagerKind, bimName, this.namespace);
     if (cur.metadata.deletionTimestamp) throw new Error(`backing image manager ${bimName} is being deleted`);
     const have = cur.spec?.backingImages ?? {};
     const missing = [...batch].filter(([image, a]) => have[image] !== a.uuid);

@@ -66,8 +66,21 @@ export class Informer<T extends KubeObject> {
       });
     });
   }
+  /**
+   * The cache key: the name alone when the informer watches one namespace (every object it holds is in it, or
+   * cluster-scoped), so that a read by name builds no string (the manager reconcile reads two objects per image of its
+   * disk); `namespace/name` otherwise.
+   */
+  private keyOf(obj: KubeObject): string {
+    return this.opts.namespace !== undefined ? obj.metadata.name : objectKey(obj);
+  }
+  private lookup(name: string, namespace: string | undefined): Stored<T> | undefined {
+    if (this.opts.namespace === undefined) return this.cache.get(namespace ? `${namespace}/${name}` : name);
+    if (namespace !== undefined && namespace !== this.opts.namespace) return undefined;
+    return this.cache.get(name);
+  }
   get(name: string, namespace?: string): Stored<T> | undefined {
-    const o = this.cache.get(namespace ? `${namespace}/${name}` : name);
+    const o = this.lookup(name, namespace);
     return o ? cloneObject(o) : undefined;
   }
   list(selector?: LabelSelector): Stored<T>[] {
@@ -79,7 +92,7 @@ export class Informer<T extends KubeObject> {
    * many objects where a copy per read would dominate; writes based on it may conflict and are retried.
    */
   peek(name: string, namespace?: string): Stored<T> | undefined {
-    return this.cache.get(namespace ? `${namespace}/${name}` : name);
+    return this.lookup(name, namespace);
   }
   /** Every cached object itself (read-only, see `peek`). */
   peekAll(): Stored<T>[] {
@@ -134,7 +147,7 @@ export class Informer<T extends KubeObject> {
     const { items, resourceVersion } = await this.opts.store.list(this.opts.kind, { namespace: this.opts.namespace, labelSelector: this.opts.labelSelector });
     const seen = new Set<string>();
     for (const o of items) {
-      seen.add(objectKey(o));
+      seen.add(this.keyOf(o));
       this.apply('ADDED', o);
     }
     for (const [key, o] of [...this.cache]) if (!seen.has(key)) this.apply('DELETED', o);
@@ -146,7 +159,7 @@ export class Informer<T extends KubeObject> {
   }
 
   private apply(type: 'ADDED' | 'MODIFIED' | 'DELETED', obj: Stored<T>): void {
-    const key = objectKey(obj);
+    const key = this.keyOf(obj);
     const old = this.cache.get(key);
     if (type === 'DELETED') {
       if (!old) return;

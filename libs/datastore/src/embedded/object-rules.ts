@@ -138,7 +138,9 @@ export function prepareCreate(
  * from the input; a body change bumps the generation. No finalizer may be added once deletion has started.
  */
 export function prepareUpdate(kind: ResourceKind, cur: AnyStored, input: KubeObject): AnyStored | undefined {
-  const obj = clone(input);
+  // With a status subresource the input's status is ignored: it is not copied.
+  const { status: inputStatus, ...inputRest } = input as KubeObject & { status?: unknown };
+  const obj = clone(kind.statusSubresource ? (inputRest as KubeObject) : ({ ...inputRest, status: inputStatus } as KubeObject));
   const causes = validateCommon(kind, obj);
   if (causes.length) throw new InvalidError(kind, cur.metadata.name, causes);
   const next: AnyStored = {
@@ -153,7 +155,8 @@ export function prepareUpdate(kind: ResourceKind, cur: AnyStored, input: KubeObj
       ownerReferences: obj.metadata.ownerReferences,
     },
   } as AnyStored;
-  if (kind.statusSubresource && cur.status !== undefined) next.status = clone(cur.status);
+  // The committed objects are never changed (a write replaces them), so the next version shares the current status.
+  if (kind.statusSubresource && cur.status !== undefined) next.status = cur.status;
   cleanMeta(next);
   if (cur.metadata.deletionTimestamp) {
     const added = (next.metadata.finalizers ?? []).filter((f) => !(cur.metadata.finalizers ?? []).includes(f));
@@ -172,9 +175,10 @@ export function prepareUpdate(kind: ResourceKind, cur: AnyStored, input: KubeObj
 /** The object a status update of `cur` leads to, or undefined when the status is the same. */
 export function prepareStatusUpdate(cur: AnyStored, input: KubeObject): AnyStored | undefined {
   if (sameValue(input.status, cur.status)) return undefined;
-  // everything but the status is copied from the current object, the status from the input (each once)
+  // The committed objects are never changed (a write replaces them), so the next version shares everything but its
+  // metadata (which gets the new resourceVersion) and its status (copied from the input) with the current one.
   const { status: _current, ...rest } = cur as AnyStored & { status?: unknown };
-  const next = clone(rest) as AnyStored;
+  const next = { ...rest, metadata: { ...cur.metadata } } as AnyStored;
   if (input.status !== undefined) next.status = clone(input.status);
   return next;
 }
