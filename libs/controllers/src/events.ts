@@ -205,6 +205,46 @@ interface Kept {
 }
 
 /**
+ * The kept events, oldest first (a Map keeps insertion order: a repeat moves its event to the end), with a count per
+ * involved object, so that pruning after each write costs in proportion to what it drops, not to the events kept (it
+ * filtered all 5,000 twice per write: 2.5 % of the controller-manager's CPU at 1,000 images).
+ */
+class KeptEvents {
+  readonly byName = new Map<string, Kept>();
+  private readonly perObject = new Map<string, number>();
+
+  constructor(sorted: Kept[]) {
+    for (const k of sorted) this.add(k);
+  }
+  get size(): number {
+    return this.byName.size;
+  }
+  count(obj: string): number {
+    return this.perObject.get(obj) ?? 0;
+  }
+  add(k: Kept): void {
+    this.byName.set(k.name, k);
+    this.perObject.set(k.obj, this.count(k.obj) + 1);
+  }
+  /** A repeat: the event is the newest now. */
+  touch(name: string, time: string): void {
+    const k = this.byName.get(name);
+    if (!k) return;
+    this.byName.delete(name);
+    k.time = time;
+    this.byName.set(name, k);
+  }
+  remove(k: Kept): boolean {
+    if (this.byName.get(k.name) !== k) return false;
+    this.byName.delete(k.name);
+    const n = this.count(k.obj) - 1;
+    if (n > 0) this.perObject.set(k.obj, n);
+    else this.perObject.delete(k.obj);
+    return true;
+  }
+}
+
+/**
  * What every sink that keeps events somewhere shares: each event is logged at once and written in the background.
  * The events of one object are written one at a time, in the order recorded (a repeat folds into the last one); those
  * of different objects at the same time, at most `concurrency` writes at once (8), so that a store or API server that
@@ -286,7 +326,7 @@ export abstract class QueuedEventSink<Time> implements EventSink {
 export class StoreEventRecorder extends QueuedEventSink<string> {
   private seq = 0;
   /** Kept events, oldest first (loaded from the store on the first write). */
-  private keptLoad?: Promise<Kept[]>;
+  private keptLoad?: Promise<KeptEvents>;
   /** Last event per object (`kind/name`): folded repeats. */
   private readonly last = new Map<string, Stored<CoreEvent>>();
   private readonly perObject: number;
@@ -313,10 +353,10 @@ export class StoreEventRecorder extends QueuedEventSink<string> {
       .sort((a, b) => a.time.localeCompare(b.time) || (a.firstTime ?? '').localeCompare(b.firstTime ?? ''));
   }
 
-  private loadKept(): Promise<Kept[]> {
+  private loadKept(): Promise<KeptEvents> {
     // one load, whichever write comes first (writes of different objects run at the same time)
     this.keptLoad ??= this.opts.store.list(EventKind, { namespace: this.opts.namespace }).then(({ items }) =>
-      items.map((e) => ({ name: e.metadata.name, obj: `${e.involvedObject.kind}/${e.involvedObject.name}`, time: e.lastTimestamp ?? '' })).sort((a, b) => a.time.localeCompare(b.time)),
+      new KeptEvents(items.map((e) => ({ name: e.metadata.name, obj: `${e.involvedObject.kind}/${e.involvedObject.name}`, time: e.lastTimestamp ?? '' })).sort((a, b) => a.time.localeCompare(b.time))),
     );
     return this.keptLoad;
   }
@@ -330,12 +370,7 @@ export class StoreEventRecorder extends QueuedEventSink<string> {
       try {
         const saved = await store.update(EventKind, { ...last, count: (last.count ?? 1) + 1, lastTimestamp: time });
         this.last.set(key, saved);
-        const i = kept.findIndex((e) => e.name === saved.metadata.name);
-        if (i >= 0) {
-          const [k] = kept.splice(i, 1);
-          k!.time = time;
-          kept.push(k!);
-        }
+        kept.touch(saved.metadata.name, time);
         return;
       } catch {
         // deleted or changed meanwhile: recorded as a new event
@@ -358,21 +393,35 @@ export class StoreEventRecorder extends QueuedEventSink<string> {
       reportingInstance: this.opts.component ?? '',
     });
     this.last.set(key, saved);
-    kept.push({ name: saved.metadata.name, obj: key, time });
+    kept.add({ name: saved.metadata.name, obj: key, time });
     await this.prune(kept, key);
   }
 
-  private async prune(kept: Kept[], key: string): Promise<void> {
-    const drop: Kept[] = [];
-    const ofObject = kept.filter((e) => e.obj === key);
-    if (ofObject.length > this.perObject) drop.push(...ofObject.slice(0, ofObject.length - this.perObject));
-    const rest = kept.filter((e) => !drop.includes(e));
-    if (rest.length > this.total) drop.push(...rest.slice(0, rest.length - this.total));
+  private async prune(kept: KeptEvents, key: string): Promise<void> {
+    // the oldest events of this object beyond perObject, then the oldest of the rest beyond total
+    const drop = new Set<Kept>();
+    let ofObject = kept.count(key) - this.perObject;
+    let overall = kept.size - this.total;
+    if (ofObject > 0) {
+      for (const e of kept.byName.values()) {
+        if (ofObject <= 0) break;
+        if (e.obj !== key) continue;
+        drop.add(e);
+        ofObject--;
+      }
+    }
+    overall -= drop.size;
+    if (overall > 0) {
+      for (const e of kept.byName.values()) {
+        if (overall <= 0) break;
+        if (drop.has(e)) continue;
+        drop.add(e);
+        overall--;
+      }
+    }
     for (const e of drop) {
       // another object's write may have dropped it meanwhile (they prune at the same time)
-      const i = kept.indexOf(e);
-      if (i < 0) continue;
-      kept.splice(i, 1);
+      if (!kept.remove(e)) continue;
       if (this.last.get(e.obj)?.metadata.name === e.name) this.last.delete(e.obj);
       await this.opts.store.delete(EventKind, e.name, this.opts.namespace).catch((err: unknown) => {
         if (!isNotFound(err)) throw err;
