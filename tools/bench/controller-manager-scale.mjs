@@ -372,6 +372,17 @@ for (let i = 0; i < 200; i++) {
   await req('GET', `/v1/backingimages/img-${i % N}`);
   oneLat.push(performance.now() - t);
 }
+// Reconciles per controller over the whole run (count and seconds), from the controller-manager's own /metrics.
+const reconciles = {};
+{
+  const text = await (await fetch(`${base}/metrics`)).text();
+  for (const m of text.matchAll(/^controller_runtime_reconcile_time_seconds_(count|sum)\{([^}]*)\} (\S+)$/gm)) {
+    const controller = /controller="([^"]*)"/.exec(m[2])?.[1] ?? '?';
+    const r = (reconciles[controller] ??= { count: 0, seconds: 0 });
+    if (m[1] === 'count') r.count += Number(m[3]);
+    else r.seconds = +(r.seconds + Number(m[3])).toFixed(1);
+  }
+}
 readStoreLog();
 const cmMem = status(cm.pid);
 if (snapshotAt[0] === 'end') await heapSnapshot('end');
@@ -409,6 +420,7 @@ const result = {
   writesByKind,
   ...(values['trace-writes'] ? { writeTrace } : {}),
   eventsByReason,
+  reconciles,
   loadAverage: { atStart: loadAtStart, atEnd: os.loadavg().map((l) => +l.toFixed(2)) },
   filesOnDisks: files,
   listBusyMs: { p50: +pct(busyLat, 50).toFixed(1), p99: +pct(busyLat, 99).toFixed(1), n: busyLat.length },
