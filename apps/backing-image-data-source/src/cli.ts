@@ -2,9 +2,10 @@ import { parseHostPort } from '@bis/net-address';
 import { readFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { httpAuthHook, readTokenFile, type InternalAuth } from '@bis/internal-auth';
+import { readTokenFile, type InternalAuth } from '@bis/internal-auth';
 import { createLogger, messageLog } from '@bis/logging';
 import type { DataSourceRunIO } from '@bis/data-source/host';
+import type { InstanceServer } from '@bis/data-source';
 import type { FileSourceKind } from '@bis/file-sources/source-provider';
 import {
   DataSourceConfigError,
@@ -223,14 +224,12 @@ export async function runDataSource(argv: readonly string[], io: DataSourceRunIO
   // prepared: its start cost is paid for every image). A download loads the HTTP client; no source type loads the
   // backup engine before a restore runs, nor the peer transfer, SHA-512 chain and block-mapping modules before the
   // sync service uses them.
-  const [{ loadFileSources }, { SyncService }, { startSyncServer, lazySchemaCompilers }, { DataSource, dataSourceRoutes }, { default: Fastify }] =
-    await Promise.all([
-      import('@bis/file-sources/source-provider'),
-      import('@bis/sync-service/service'),
-      import('@bis/sync-service/server'),
-      import('@bis/data-source'),
-      import('fastify'),
-    ]);
+  const [{ loadFileSources }, { SyncService }, { startSyncServer }, { DataSource, buildDataSourceApp }] = await Promise.all([
+    import('@bis/file-sources/source-provider'),
+    import('@bis/sync-service/service'),
+    import('@bis/sync-service/server'),
+    import('@bis/data-source'),
+  ]);
   const sources = await loadFileSources({
     allowSourceHosts: (s['allow-source-hosts'] ?? '').split(','),
     downloadHeaders,
@@ -262,7 +261,11 @@ export async function runDataSource(argv: readonly string[], io: DataSourceRunIO
     },
   }, SOURCE_KINDS[config.sourceType]);
   const sync = new SyncService({ diskPath, sources, beginTimeoutMs, internalAuth, log });
-  const syncServer = await startSyncServer(sync, syncListen, { auth: internalAuth });
+  // In a data-source host the servers share the host's fastify apps (io.servers); alone, each has its own.
+  const servers = io.servers;
+  const syncServer: InstanceServer = servers
+    ? await servers.listenSync(sync, syncListen, internalAuth)
+    : await startSyncServer(sync, syncListen, { auth: internalAuth }).then((app) => ({ server: app.server, close: () => app.close() }));
   const ds = new DataSource({
     config,
     diskPath,
@@ -275,10 +278,13 @@ export async function runDataSource(argv: readonly string[], io: DataSourceRunIO
     log,
   });
   await ds.start();
-  const app = Fastify({ logger: false, forceCloseConnections: true, schemaController: lazySchemaCompilers() });
-  app.addHook('onRequest', httpAuthHook(internalAuth, { onRefused: (req, reason) => log(`refused ${req.url}: ${reason}`) }));
-  await app.register(dataSourceRoutes, { dataSource: ds });
-  await app.listen({ host: listen.host, port: listen.port });
+  let app: InstanceServer;
+  if (servers) app = await servers.listenDataSource(ds, listen, internalAuth, log);
+  else {
+    const own = await buildDataSourceApp({ dataSource: ds }, { ...(internalAuth ? { auth: internalAuth } : {}), onRefused: (req, reason) => log(`refused ${req.url}: ${reason}`) });
+    await own.listen({ host: listen.host, port: listen.port });
+    app = { server: own.server, close: () => own.close() };
+  }
   log(`data source: internal calls ${!internalAuth ? 'are NOT authenticated (no --internal-token-file)' : allowUnauthenticated ? 'need the token when they send one; calls without a token are admitted' : 'need the token'}`);
   const http = addressOf(app.server);
   log(`data source ${config.name}-${config.uuid} (${config.sourceType}) listening on ${http}`);

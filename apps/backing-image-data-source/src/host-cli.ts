@@ -54,12 +54,15 @@ export async function runDataSourceHostCli(argv: readonly string[]): Promise<num
   delete process.env[CREDENTIAL_ENV];
   delete env[CREDENTIAL_ENV];
   const log = messageLog(createLogger({ component: 'backing-image-data-source-host', bindings: { listen: listenFlag } }));
-  const [{ DataSourceHost }, { dataSourceHostRoutes, HOST_SERVER_OPTIONS }, { default: Fastify }] = await Promise.all([
+  const [{ DataSourceHost }, { dataSourceHostRoutes, HOST_SERVER_OPTIONS }, { default: Fastify }, { SharedInstanceServers }] = await Promise.all([
     import('@bis/data-source/host'),
     import('@bis/data-source-api/host'),
     import('fastify'),
+    import('@bis/data-source'),
   ]);
-  const host = new DataSourceHost({ run: runDataSource, logsDir, maxInstances, env, log });
+  // the instances' servers share fastify apps built once (each instance keeps its own ports)
+  const servers = new SharedInstanceServers();
+  const host = new DataSourceHost({ run: (argv, io) => runDataSource(argv, { ...io, servers }), logsDir, maxInstances, env, log });
   const app = Fastify({ ...HOST_SERVER_OPTIONS, logger: false, forceCloseConnections: true });
   app.addHook('onRequest', httpAuthHook(auth, { onRefused: (req, reason) => log(`refused ${req.url}: ${reason}`) }));
   await app.register(dataSourceHostRoutes, { host });
@@ -71,6 +74,7 @@ export async function runDataSourceHostCli(argv: readonly string[]): Promise<num
   });
   log('shutting down: stopping every instance');
   await host.close();
+  await servers.close();
   await app.close();
   return 0;
 }

@@ -16,6 +16,7 @@ import {
 } from '@bis/data-source-api/host';
 import type { LogDestination } from '@bis/logging';
 import { RotatingLogFile } from '@bis/runtime';
+import type { SharedInstanceServers } from './servers.js';
 
 /** What one data source run is given (the CLI gives the process's; a host gives each instance its own). */
 export interface DataSourceRunIO {
@@ -29,6 +30,8 @@ export interface DataSourceRunIO {
   errors?: (line: string) => void;
   /** Called once both servers listen. */
   onListening?: (addresses: { http: string; sync: string }) => void;
+  /** In a data-source host: the host's shared servers (each data source still listens on its own two ports). */
+  servers?: SharedInstanceServers;
 }
 
 /** One data source run: resolves with an exit code (0 after a stop, 2 for a configuration error). */

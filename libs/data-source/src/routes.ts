@@ -5,9 +5,12 @@ import { Readable } from 'node:stream';
 import { DATA_SOURCE_FILE_PATH, DataSourceAction } from '@bis/data-source-api/contract';
 import { DataSource, DataSourceError } from './data-source.js';
 
-export interface DataSourceRoutesOptions {
-  dataSource: DataSource;
-}
+/**
+ * `dataSource`: the one data source every request goes to; or `dataSourceOf`: the data source of each request, for one
+ * set of routes shared by the servers of several data sources (a data-source host: `SharedInstanceServers`);
+ * undefined when it is gone (404).
+ */
+export type DataSourceRoutesOptions = { dataSource: DataSource } | { dataSourceOf: (req: FastifyRequest) => DataSource | undefined };
 
 function statusOf(err: unknown): number {
   // DataSourceError carries statusCode; a refused path (`@bis/disk-path` DiskPathError) carries httpStatus 400
@@ -48,13 +51,19 @@ async function uploadBody(req: FastifyRequest): Promise<Readable> {
  * (`GET /v1/file?action=uploadOffset`, `POST /v1/file?action=uploadPart&size=&offset=`) and `DELETE /v1/file`.
  */
 export const dataSourceRoutes: FastifyPluginAsync<DataSourceRoutesOptions> = async (app: FastifyInstance, opts) => {
-  const ds = opts.dataSource;
+  const dataSourceOf = 'dataSource' in opts ? () => opts.dataSource : opts.dataSourceOf;
+  const dsOf = (req: FastifyRequest): DataSource => {
+    const ds = dataSourceOf(req);
+    if (!ds) throw new DataSourceError('no data source listens here any more', 404);
+    return ds;
+  };
   await app.register(multipart, { limits: { fileSize: Number.MAX_SAFE_INTEGER, files: 1, parts: 100 } });
   app.addContentTypeParser('application/octet-stream', (_req, payload, done) => done(null, payload));
 
   app.get(DATA_SOURCE_FILE_PATH, async (req, reply) => {
     try {
       const q = req.query as Record<string, string | undefined>;
+      const ds = dsOf(req);
       if (q['action'] === DataSourceAction.UploadOffset) return reply.send(ds.uploadOffset());
       return reply.type('application/json').send(ds.info());
     } catch (e) {
@@ -65,6 +74,7 @@ export const dataSourceRoutes: FastifyPluginAsync<DataSourceRoutesOptions> = asy
   app.post(DATA_SOURCE_FILE_PATH, async (req, reply) => {
     const q = req.query as Record<string, string | undefined>;
     try {
+      const ds = dsOf(req);
       switch (q['action']) {
         case DataSourceAction.Upload: {
           const size = intParam(q, 'size');
@@ -89,8 +99,12 @@ export const dataSourceRoutes: FastifyPluginAsync<DataSourceRoutesOptions> = asy
     }
   });
 
-  app.delete(DATA_SOURCE_FILE_PATH, async (_req, reply) => {
-    await ds.close();
-    return reply.code(200).send();
+  app.delete(DATA_SOURCE_FILE_PATH, async (req, reply) => {
+    try {
+      await dsOf(req).close();
+      return reply.code(200).send();
+    } catch (e) {
+      return sendError(reply, e);
+    }
   });
 };

@@ -8,9 +8,12 @@ import type { SyncService } from './sync-service.js';
 import { SYNC_FILES_PATH, SyncFileAction, SyncFilesAction, decodeFileId } from './sync-api.js';
 import type { DataEngine } from './syncing-file.js';
 
-export interface SyncRoutesOptions {
-  service: SyncService;
-}
+/**
+ * `service`: the one service every request goes to; or `serviceOf`: the service of each request, for one set of routes
+ * shared by the servers of several services (a data-source host: `@bis/data-source`'s `SharedInstanceServers`);
+ * undefined when it is gone (404).
+ */
+export type SyncRoutesOptions = { service: SyncService } | { serviceOf: (req: FastifyRequest) => SyncService | undefined };
 
 type Query = Record<string, string | undefined>;
 
@@ -61,9 +64,14 @@ async function sendError(reply: FastifyReply, err: unknown): Promise<void> {
 
 /** Longhorn's `/v1/files` routes as an encapsulated fastify plugin. */
 export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: FastifyInstance, opts) => {
-  const svc = opts.service;
+  const serviceOf = 'service' in opts ? () => opts.service : opts.serviceOf;
+  const svcOf = (req: FastifyRequest): SyncService => {
+    const svc = serviceOf(req);
+    if (!svc) throw new SyncServiceError('no sync service listens here any more', 404);
+    return svc;
+  };
   // every `{id}` is confined to the disk (`@bis/disk-path`) before anything is looked up, changed or removed
-  const fileIdFromRequest = (req: FastifyRequest): Promise<string> => svc.confineFileId(rawFileId(req));
+  const fileIdFromRequest = (req: FastifyRequest): Promise<string> => svcOf(req).confineFileId(rawFileId(req));
   await app.register(multipart, { limits: { fileSize: Number.MAX_SAFE_INTEGER, files: 16 } });
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
@@ -77,11 +85,17 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
   });
   app.addContentTypeParser('*', (_req, payload, done) => done(null, payload));
 
-  app.get(SYNC_FILES_PATH, async () => svc.list());
+  app.get(SYNC_FILES_PATH, async (req, reply) => {
+    try {
+      return svcOf(req).list();
+    } catch (err) {
+      return sendError(reply, err);
+    }
+  });
 
   app.get(`${SYNC_FILES_PATH}/:id`, async (req, reply) => {
     try {
-      return svc.get(await fileIdFromRequest(req));
+      return svcOf(req).get(await fileIdFromRequest(req));
     } catch (err) {
       return sendError(reply, err);
     }
@@ -89,7 +103,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
 
   app.delete(`${SYNC_FILES_PATH}/:id`, async (req, reply) => {
     try {
-      await svc.delete(await fileIdFromRequest(req));
+      await svcOf(req).delete(await fileIdFromRequest(req));
       return reply.code(200).send();
     } catch (err) {
       return sendError(reply, err);
@@ -99,7 +113,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
   const download = async (req: FastifyRequest, reply: FastifyReply) => {
     try {
       const q = req.query as Query;
-      const h = await svc.openDownload(await fileIdFromRequest(req));
+      const h = await svcOf(req).openDownload(await fileIdFromRequest(req));
       reply.header('Content-Type', 'application/octet-stream');
       if (q['forV2Creation'] === 'true') {
         reply.header('Content-Length', String(h.size));
@@ -126,10 +140,10 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
       const id = await fileIdFromRequest(req);
       switch (q['action']) {
         case SyncFileAction.Forget:
-          await svc.forget(id);
+          await svcOf(req).forget(id);
           break;
         case SyncFileAction.SendToPeer:
-          await svc.sendToPeer(id, str(q, 'to-address'));
+          await svcOf(req).sendToPeer(id, str(q, 'to-address'));
           break;
         default:
           throw new SyncServiceError(`unknown action ${q['action'] ?? ''} for a file`, 400);
@@ -149,6 +163,7 @@ export const syncRoutes: FastifyPluginAsync<SyncRoutesOptions> = async (app: Fas
         diskUUID: str(q, 'disk-uuid'),
         expectedChecksum: str(q, 'expected-checksum'),
       };
+      const svc = svcOf(req);
       switch (q['action']) {
         case SyncFilesAction.Fetch:
           await svc.fetch({
