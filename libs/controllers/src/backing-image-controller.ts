@@ -54,7 +54,10 @@ export class BackingImageController extends Controller {
         ) this.enqueue(n);
       }
     });
-    inf.on(BackingImageDataSourceKind, (_t, o) => this.enqueue(o.metadata.name));
+    // as in Longhorn, a handler for another kind has no resync (the image's own resync brings it back every 30 s)
+    inf.on(BackingImageDataSourceKind, (t, o) => {
+      if (t !== 'RESYNC') this.enqueue(o.metadata.name);
+    });
     inf.on(ReplicaKind, (_t, o, old) => {
       if (o.spec?.backingImage) this.enqueue(o.spec.backingImage);
       if (old?.spec?.backingImage) this.enqueue(old.spec.backingImage);

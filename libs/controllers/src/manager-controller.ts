@@ -131,12 +131,15 @@ export class BackingImageManagerController extends Controller {
     // second while many images are created) reach it gathered, after 20 times its last reconcile's duration (at most
     // managerEventCoalesceMs), which keeps what they cost it to about 5 % of a core however many images it holds.
     const gathered = (name: string) => this.queue.addAfter(name, Math.min(ctx.timing.managerEventCoalesceMs, Math.floor(20 * (this.reconcileMs.get(name) ?? 0))));
-    ctx.informers.on(BackingImageKind, (_t, bi) => {
+    // as in Longhorn, the handlers for other kinds have no resync (the manager's own resync brings it back every 30 s)
+    ctx.informers.on(BackingImageKind, (t, bi) => {
+      if (t === 'RESYNC') return;
       for (const m of ctx.informers.cached(BackingImageManagerKind)) {
         if (m.spec?.backingImages?.[bi.metadata.name] !== undefined || m.metadata.annotations?.[Annotation.PrestartedFor] === bi.metadata.name) gathered(m.metadata.name);
       }
     });
-    ctx.informers.on(BackingImageDataSourceKind, (_t, b) => {
+    ctx.informers.on(BackingImageDataSourceKind, (t, b) => {
+      if (t === 'RESYNC') return;
       for (const m of ctx.informers.cached(BackingImageManagerKind)) if (m.spec?.diskUUID === b.spec?.diskUUID) gathered(m.metadata.name);
     });
     ctx.informers.on(NodeKind, (_t, n) => {
