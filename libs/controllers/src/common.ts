@@ -7,8 +7,7 @@ import { SettingName } from './settings.js';
 import { isNodeDown, Topology } from './topology.js';
 import type { SelectorPolicy } from './rules.js';
 
-export const clone = <T>(v: T): T => cloneObject(v);
-export { sameValue };
+export { cloneObject as clone, sameValue };
 
 /**
  * The backing image an event is about, by name: the cached object (with its uid, so `kubectl describe` finds the
@@ -19,19 +18,7 @@ export function imageRef(ctx: ControllerContext, name: string): { kind: string; 
   return bi ?? { kind: 'BackingImage', metadata: { name, namespace: ctx.namespace } };
 }
 
-
-
 export const changed = (a: unknown, b: unknown): boolean => !sameValue(a, b);
-
-/** `read()` (a shared read of the store), or undefined when the object does not exist. */
-export function shareOrUndefined<T>(read: () => T): T | undefined {
-  try {
-    return read();
-  } catch (err) {
-    if (isNotFound(err)) return undefined;
-    throw err;
-  }
-}
 
 export async function getOrUndefined<T>(p: Promise<T>): Promise<T | undefined> {
   try {

@@ -47,6 +47,16 @@ function recordVersions<T extends KubeObject>(kind: ResourceKind<T>): { stop: ()
   };
 }
 
+/** A new harness; every version of `kind` the store commits while the image `parrot` is created and reaches `copies` ready copies. */
+async function versionsWhileCreating<T extends KubeObject>(kind: ResourceKind<T>, copies: number): Promise<Stored<T>[]> {
+  h = await startHarness();
+  const sum = h.sim.serve(URL, DATA);
+  const recording = recordVersions(kind);
+  await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: copies });
+  await waitReady('parrot', copies);
+  return recording.stop();
+}
+
 describe('backing image controllers over the embedded store', () => {
   it('downloads once, reaches ready on minNumberOfCopies different disks, and releases the data source', async () => {
     h = await startHarness();
@@ -70,12 +80,7 @@ describe('backing image controllers over the embedded store', () => {
   });
 
   it('a data source whose workload runs as soon as it started gets its address and ip in the status write of its start', async () => {
-    h = await startHarness();
-    const sum = h.sim.serve(URL, DATA);
-    const recording = recordVersions(BackingImageDataSourceKind);
-    await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 1 });
-    await waitReady('parrot', 1);
-    const seen = await recording.stop();
+    const seen = await versionsWhileCreating(BackingImageDataSourceKind, 1);
     // the first version that shows the start (the download's parameters, no message) already has the workload's ip
     // and address: no write of a started data source without them
     const started = seen.find((b) => b.status?.runningParameters?.['url'] === URL && b.status?.message === '');
@@ -85,12 +90,7 @@ describe('backing image controllers over the embedded store', () => {
   });
 
   it("the placed copies' last-reference times are written with the placement's status, not in a write of their own", async () => {
-    h = await startHarness();
-    const sum = h.sim.serve(URL, DATA);
-    const recording = recordVersions(BackingImageKind);
-    await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 3 });
-    await waitReady('parrot', 3);
-    const versions = await recording.stop();
+    const versions = await versionsWhileCreating(BackingImageKind, 3);
     const onlyLastRefs = versions.slice(1).filter((v, i) => {
       const prev = versions[i]!;
       if (JSON.stringify(prev.spec) !== JSON.stringify(v.spec)) return false;

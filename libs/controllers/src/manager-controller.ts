@@ -1,12 +1,12 @@
 import { isGrpcStatus, MANAGER_API_MIN_VERSION, MANAGER_API_VERSION } from '@bis/bimrpc';
 import type { BackingImageFileInfo, BackingImageManagerStatus } from '@bis/crd-types';
-import { formatRetryDelay, isConflict, isNotFound, isPermanentError, PermanentError, sharedReadsOf, type Stored } from '@bis/datastore';
+import { formatRetryDelay, isConflict, isNotFound, isPermanentError, PermanentError, getForReading, type Stored } from '@bis/datastore';
 import { FILE_MACHINE, IllegalTransitionError, MANAGER_MACHINE, transition, type ManagerEvent } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { DISK_PROBE_BYTES, probeDiskWrite, recordDiskHealth } from './disk-conditions.js';
 import { DISK_HEALTHY_CONDITION, failedCopyMessage } from './disk-errors.js';
-import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, imageRef, shareOrUndefined, listManagers, nodeDownChecker, onlyProgressDiffers, topology } from './common.js';
+import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, onlyProgressDiffers, topology } from './common.js';
 import type { ManagerApi, WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImage, type BackingImageDataSource, type BackingImageManager } from './kinds.js';
@@ -179,8 +179,7 @@ export class BackingImageManagerController extends Controller {
     // The embedded store hands out its committed object (a manager's object lists every image of its disk, and a copy
     // of it per reconcile was the largest single cost at 1,000 images); the reconcile never changes what it read: its
     // own top level is copied (the metadata is replaced after an annotation write), the status below.
-    const shared = sharedReadsOf(store);
-    const read = shared ? shareOrUndefined(() => shared.getShared(BackingImageManagerKind, name, namespace)) : await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
+    const read = await getOrUndefined(getForReading(store, BackingImageManagerKind, name, namespace));
     const bim = read ? { ...read } : undefined;
     if (!bim) {
       this.stopMonitor(name);
@@ -199,8 +198,9 @@ export class BackingImageManagerController extends Controller {
     if (bim.metadata.deletionTimestamp) return this.handleDeletion(bim, image);
     if (await this.orphanedPrestart(bim)) return;
 
-    // A shallow copy of the status and its file map is enough as long as entries are replaced, never edited in place (markFilesUnknown copies the entries it changes). Copying the whole map of
-    // a disk with thousands of files on every reconcile was one of the O(files) costs per event.
+    // A shallow copy of the status and its file map is enough as long as entries are replaced, never edited in place
+    // (markFilesUnknown copies the entries it changes). Copying the whole map of a disk with thousands of files on
+    // every reconcile was one of the O(files) costs per event.
     const status: BackingImageManagerStatus = { ...bim.status, backingImageFileMap: { ...bim.status?.backingImageFileMap } };
     try {
       await this.sync(bim, status, image);
@@ -902,8 +902,7 @@ export class BackingImageManagerController extends Controller {
     const { store, namespace, nodeID } = this.ctx;
     try {
       // only read (the write below spreads it): the committed object where the store shares it, as in reconcileManager
-      const shared = sharedReadsOf(store);
-      const first = shared ? shareOrUndefined(() => shared.getShared(BackingImageManagerKind, name, namespace)) : await getOrUndefined(store.get(BackingImageManagerKind, name, namespace));
+      const first = await getOrUndefined(getForReading(store, BackingImageManagerKind, name, namespace));
       if (!first || first.status?.ownerID !== nodeID) return this.stopMonitor(name);
       const listed = await this.ctx.dataPlane.managerClient(m.address).list();
       const map = fileMapFromList(listed);

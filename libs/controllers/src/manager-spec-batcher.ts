@@ -1,4 +1,4 @@
-import { sharedReadsOf, type Datastore } from '@bis/datastore';
+import { getForReading, type Datastore } from '@bis/datastore';
 import { retryOnConflict } from './actions.js';
 import { BackingImageManagerKind } from './kinds.js';
 
@@ -64,8 +64,7 @@ export class ManagerSpecBatcher {
   /** One write of the manager as it is now, with the additions it lacks (none: no write). */
   async #write(bimName: string, batch: Map<string, Addition>): Promise<void> {
     // only read (the write spreads it): the committed object where the store shares it (it lists every image of its disk)
-    const shared = sharedReadsOf(this.store);
-    const cur = shared ? shared.getShared(BackingImageManagerKind, bimName, this.namespace) : await this.store.get(BackingImageManagerKind, bimName, this.namespace);
+    const cur = await getForReading(this.store, BackingImageManagerKind, bimName, this.namespace);
     if (cur.metadata.deletionTimestamp) throw new Error(`backing image manager ${bimName} is being deleted`);
     const have = cur.spec?.backingImages ?? {};
     const missing = [...batch].filter(([image, a]) => have[image] !== a.uuid);

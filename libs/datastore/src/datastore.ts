@@ -57,3 +57,12 @@ export function sharedReadsOf(store: Datastore): SharedReads | undefined {
   return typeof s.listShared === 'function' ? (s as Datastore & SharedReads) : undefined;
 }
 
+/**
+ * `get` for a caller that only reads the object: the committed object itself where the store shares it
+ * ({@link SharedReads}), a copy otherwise. Rejects with NotFoundError like `get`.
+ */
+export async function getForReading<T extends KubeObject>(store: Datastore, kind: ResourceKind<T>, name: string, namespace?: string): Promise<Stored<T>> {
+  const shared = sharedReadsOf(store);
+  return shared ? shared.getShared(kind, name, namespace) : store.get(kind, name, namespace);
+}
+

@@ -139,8 +139,8 @@ export function prepareCreate(
  */
 export function prepareUpdate(kind: ResourceKind, cur: AnyStored, input: KubeObject): AnyStored | undefined {
   // With a status subresource the input's status is ignored: it is not copied.
-  const { status: inputStatus, ...inputRest } = input as KubeObject & { status?: unknown };
-  const obj = clone(kind.statusSubresource ? (inputRest as KubeObject) : ({ ...inputRest, status: inputStatus } as KubeObject));
+  const { status: _ignored, ...inputRest } = input as KubeObject & { status?: unknown };
+  const obj = clone(kind.statusSubresource ? (inputRest as KubeObject) : input);
   const causes = validateCommon(kind, obj);
   if (causes.length) throw new InvalidError(kind, cur.metadata.name, causes);
   const next: AnyStored = {
