@@ -463,6 +463,38 @@ describe('backing image controllers over the embedded store', () => {
     expect(readyDisks(bi).length).toBeGreaterThanOrEqual(2);
   });
 
+  it('without resyncs, a ready copy that fails later is replaced: its manager looks at the images that changed, not only at every image', async () => {
+    // resync off: only the changes that concern a copy bring its manager's reconcile to look at it again
+    h = await startHarness(undefined, { resyncMs: 0 });
+    const sum = h.sim.serve(URL, DATA);
+    for (const name of ['steady-a', 'steady-b']) {
+      await h.cm.actions.create({ name, sourceType: 'download', parameters: { url: URL }, expectedChecksum: sum, minNumberOfCopies: 2 });
+    }
+    await waitReady('steady-a', 2);
+    await waitReady('steady-b', 2);
+    const holder = [...h.sim.managers.values()].find((m) => m.files.get('steady-a')?.state === 'ready' && m.files.get('steady-b')?.state === 'ready');
+    const mgr = holder ?? [...h.sim.managers.values()].find((m) => m.files.get('steady-a')?.state === 'ready')!;
+    const disk = mgr.diskUUID;
+    const untouched = [...h.sim.managers.values()].find((m) => m.files.get('steady-b')?.state === 'ready')!;
+    const bFile = untouched.files.get('steady-b');
+    const syncsBefore = h.sim.syncCalls.filter((c) => c.bi === 'steady-a').length;
+    h.sim.failFile(mgr.name, 'steady-a', 'checksum mismatch found by the scrub');
+    const failedFile = h.sim.managers.get(mgr.name)!.files.get('steady-a');
+    // The failed file is deleted and synced again (the disk stays in the image's spec while the copy is replaced; a
+    // third copy may be placed meanwhile, since the failed one did not count as healthy).
+    const bi = await waitFor('the failed copy replaced, at least two ready copies of steady-a', async () => {
+      const b = await getBI('steady-a');
+      const states = Object.values(b.status?.diskFileStatusMap ?? {}).map((f) => f.state);
+      const now = h!.sim.managers.get(mgr.name)?.files.get('steady-a');
+      return readyDisks(b).length >= 2 && !states.includes('failed') && now !== failedFile && (now === undefined || now.state === 'ready') ? b : undefined;
+    }, 15_000);
+    expect(readyDisks(bi).length).toBeGreaterThanOrEqual(2);
+    expect(h.sim.syncCalls.filter((c) => c.bi === 'steady-a').length).toBeGreaterThan(syncsBefore);
+    // the other image's copy was left alone
+    expect(untouched.files.get('steady-b')).toBe(bFile);
+    expect(h.sim.downloads.get(URL)).toBe(2);
+  }, 30_000);
+
   it('when every copy failed longer than the recovery wait, a download image is prepared again from the origin', async () => {
     h = await startHarness();
     const sum = h.sim.serve(URL, DATA);

@@ -10,6 +10,7 @@ import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, 
 import type { ManagerApi, WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImage, type BackingImageDataSource, type BackingImageManager } from './kinds.js';
+import { ImageAttention, type Look } from './image-attention.js';
 import { fileMapFromList } from './manager-api.js';
 import { Annotation, FINALIZER } from './names.js';
 import { IN_PROGRESS, NodeSyncLimiter, pickSender, receiversBySender, SENDING_LIMIT, SenderGrants, senderIsFull } from './rules.js';
@@ -97,6 +98,8 @@ export class BackingImageManagerController extends Controller {
   private readonly waitingForSender = new Set<string>();
   /** When a waiting copy (`manager/bi`) was last told to ask another sender. */
   private readonly syncedAgainAt = new Map<string, number>();
+  /** Which images each manager's next reconcile looks at one by one (the others were steady when last looked at). */
+  readonly attention = new ImageAttention();
   private readonly gcTimer: NodeJS.Timeout;
   /** Fetch/Sync calls made and not yet visible in the manager's file map: manager name → BI name → when. */
   private readonly requested = new Map<string, Map<string, number>>();
@@ -117,6 +120,9 @@ export class BackingImageManagerController extends Controller {
     this.gcTimer = setInterval(() => this.restartBackoff.gc(), 12 * 3600_000);
     this.gcTimer.unref();
     ctx.informers.on(BackingImageManagerKind, (t, o, old) => {
+      if (t === 'DELETED') this.attention.forget(o.metadata.name);
+      else if (t === 'MODIFIED' && old) this.attention.markChanges(old, o);
+      else this.attention.all(o.metadata.name); // its first sight and its resync look at every image
       this.enqueue(o.metadata.name);
       // A changed file map may have released a per-node sync slot: the managers waiting for one look again now
       // instead of at their next 1 s retry.
@@ -135,18 +141,31 @@ export class BackingImageManagerController extends Controller {
     ctx.informers.on(BackingImageKind, (t, bi) => {
       if (t === 'RESYNC') return;
       for (const m of ctx.informers.cached(BackingImageManagerKind)) {
-        if (m.spec?.backingImages?.[bi.metadata.name] !== undefined || m.metadata.annotations?.[Annotation.PrestartedFor] === bi.metadata.name) gathered(m.metadata.name);
+        const listed = m.spec?.backingImages?.[bi.metadata.name] !== undefined;
+        if (listed || m.status?.backingImageFileMap?.[bi.metadata.name] !== undefined) this.attention.mark(m.metadata.name, bi.metadata.name);
+        if (listed || m.metadata.annotations?.[Annotation.PrestartedFor] === bi.metadata.name) gathered(m.metadata.name);
       }
     });
     ctx.informers.on(BackingImageDataSourceKind, (t, b) => {
       if (t === 'RESYNC') return;
-      for (const m of ctx.informers.cached(BackingImageManagerKind)) if (m.spec?.diskUUID === b.spec?.diskUUID) gathered(m.metadata.name);
+      for (const m of ctx.informers.cached(BackingImageManagerKind)) {
+        // every manager with a copy of the image looks at it again (a failed data source asks for the file again);
+        // as before, only the data source's own disk's manager is reconciled for it now
+        if (m.spec?.backingImages?.[b.metadata.name] !== undefined || m.spec?.diskUUID === b.spec?.diskUUID) this.attention.mark(m.metadata.name, b.metadata.name);
+        if (m.spec?.diskUUID === b.spec?.diskUUID) gathered(m.metadata.name);
+      }
     });
     ctx.informers.on(NodeKind, (_t, n) => {
-      for (const m of ctx.informers.cached(BackingImageManagerKind)) if (m.spec?.nodeID === n.metadata.name) this.enqueue(m.metadata.name);
+      for (const m of ctx.informers.cached(BackingImageManagerKind)) {
+        if (m.spec?.nodeID !== n.metadata.name) continue;
+        this.attention.all(m.metadata.name);
+        this.enqueue(m.metadata.name);
+      }
     });
     ctx.dataPlane.onWorkloadChange((kind, name) => {
-      if (kind === 'manager') this.enqueue(name);
+      if (kind !== 'manager') return;
+      this.attention.all(name);
+      this.enqueue(name);
     });
   }
 
@@ -399,8 +418,18 @@ export class BackingImageManagerController extends Controller {
       return;
     }
     const api = this.ctx.dataPlane.managerClient(w.address);
-    await this.deleteInvalidFiles(bim, status, api);
-    await this.prepareFiles(bim, status, api, image);
+    // The images whose copy here is not steady after the passes are looked at again by the next reconcile; a pass
+    // that failed leaves the next one looking at every image.
+    const look = this.attention.take(name);
+    const again = new Set<string>();
+    try {
+      await this.deleteInvalidFiles(bim, status, api, look, again);
+      await this.prepareFiles(bim, status, api, image, look, again);
+    } catch (err) {
+      this.attention.all(name);
+      throw err;
+    }
+    this.attention.markAll(name, again);
     await this.probeUnhealthyDisk(bim);
   }
 
@@ -457,19 +486,35 @@ export class BackingImageManagerController extends Controller {
     this.ctx.events.record(EventSource.BackingImageManager, imageRef(this.ctx, biName), 'Normal', EventReason.Delete, `Deleted the copy of backing image ${biName} on disk ${this.diskText(bim)}`);
   }
 
-  private async deleteInvalidFiles(bim: Stored<BackingImageManager>, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>): Promise<void> {
+  /**
+   * Deletes the files of images that are gone, of another UUID, or failed here while a copy elsewhere is healthy.
+   * `look`: the images to look at (see ImageAttention); those that still need a look are added to `again`.
+   */
+  private async deleteInvalidFiles(
+    bim: Stored<BackingImageManager>,
+    status: BackingImageManagerStatus,
+    api: ReturnType<typeof this.ctx.dataPlane.managerClient>,
+    look: Look,
+    again: Set<string>,
+  ): Promise<void> {
     const { store, namespace } = this.ctx;
     const disk = bim.spec?.diskUUID ?? '';
     // once the cache has synced it is read without an await per image (a disk may hold thousands)
     const cached = this.ctx.informers.hasSynced(BackingImageKind);
-    for (const [biName, file] of Object.entries({ ...status.backingImageFileMap })) {
+    const map = status.backingImageFileMap!;
+    for (const biName of look === 'all' ? Object.keys(map) : [...look]) {
+      const file = map[biName];
+      if (!file) continue;
       const bi = cached ? this.ctx.informers.cachedGet(BackingImageKind, biName) : await cachedOrGet(this.ctx, BackingImageKind, biName);
       if (!bi) {
         await this.deleteFile(bim, status, api, biName, file.uuid ?? '');
         continue;
       }
       const uuid = bi.status?.uuid ?? '';
-      if (!uuid) continue;
+      if (!uuid) {
+        again.add(biName);
+        continue;
+      }
       if (bim.spec?.backingImages?.[biName] !== uuid || file.uuid !== uuid) {
         await this.deleteFile(bim, status, api, biName, file.uuid ?? '');
         continue;
@@ -477,6 +522,7 @@ export class BackingImageManagerController extends Controller {
       const own = bi.status?.diskFileStatusMap?.[disk];
       const failedHere = own ? own.state === 'failed' : file.state === 'failed';
       if (!failedHere) continue;
+      again.add(biName);
       const otherHealthy = Object.entries(bi.status?.diskFileStatusMap ?? {}).some(([d, s]) => d !== disk && s.state !== 'failed');
       if (!otherHealthy) continue;
       // The failed copy stays (its state and message visible) until its backoff window ends; then it is removed and
@@ -565,7 +611,18 @@ export class BackingImageManagerController extends Controller {
     return true;
   }
 
-  private async prepareFiles(bim: Stored<BackingImageManager>, status: BackingImageManagerStatus, api: ReturnType<typeof this.ctx.dataPlane.managerClient>, image: string): Promise<void> {
+  /**
+   * Fetches first files and starts syncs for the images of the disk that have no usable copy here. `look`: the images
+   * to look at (see ImageAttention); those whose copy here is not steady afterwards are added to `again`.
+   */
+  private async prepareFiles(
+    bim: Stored<BackingImageManager>,
+    status: BackingImageManagerStatus,
+    api: ReturnType<typeof this.ctx.dataPlane.managerClient>,
+    image: string,
+    look: Look,
+    again: Set<string>,
+  ): Promise<void> {
     const { store, namespace } = this.ctx;
     const name = bim.metadata.name;
     const disk = bim.spec?.diskUUID ?? '';
@@ -591,19 +648,34 @@ export class BackingImageManagerController extends Controller {
     // Once the caches have synced they are read without an await per image (a disk may hold thousands).
     const inf = this.ctx.informers;
     const cached = inf.hasSynced(BackingImageKind) && inf.hasSynced(BackingImageDataSourceKind);
+    // After a sync asked again of another sender (at most one per reconcile), the images not looked at yet wait for
+    // the next reconcile.
+    let stopped = false;
+    // In the spec's order (the order images were added to the disk, which is the order their syncs start).
     for (const biName of Object.keys(bim.spec?.backingImages ?? {})) {
+      if (look !== 'all' && !look.has(biName)) continue;
+      if (stopped) {
+        again.add(biName);
+        continue;
+      }
       const bi = cached ? inf.cachedGet(BackingImageKind, biName) : await cachedOrGet(this.ctx, BackingImageKind, biName);
       const bids = cached ? inf.cachedGet(BackingImageDataSourceKind, biName) : await cachedOrGet(this.ctx, BackingImageDataSourceKind, biName);
-      if (!bi || !bids) continue;
+      if (!bi || !bids) {
+        again.add(biName);
+        continue;
+      }
       const file = status.backingImageFileMap![biName];
       if (file) requested.delete(biName);
       const requireFile = !file || file.state === 'failed' || bids.status?.currentState === 'failed';
       if (!requireFile) {
+        // steady (ready, or being received from a sender that has it): no look until something it depends on changes
         if (file && (file.state === 'pending' || file.state === 'starting') && file.senderManagerAddress) {
-          if (await this.syncAgainIfSenderFull(bim, api, (await sharedView()).all, bi, bids, file, image)) break;
+          again.add(biName);
+          if (await this.syncAgainIfSenderFull(bim, api, (await sharedView()).all, bi, bids, file, image)) stopped = true;
         }
         continue;
       }
+      again.add(biName);
       // Requested by an earlier reconcile and not listed yet (a failed data source is still cleaned up at once).
       if (!file && bids.status?.currentState !== 'failed' && now - (requested.get(biName) ?? -Infinity) < FILE_REQUEST_GRACE_MS) continue;
       const uuid = bi.status?.uuid ?? '';

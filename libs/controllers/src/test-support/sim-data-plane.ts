@@ -201,6 +201,16 @@ export class SimDataPlane implements DataPlane {
     this.changed(m);
   }
 
+  /** A ready copy found corrupt (as a scrub finds it): the manager reports it failed with `message`. */
+  failFile(managerName: string, bi: string, message: string): void {
+    const m = this.managers.get(managerName);
+    const f = m?.files.get(bi);
+    if (!m || !f) throw new Error(`no copy of ${bi} on ${managerName}`);
+    f.state = 'failed';
+    f.message = message;
+    this.changed(m);
+  }
+
   private beginNextWaiting(sender: SimManager, src: SimFile): void {
     if (src.sendingReference >= (src.state === 'ready' ? SIM_SENDING_LIMIT : SIM_FORWARDING_LIMIT)) return;
     for (const m of this.managers.values()) {

@@ -1,0 +1,74 @@
+import { sameValue } from '@bis/datastore';
+import type { BackingImageManager } from './kinds.js';
+
+/** What a manager reconcile's per-image passes look at: every image of its disk, or the named ones. */
+export type Look = 'all' | ReadonlySet<string>;
+
+/**
+ * Which images of each manager's disk its next reconcile looks at one by one.
+ *
+ * A manager's object lists every image of its disk, and its reconcile went through all of them at every change of any
+ * one (about 2,500 reconciles per manager at 1,000 images). An image whose copy on the disk is steady (ready or being
+ * received, nothing to delete, fetch or sync) needs no look until something it depends on changes: its image, its
+ * data source, its entry in the manager's spec or file map. Those changes mark it here, from the informers' events;
+ * the images that still need something after a pass are marked again by the pass itself.
+ *
+ * Level-triggered all the same: a manager seen for the first time, its resync (every 30 s), a restart of its workload,
+ * a change of its node or disk, and a reconcile that failed make the next pass look at every image.
+ */
+export class ImageAttention {
+  readonly #marked = new Map<string, Set<string> | 'all'>();
+
+  /** The next pass of `manager` looks at every image. */
+  all(manager: string): void {
+    this.#marked.set(manager, 'all');
+  }
+
+  /** The next pass of `manager` looks at `image` (a manager not seen yet looks at every image anyway). */
+  mark(manager: string, image: string): void {
+    const m = this.#marked.get(manager);
+    if (m !== undefined && m !== 'all') m.add(image);
+  }
+
+  /** Marks several images (those a pass found still in need of something). */
+  markAll(manager: string, images: Iterable<string>): void {
+    for (const image of images) this.mark(manager, image);
+  }
+
+  /** What the pass starting now looks at; the marks are cleared. A manager never seen (or forgotten): every image. */
+  take(manager: string): Look {
+    const m = this.#marked.get(manager) ?? 'all';
+    this.#marked.set(manager, new Set());
+    return m;
+  }
+
+  /** A manager deleted: its next pass, if it comes back, looks at everything. */
+  forget(manager: string): void {
+    this.#marked.delete(manager);
+  }
+
+  /**
+   * Marks what changed between two versions of a manager's object: the images added to or removed from its spec, and
+   * those whose file entry changed. A change of its node, disk or image marks every image. The versions share what a
+   * write kept, so an unchanged map costs one pointer check.
+   */
+  markChanges(old: BackingImageManager, cur: BackingImageManager): void {
+    const name = cur.metadata.name;
+    const a = old.spec;
+    const b = cur.spec;
+    if (a?.nodeID !== b?.nodeID || a?.diskUUID !== b?.diskUUID || a?.diskPath !== b?.diskPath || a?.image !== b?.image) {
+      this.all(name);
+      return;
+    }
+    this.#diff(name, a?.backingImages, b?.backingImages, (x, y) => x === y);
+    this.#diff(name, old.status?.backingImageFileMap, cur.status?.backingImageFileMap, (x, y) => x === y || sameValue(x, y));
+  }
+
+  #diff<V>(manager: string, a: Readonly<Record<string, V>> | null | undefined, b: Readonly<Record<string, V>> | null | undefined, same: (x: V, y: V) => boolean): void {
+    if (a === b) return;
+    const x = a ?? {};
+    const y = b ?? {};
+    for (const k of Object.keys(y)) if (!Object.prototype.hasOwnProperty.call(x, k) || !same(x[k] as V, y[k] as V)) this.mark(manager, k);
+    for (const k of Object.keys(x)) if (!Object.prototype.hasOwnProperty.call(y, k)) this.mark(manager, k);
+  }
+}
