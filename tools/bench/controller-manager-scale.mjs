@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Scale benchmark of the standalone system: N backing images × 3 disks from a local HTTP server converge to ready.
-// Reports convergence time, store writes (the embedded store's final resourceVersion: one per committed write;
+// Reports convergence time, the CPU seconds used until then (controller-manager, data plane), store writes (the embedded store's final resourceVersion: one per committed write;
 // `writesPerImage` divides all of them, including the few dozen of the start-up, by the number of images), REST list latency (p50/p99, during convergence and at rest), max RSS of the
 // controller-manager process and of the data-plane processes, and a reference: curl fetching the same N images to
 // 3 directories (xargs -P 8) measured in the same run.
@@ -157,6 +157,18 @@ const children = (pid) => {
     return execFileSync('pgrep', ['-P', String(pid)]).toString().trim().split('\n').filter(Boolean).map(Number);
   } catch {
     return [];
+  }
+};
+/** utime + stime of a process (with `withChildren`, plus those of its waited-for children), in seconds. */
+const cpuSeconds = (pid, withChildren = false) => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // fields after the command: state is [0], utime [11], stime [12], cutime [13], cstime [14] (clock ticks)
+    const ticks = Number(f[11]) + Number(f[12]) + (withChildren ? Number(f[13]) + Number(f[14]) : 0);
+    return +(ticks / 100).toFixed(1);
+  } catch {
+    return 0;
   }
 };
 let maxDataPlaneRss = 0;
@@ -358,6 +370,8 @@ for (;;) {
   await new Promise((r) => setTimeout(r, 1000));
 }
 const convergeMs = performance.now() - c0;
+// CPU seconds (user + system) used until convergence: the controller-manager, and its children (the data plane)
+const cpuAtConvergence = { controller: cpuSeconds(cm.pid), dataPlane: children(cm.pid).reduce((a, k) => a + cpuSeconds(k, true), 0) };
 const gets1 = gets - gets0;
 
 const idleLat = [];
@@ -413,6 +427,7 @@ const result = {
   converged,
   readyAtEnd: ready,
   convergeSeconds: +(convergeMs / 1000).toFixed(1),
+  cpuSecondsToConvergence: { controller: cpuAtConvergence.controller, dataPlane: +cpuAtConvergence.dataPlane.toFixed(1) },
   readyOverTime,
   originDownloads: gets1,
   storeWrites,
