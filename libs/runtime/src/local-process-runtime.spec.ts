@@ -1,4 +1,4 @@
-import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
+import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
 import { promises as fsp } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -256,6 +256,24 @@ describe('RotatingLogFile', () => {
       // The kept files are the tail of what was written, in order.
       const written = Array.from({ length: 50 }, (_, i) => `line ${String(i).padStart(3, '0')} ${'x'.repeat(90)}\n`).join('');
       expect(written.endsWith(all)).toBe(true);
+    } finally {
+      await fsp.rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('lines written while a write is in flight reach the file together, whole and in order', async () => {
+    const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'bis-log-'));
+    try {
+      const file = path.join(dir, 'w.log');
+      const log = new RotatingLogFile(file, { maxBytes: 1 << 20 });
+      const writev = jest.spyOn(log, '_writev');
+      const lines = Array.from({ length: 2000 }, (_, i) => `{"msg":"line ${i}"}\n`);
+      for (const l of lines) log.write(l);
+      await new Promise<void>((r) => log.end(r));
+      expect(await fsp.readFile(file, 'utf8')).toBe(lines.join(''));
+      // the first line is written alone; the ones buffered behind it go in few writes
+      expect(writev).toHaveBeenCalled();
+      expect(writev.mock.calls.length).toBeLessThan(20);
     } finally {
       await fsp.rm(dir, { recursive: true, force: true });
     }

@@ -88,6 +88,11 @@ export class RotatingLogFile extends Writable {
     })().then(() => cb(), cb);
   }
 
+  /** The lines that arrived while a write was in flight go to the file in one write (a busy process logs thousands). */
+  override _writev(chunks: { chunk: Buffer; encoding: BufferEncoding }[], cb: (err?: Error | null) => void): void {
+    this._write(chunks.length === 1 ? chunks[0]!.chunk : Buffer.concat(chunks.map((c) => c.chunk)), chunks[0]!.encoding, cb);
+  }
+
   override _final(cb: (err?: Error | null) => void): void {
     this.closeCurrent().then(() => cb(), cb);
   }
