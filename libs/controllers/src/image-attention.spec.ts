@@ -65,6 +65,26 @@ describe('ImageAttention', () => {
     expect(names(a.take('bim-1'))).toEqual([]);
   });
 
+  it('images waiting for a slot are kept apart until a pass takes them; a whole pass or forget() drops them', () => {
+    const a = new ImageAttention();
+    a.take('bim-1');
+    a.waitForSlot('bim-1', 'img-1');
+    a.waitForSlot('bim-1', 'img-2');
+    a.waitForSlot('bim-1', 'img-1');
+    expect(a.slotWaiters('bim-1')).toBe(2);
+    // not part of the marks: a pass that has no slot to give does not look at them
+    expect(names(a.take('bim-1'))).toEqual([]);
+    expect([...a.takeSlotWaiters('bim-1')].sort()).toEqual(['img-1', 'img-2']);
+    expect(a.slotWaiters('bim-1')).toBe(0);
+    a.waitForSlot('bim-1', 'img-3');
+    a.all('bim-1');
+    expect(a.take('bim-1')).toBe('all');
+    expect(a.slotWaiters('bim-1')).toBe(0);
+    a.waitForSlot('bim-1', 'img-4');
+    a.forget('bim-1');
+    expect(a.slotWaiters('bim-1')).toBe(0);
+  });
+
   it('a change of the node, disk, path or image of a manager makes its next pass whole', () => {
     for (const change of [{ nodeID: 'node-2' }, { diskUUID: 'disk-2' }, { diskPath: '/other' }, { image: 'bim:2' }]) {
       const a = new ImageAttention();

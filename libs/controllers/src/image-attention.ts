@@ -18,6 +18,7 @@ export type Look = 'all' | ReadonlySet<string>;
  */
 export class ImageAttention {
   readonly #marked = new Map<string, Set<string> | 'all'>();
+  readonly #slotWaiters = new Map<string, Set<string>>();
 
   /** The next pass of `manager` looks at every image. */
   all(manager: string): void {
@@ -35,16 +36,44 @@ export class ImageAttention {
     for (const image of images) this.mark(manager, image);
   }
 
-  /** What the pass starting now looks at; the marks are cleared. A manager never seen (or forgotten): every image. */
+  /**
+   * What the pass starting now looks at; the marks are cleared. A manager never seen (or forgotten): every image (and
+   * the images waiting for a slot are forgotten too: that pass finds them again).
+   */
   take(manager: string): Look {
     const m = this.#marked.get(manager) ?? 'all';
     this.#marked.set(manager, new Set());
+    if (m === 'all') this.#slotWaiters.delete(manager);
     return m;
+  }
+
+  /**
+   * `image` waits for a replenish slot of its manager's node (the per-node limit of concurrent syncs). While many
+   * copies wait, looking at each of them at every reconcile only to find the node still full was most of a pass: they
+   * are looked at again when the node has a free slot (`takeSlotWaiters`), or when a change marks them.
+   */
+  waitForSlot(manager: string, image: string): void {
+    let s = this.#slotWaiters.get(manager);
+    if (!s) this.#slotWaiters.set(manager, (s = new Set()));
+    s.add(image);
+  }
+
+  /** How many images of `manager` wait for a slot. */
+  slotWaiters(manager: string): number {
+    return this.#slotWaiters.get(manager)?.size ?? 0;
+  }
+
+  /** The images of `manager` waiting for a slot, for a pass that has one to give; cleared. */
+  takeSlotWaiters(manager: string): ReadonlySet<string> {
+    const s = this.#slotWaiters.get(manager) ?? new Set<string>();
+    this.#slotWaiters.delete(manager);
+    return s;
   }
 
   /** A manager deleted: its next pass, if it comes back, looks at everything. */
   forget(manager: string): void {
     this.#marked.delete(manager);
+    this.#slotWaiters.delete(manager);
   }
 
   /**

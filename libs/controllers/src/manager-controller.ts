@@ -100,6 +100,10 @@ export class BackingImageManagerController extends Controller {
   private readonly syncedAgainAt = new Map<string, number>();
   /** Which images each manager's next reconcile looks at one by one (the others were steady when last looked at). */
   readonly attention = new ImageAttention();
+  /** The copies in passing states of each file map object read (see passingFiles). */
+  private readonly passing = new WeakMap<object, { diskUUID: string; files: NodeFile[] }>();
+  /** Entries a reconcile replaced or removed in its manager's file map (its status write compares the map only then). */
+  private readonly fileMapEdits = new Map<string, number>();
   private readonly gcTimer: NodeJS.Timeout;
   /** Fetch/Sync calls made and not yet visible in the manager's file map: manager name → BI name → when. */
   private readonly requested = new Map<string, Map<string, number>>();
@@ -221,10 +225,15 @@ export class BackingImageManagerController extends Controller {
     // (markFilesUnknown copies the entries it changes). Copying the whole map of a disk with thousands of files on
     // every reconcile was one of the O(files) costs per event.
     const status: BackingImageManagerStatus = { ...bim.status, backingImageFileMap: { ...bim.status?.backingImageFileMap } };
+    const editsBefore = this.fileMapEdits.get(name) ?? 0;
     try {
       await this.sync(bim, status, image);
     } finally {
-      if (changed(bim.status ?? {}, status)) await this.writeStatus(bim, status);
+      // The file map is compared only when this reconcile replaced or removed entries (a disk may hold thousands).
+      const mapEdited = !bim.status?.backingImageFileMap || (this.fileMapEdits.get(name) ?? 0) !== editsBefore;
+      const before = { ...bim.status, backingImageFileMap: undefined };
+      const after = { ...status, backingImageFileMap: undefined };
+      if (changed(before, after) || (mapEdited && changed(bim.status?.backingImageFileMap ?? {}, status.backingImageFileMap))) await this.writeStatus(bim, status);
     }
   }
 
@@ -299,6 +308,7 @@ export class BackingImageManagerController extends Controller {
     this.fileBackoffs.delete(name);
     this.failureSeen.delete(name);
     this.requested.delete(name);
+    this.fileMapEdits.delete(name);
     for (const w of this.waitingForSlot.values()) w.delete(name);
     this.limitLoggedAt.delete(name);
     this.waitingForSender.delete(name);
@@ -309,7 +319,12 @@ export class BackingImageManagerController extends Controller {
     await this.ctx.store.update(BackingImageManagerKind, { ...bim, metadata: { ...bim.metadata, finalizers } });
   }
 
+  private fileMapEdited(name: string): void {
+    this.fileMapEdits.set(name, (this.fileMapEdits.get(name) ?? 0) + 1);
+  }
+
   private markFilesUnknown(bim: BackingImageManager, status: BackingImageManagerStatus, message: string, addPlaceholders: boolean, biUUIDs: Record<string, string>): void {
+    this.fileMapEdited(bim.metadata.name);
     const map = status.backingImageFileMap!;
     const subject = (bi: string) => `file ${bi} of backing image manager ${bim.metadata.name}`;
     for (const [bi, f] of Object.entries(map)) {
@@ -480,6 +495,7 @@ export class BackingImageManagerController extends Controller {
       if (!isGrpcStatus(err, grpcStatus.NOT_FOUND)) throw err;
     }
     delete status.backingImageFileMap![biName];
+    this.fileMapEdited(bim.metadata.name);
     this.requested.get(bim.metadata.name)?.delete(biName);
     if (!keepBackoff) this.fileBackoff(bim.metadata.name).reset(biName);
     this.event(bim, 'Normal', EventReason.Delete, `Deleted backing image ${biName} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID}`);
@@ -627,15 +643,12 @@ export class BackingImageManagerController extends Controller {
     const name = bim.metadata.name;
     const disk = bim.spec?.diskUUID ?? '';
     // Computed once per reconcile: the node's files for the per-node limit and the managers for sender selection.
-    let shared: { limit: number; all: Awaited<ReturnType<typeof listManagers>>; nodeFiles: NodeFile[] } | undefined;
+    let shared: { limit: number; all: Awaited<ReturnType<typeof listManagers>> } | undefined;
     const sharedView = async () => {
       if (shared) return shared;
       const all = await listManagers(this.ctx);
-      const nodeFiles = all
-        .filter((m) => m.spec?.nodeID === bim.spec?.nodeID)
-        .flatMap((m) => Object.entries(m.status?.backingImageFileMap ?? {}).map(([bn, f]): NodeFile => ({ diskUUID: m.spec?.diskUUID ?? '', biName: bn, state: f.state ?? '' })));
-      shared = { limit: await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit), all, nodeFiles };
-      this.syncLimiter.refresh(bim.spec?.nodeID ?? '', nodeFiles);
+      shared = { limit: await this.ctx.settings.int(SettingName.ConcurrentBackingImageReplenishPerNodeLimit), all };
+      this.refreshSyncLimiter(bim.spec?.nodeID ?? '', all);
       return shared;
     };
     let waiting = 0;
@@ -651,17 +664,27 @@ export class BackingImageManagerController extends Controller {
     // After a sync asked again of another sender (at most one per reconcile), the images not looked at yet wait for
     // the next reconcile.
     let stopped = false;
+    // this pass's own verdicts (an image it finds waiting for its data source is steady for it, whatever it found first)
+    const keep = new Set<string>();
+    // The images waiting for a replenish slot are looked at when the node has one free (or when a change marks them).
+    let looking = look;
+    const slotWaiters = look === 'all' ? 0 : this.attention.slotWaiters(name);
+    if (slotWaiters > 0) {
+      const { limit } = await sharedView();
+      if (limit < 1 || this.syncLimiter.counted(bim.spec?.nodeID ?? '').length < limit) looking = new Set([...look, ...this.attention.takeSlotWaiters(name)]);
+      else waiting += slotWaiters;
+    }
     // In the spec's order (the order images were added to the disk, which is the order their syncs start).
     for (const biName of Object.keys(bim.spec?.backingImages ?? {})) {
-      if (look !== 'all' && !look.has(biName)) continue;
+      if (looking !== 'all' && !looking.has(biName)) continue;
       if (stopped) {
-        again.add(biName);
+        keep.add(biName);
         continue;
       }
       const bi = cached ? inf.cachedGet(BackingImageKind, biName) : await cachedOrGet(this.ctx, BackingImageKind, biName);
       const bids = cached ? inf.cachedGet(BackingImageDataSourceKind, biName) : await cachedOrGet(this.ctx, BackingImageDataSourceKind, biName);
       if (!bi || !bids) {
-        again.add(biName);
+        keep.add(biName);
         continue;
       }
       const file = status.backingImageFileMap![biName];
@@ -670,17 +693,21 @@ export class BackingImageManagerController extends Controller {
       if (!requireFile) {
         // steady (ready, or being received from a sender that has it): no look until something it depends on changes
         if (file && (file.state === 'pending' || file.state === 'starting') && file.senderManagerAddress) {
-          again.add(biName);
+          keep.add(biName);
           if (await this.syncAgainIfSenderFull(bim, api, (await sharedView()).all, bi, bids, file, image)) stopped = true;
         }
         continue;
       }
-      again.add(biName);
+      keep.add(biName);
       // Requested by an earlier reconcile and not listed yet (a failed data source is still cleaned up at once).
       if (!file && bids.status?.currentState !== 'failed' && now - (requested.get(biName) ?? -Infinity) < FILE_REQUEST_GRACE_MS) continue;
       const uuid = bi.status?.uuid ?? '';
       if (!bids.spec?.fileTransferred) {
-        if (bids.spec?.diskUUID !== disk) continue;
+        if (bids.spec?.diskUUID !== disk) {
+          // the first file is made on another disk: the data source's change when it is transferred marks it again
+          keep.delete(biName);
+          continue;
+        }
         if (bids.status?.currentState === 'failed') {
           try {
             await api.delete(biName, uuid);
@@ -691,7 +718,11 @@ export class BackingImageManagerController extends Controller {
           continue;
         }
         const dsAddress = bids.metadata.annotations?.[Annotation.Address];
-        if (bids.status?.currentState !== 'ready-for-transfer' || !bids.status?.storageIP || !dsAddress) continue;
+        if (bids.status?.currentState !== 'ready-for-transfer' || !bids.status?.storageIP || !dsAddress) {
+          // waits for its data source, whose changes mark it again
+          keep.delete(biName);
+          continue;
+        }
         // A Fetch returns once the manager has the file from its data source; the first files of several images on
         // this disk are fetched concurrently (each from its own data source), all awaited before the reconcile ends.
         fetches.push(
@@ -731,6 +762,8 @@ export class BackingImageManagerController extends Controller {
       }
       const { limit, all } = await sharedView();
       if (!this.syncLimiter.tryAcquire(bim.spec?.nodeID ?? '', disk, biName, limit)) {
+        keep.delete(biName);
+        this.attention.waitForSlot(name, biName);
         waiting++;
         continue;
       }
@@ -770,6 +803,7 @@ export class BackingImageManagerController extends Controller {
       // its List: up to a second per sync). Here a reconcile starts as many as the per-node limit and the senders'
       // SendingLimit allow: both are counted as they are granted, so neither is exceeded.
     }
+    for (const n of keep) again.add(n);
     const rejected = (await Promise.allSettled(fetches)).filter((r): r is PromiseRejectedResult => r.status === 'rejected');
     // a permanent refusal was recorded in its data source's status; another failure is retried with backoff
     const failedFetch = rejected.find((r) => !isPermanentError(r.reason)) ?? rejected[0];
@@ -799,6 +833,38 @@ export class BackingImageManagerController extends Controller {
     } else {
       this.waitingForSender.delete(name);
     }
+  }
+
+  /**
+   * Brings the node's replenish slots up to date with its managers' file maps. What counts is the copies in passing
+   * states (taken per map object: a committed map is replaced, never edited, so they are found once per write of a
+   * manager, not once per reconcile of every manager on the node) and the state of each copy holding a slot.
+   */
+  private refreshSyncLimiter(node: string, all: readonly Stored<BackingImageManager>[]): void {
+    const onNode = all.filter((m) => m.spec?.nodeID === node);
+    const files: NodeFile[] = onNode.flatMap((m) => this.passingFiles(m));
+    const byDisk = new Map(onNode.map((m) => [m.spec?.diskUUID ?? '', m]));
+    for (const key of this.syncLimiter.counted(node)) {
+      const i = key.indexOf('/');
+      const diskUUID = key.slice(0, i);
+      const biName = key.slice(i + 1);
+      const f = byDisk.get(diskUUID)?.status?.backingImageFileMap?.[biName];
+      if (f && !IN_PROGRESS.has(f.state ?? '')) files.push({ diskUUID, biName, state: f.state ?? '' });
+    }
+    this.syncLimiter.refresh(node, files);
+  }
+
+  /** The copies of a manager in passing states (see refreshSyncLimiter). */
+  private passingFiles(m: Stored<BackingImageManager>): readonly NodeFile[] {
+    const map = m.status?.backingImageFileMap;
+    if (!map) return [];
+    const diskUUID = m.spec?.diskUUID ?? '';
+    const known = this.passing.get(map);
+    if (known && known.diskUUID === diskUUID) return known.files;
+    const files: NodeFile[] = [];
+    for (const [biName, f] of Object.entries(map)) if (IN_PROGRESS.has(f.state ?? '')) files.push({ diskUUID, biName, state: f.state ?? '' });
+    this.passing.set(map, { diskUUID, files });
+    return files;
   }
 
   // ------------------------------------------------------------ monitor: Watch() + 1 s ticker with forced List
