@@ -5,6 +5,7 @@ import { FILE_MACHINE, transition } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { changed, clone, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
+import { nodeChangeMatters } from './topology.js';
 import type { DataSourceFileInfo } from '@bis/data-source-api/contract';
 import type { DataSourceLaunch, WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
@@ -82,7 +83,8 @@ export class BackingImageDataSourceController extends Controller {
       if (imageChangeConcernsDataSource(t, o, old)) wanted(t, o.metadata.name);
     });
     // FIX: Longhorn's node handler selects on a label BIDS never carry; here node changes enqueue the BIDS on that node.
-    ctx.informers.on(NodeKind, (_t, n) => {
+    ctx.informers.on(NodeKind, (t, n, old) => {
+      if (!nodeChangeMatters(t, n, old)) return;
       for (const b of ctx.informers.cached(BackingImageDataSourceKind)) if (b.spec?.nodeID === n.metadata.name) this.enqueue(b.metadata.name);
     });
     ctx.dataPlane.onWorkloadChange((kind, name) => {

@@ -21,7 +21,7 @@ import {
   unusedCopiesToRemove,
   updatedLastRefMap,
 } from './rules.js';
-import { Topology } from './topology.js';
+import { nodeChangeMatters, Topology } from './topology.js';
 import { onlyPassingCopyChanges } from './status.js';
 import { diskErrorOf, diskHasError, withDiskCondition } from './disk-errors.js';
 import { testNode } from './test-support/fixtures.js';
@@ -393,5 +393,29 @@ describe('onlyPassingCopyChanges (what may wait for imageTransientWriteMs)', () 
     expect(onlyPassingCopyChanges(status({ a: copy('ready'), b: copy('starting') }), status({ a: copy('ready') }))).toBe(false);
     expect(onlyPassingCopyChanges(status({ b: copy('starting') }), status({ b: copy('in-progress') }, { size: 11 }))).toBe(false);
     expect(onlyPassingCopyChanges(status({ b: copy('starting') }), status({ b: copy('ready-for-transfer') }))).toBe(false);
+  });
+});
+
+describe('nodeChangeMatters (which Node events re-run the data sources and managers of the node)', () => {
+  const disks = [{ uuid: 'disk-1' }, { uuid: 'disk-2' }];
+  const node = testNode('node-1', disks);
+  it('a resync, or a status write of what the controllers do not read, does not', () => {
+    expect(nodeChangeMatters('RESYNC', node, node)).toBe(false);
+    const figures = structuredClone(node);
+    figures.status!.diskStatus!['disk-1'] = { ...figures.status!.diskStatus!['disk-1'], storageAvailable: 123, storageScheduled: 45 };
+    figures.status!.conditions = figures.status!.conditions!.map((c) => ({ ...c, lastProbeTime: '2026-01-01T00:00:00Z', message: 'still fine' }));
+    expect(nodeChangeMatters('MODIFIED', figures, node)).toBe(false);
+  });
+  it("an added or deleted node, its readiness, a disk's readiness, health, path or eviction does", () => {
+    expect(nodeChangeMatters('ADDED', node, undefined)).toBe(true);
+    expect(nodeChangeMatters('DELETED', node, undefined)).toBe(true);
+    expect(nodeChangeMatters('MODIFIED', testNode('node-1', disks, { ready: false }), node)).toBe(true);
+    expect(nodeChangeMatters('MODIFIED', testNode('node-1', [{ uuid: 'disk-1', ready: false }, { uuid: 'disk-2' }]), node)).toBe(true);
+    expect(nodeChangeMatters('MODIFIED', testNode('node-1', [{ uuid: 'disk-1', path: '/elsewhere' }, { uuid: 'disk-2' }]), node)).toBe(true);
+    expect(nodeChangeMatters('MODIFIED', testNode('node-1', [{ uuid: 'disk-1', evictionRequested: true }, { uuid: 'disk-2' }]), node)).toBe(true);
+    expect(nodeChangeMatters('MODIFIED', testNode('node-1', [{ uuid: 'disk-1' }]), node)).toBe(true);
+    const full = structuredClone(node);
+    full.status!.diskStatus!['disk-2']!.conditions = [...full.status!.diskStatus!['disk-2']!.conditions!, { type: 'Healthy', status: 'False', reason: 'DiskFull', message: 'ENOSPC' }];
+    expect(nodeChangeMatters('MODIFIED', full, node)).toBe(true);
   });
 });
