@@ -7,6 +7,7 @@ import { Controller, isResponsibleFor, type ControllerContext } from './base-con
 import { DISK_PROBE_BYTES, probeDiskWrite, recordDiskHealth } from './disk-conditions.js';
 import { DISK_HEALTHY_CONDITION, failedCopyMessage } from './disk-errors.js';
 import { cachedOrGet, changed, defaultManagerImage, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, onlyProgressDiffers, topology } from './common.js';
+import { nodeChangeMatters } from './topology.js';
 import type { ManagerApi, WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImage, type BackingImageDataSource, type BackingImageManager } from './kinds.js';
@@ -115,6 +116,8 @@ export class BackingImageManagerController extends Controller {
   private readonly limitLoggedAt = new Map<string, number>();
   /** How long each manager's last reconcile took (ms). */
   private readonly reconcileMs = new Map<string, number>();
+  /** How long each manager's last reconcile waited for the Fetches it made (ms): not work of the controller. */
+  private readonly fetchWaitMs = new Map<string, number>();
   /** When each unhealthy disk was last probed (ms). */
   private readonly lastProbe = new Map<string, number>();
 
@@ -159,7 +162,8 @@ export class BackingImageManagerController extends Controller {
         if (m.spec?.diskUUID === b.spec?.diskUUID) gathered(m.metadata.name);
       }
     });
-    ctx.informers.on(NodeKind, (_t, n) => {
+    ctx.informers.on(NodeKind, (t, n, old) => {
+      if (!nodeChangeMatters(t, n, old)) return;
       for (const m of ctx.informers.cached(BackingImageManagerKind)) {
         if (m.spec?.nodeID !== n.metadata.name) continue;
         this.attention.all(m.metadata.name);
@@ -193,7 +197,10 @@ export class BackingImageManagerController extends Controller {
     try {
       await this.reconcileManager(name);
     } finally {
-      this.reconcileMs.set(name, performance.now() - started);
+      // the reconcile's own time: the wait for its Fetches (the manager copying first files from their data sources)
+      // would stretch the gathering of the next changes, among them the next data sources ready for transfer
+      this.reconcileMs.set(name, Math.max(0, performance.now() - started - (this.fetchWaitMs.get(name) ?? 0)));
+      this.fetchWaitMs.delete(name);
     }
   }
 
@@ -804,7 +811,10 @@ export class BackingImageManagerController extends Controller {
       // SendingLimit allow: both are counted as they are granted, so neither is exceeded.
     }
     for (const n of keep) again.add(n);
-    const rejected = (await Promise.allSettled(fetches)).filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+    const waitStarted = performance.now();
+    const settled = await Promise.allSettled(fetches);
+    if (fetches.length > 0) this.fetchWaitMs.set(name, performance.now() - waitStarted);
+    const rejected = settled.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
     // a permanent refusal was recorded in its data source's status; another failure is retried with backoff
     const failedFetch = rejected.find((r) => !isPermanentError(r.reason)) ?? rejected[0];
     if (failedFetch) throw failedFetch.reason;
