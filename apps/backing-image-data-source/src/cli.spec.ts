@@ -43,13 +43,23 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-/** Starts the built data source as a child process; stops it (SIGTERM) after the test. */
-async function launch(
-  args: string[],
-  env: Record<string, string> = {},
-  nodeArgs: string[] = [],
-  probeHeaders: Record<string, string> = {},
-): Promise<{ url: string; syncUrl: string; disk: string; child: ChildProcess; stderr: () => string }> {
+type Launched = { url: string; syncUrl: string; disk: string; child: ChildProcess; stderr: () => string };
+
+/**
+ * Starts the built data source as a child process; stops it (SIGTERM) after the test. A port found free can be taken
+ * before the child binds it (by another test's connection on a loaded machine): then it starts again on new ports.
+ */
+async function launch(args: string[], env: Record<string, string> = {}, nodeArgs: string[] = [], probeHeaders: Record<string, string> = {}): Promise<Launched> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await launchOnce(args, env, nodeArgs, probeHeaders);
+    } catch (err) {
+      if (attempt >= 5 || !(err instanceof Error) || !err.message.includes('EADDRINUSE')) throw err;
+    }
+  }
+}
+
+async function launchOnce(args: string[], env: Record<string, string>, nodeArgs: string[], probeHeaders: Record<string, string>): Promise<Launched> {
   const disk = await mkdtemp(path.join(tmpdir(), 'bids-cli-'));
   cleanups.push(() => rm(disk, { recursive: true, force: true }));
   const [port, syncPort] = [await freePort(), await freePort()];
