@@ -219,7 +219,8 @@ describeChain('Sync with a SHA-512 chain', () => {
     const port = await receiveOnB(16 * MiB);
     await a.sendToPeer(src, `127.0.0.1:${port}`);
     await b.settled(fileB());
-    expect(b.get(fileB()).state).toBe('ready');
+    // the whole record on failure: its message says why
+    expect(b.get(fileB())).toMatchObject({ state: 'ready' });
     expect(logsA.some((l) => l.includes('computed and stored its SHA-512 chain'))).toBe(true);
     expect(logsB.find((l) => l.includes('SHA-512 chain:'))).toContain('in flight 3');
     expect((await readChainFile(src, await bindingOf(src)))?.checksum).toBe(sha(src));
