@@ -36,9 +36,9 @@ describe('ImageAttention', () => {
     a.take('bim-1');
     a.mark('bim-1', 'img-1');
     a.all('bim-1');
-    a.markAll('bim-1', ['img-2', 'img-3']);
+    for (const image of ['img-2', 'img-3']) a.mark('bim-1', image);
     expect(a.take('bim-1')).toBe('all');
-    a.markAll('bim-1', ['img-2', 'img-3']);
+    for (const image of ['img-2', 'img-3']) a.mark('bim-1', image);
     expect(names(a.take('bim-1'))).toEqual(['img-2', 'img-3']);
     a.forget('bim-1');
     expect(a.take('bim-1')).toBe('all');

@@ -31,11 +31,6 @@ export class ImageAttention {
     if (m !== undefined && m !== 'all') m.add(image);
   }
 
-  /** Marks several images (those a pass found still in need of something). */
-  markAll(manager: string, images: Iterable<string>): void {
-    for (const image of images) this.mark(manager, image);
-  }
-
   /**
    * What the pass starting now looks at; the marks are cleared. A manager never seen (or forgotten): every image (and
    * the images waiting for a slot are forgotten too: that pass finds them again).

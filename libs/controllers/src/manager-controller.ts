@@ -103,8 +103,8 @@ export class BackingImageManagerController extends Controller {
   readonly attention = new ImageAttention();
   /** The copies in passing states of each file map object read (see passingFiles). */
   private readonly passing = new WeakMap<object, { diskUUID: string; files: NodeFile[] }>();
-  /** Entries a reconcile replaced or removed in its manager's file map (its status write compares the map only then). */
-  private readonly fileMapEdits = new Map<string, number>();
+  /** The reconciles' file map drafts that had entries replaced or removed (their status write compares the map only then). */
+  private readonly editedFileMaps = new WeakSet<object>();
   private readonly gcTimer: NodeJS.Timeout;
   /** Fetch/Sync calls made and not yet visible in the manager's file map: manager name → BI name → when. */
   private readonly requested = new Map<string, Map<string, number>>();
@@ -232,12 +232,11 @@ export class BackingImageManagerController extends Controller {
     // (markFilesUnknown copies the entries it changes). Copying the whole map of a disk with thousands of files on
     // every reconcile was one of the O(files) costs per event.
     const status: BackingImageManagerStatus = { ...bim.status, backingImageFileMap: { ...bim.status?.backingImageFileMap } };
-    const editsBefore = this.fileMapEdits.get(name) ?? 0;
     try {
       await this.sync(bim, status, image);
     } finally {
       // The file map is compared only when this reconcile replaced or removed entries (a disk may hold thousands).
-      const mapEdited = !bim.status?.backingImageFileMap || (this.fileMapEdits.get(name) ?? 0) !== editsBefore;
+      const mapEdited = !bim.status?.backingImageFileMap || this.editedFileMaps.has(status.backingImageFileMap!);
       const before = { ...bim.status, backingImageFileMap: undefined };
       const after = { ...status, backingImageFileMap: undefined };
       if (changed(before, after) || (mapEdited && changed(bim.status?.backingImageFileMap ?? {}, status.backingImageFileMap))) await this.writeStatus(bim, status);
@@ -315,7 +314,6 @@ export class BackingImageManagerController extends Controller {
     this.fileBackoffs.delete(name);
     this.failureSeen.delete(name);
     this.requested.delete(name);
-    this.fileMapEdits.delete(name);
     for (const w of this.waitingForSlot.values()) w.delete(name);
     this.limitLoggedAt.delete(name);
     this.waitingForSender.delete(name);
@@ -326,13 +324,9 @@ export class BackingImageManagerController extends Controller {
     await this.ctx.store.update(BackingImageManagerKind, { ...bim, metadata: { ...bim.metadata, finalizers } });
   }
 
-  private fileMapEdited(name: string): void {
-    this.fileMapEdits.set(name, (this.fileMapEdits.get(name) ?? 0) + 1);
-  }
-
   private markFilesUnknown(bim: BackingImageManager, status: BackingImageManagerStatus, message: string, addPlaceholders: boolean, biUUIDs: Record<string, string>): void {
-    this.fileMapEdited(bim.metadata.name);
     const map = status.backingImageFileMap!;
+    this.editedFileMaps.add(map);
     const subject = (bi: string) => `file ${bi} of backing image manager ${bim.metadata.name}`;
     for (const [bi, f] of Object.entries(map)) {
       // A failed file stays failed (Longhorn marks every non-failed file unknown).
@@ -451,7 +445,7 @@ export class BackingImageManagerController extends Controller {
       this.attention.all(name);
       throw err;
     }
-    this.attention.markAll(name, again);
+    for (const image of again) this.attention.mark(name, image);
     await this.probeUnhealthyDisk(bim);
   }
 
@@ -502,7 +496,7 @@ export class BackingImageManagerController extends Controller {
       if (!isGrpcStatus(err, grpcStatus.NOT_FOUND)) throw err;
     }
     delete status.backingImageFileMap![biName];
-    this.fileMapEdited(bim.metadata.name);
+    this.editedFileMaps.add(status.backingImageFileMap!);
     this.requested.get(bim.metadata.name)?.delete(biName);
     if (!keepBackoff) this.fileBackoff(bim.metadata.name).reset(biName);
     this.event(bim, 'Normal', EventReason.Delete, `Deleted backing image ${biName} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID}`);

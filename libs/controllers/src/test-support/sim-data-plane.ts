@@ -193,19 +193,23 @@ export class SimDataPlane implements DataPlane {
   }
 
   /** Sets the progress a manager reports for its copy of `bi` (a receive under way), and tells its watchers. */
-  setProgress(managerName: string, bi: string, progress: number): void {
+  /** The copy of `bi` on a running manager, and that manager. */
+  private copyOn(managerName: string, bi: string): { m: SimManager; f: SimFile } {
     const m = this.managers.get(managerName);
     const f = m?.files.get(bi);
     if (!m || !f) throw new Error(`no copy of ${bi} on ${managerName}`);
+    return { m, f };
+  }
+
+  setProgress(managerName: string, bi: string, progress: number): void {
+    const { m, f } = this.copyOn(managerName, bi);
     f.progress = progress;
     this.changed(m);
   }
 
   /** A ready copy found corrupt (as a scrub finds it): the manager reports it failed with `message`. */
   failFile(managerName: string, bi: string, message: string): void {
-    const m = this.managers.get(managerName);
-    const f = m?.files.get(bi);
-    if (!m || !f) throw new Error(`no copy of ${bi} on ${managerName}`);
+    const { m, f } = this.copyOn(managerName, bi);
     f.state = 'failed';
     f.message = message;
     this.changed(m);
