@@ -79,6 +79,49 @@ describe('backing image controllers over the embedded store', () => {
     expect((await h.cm.events.list({ name: 'parrot', reason: 'Update' })).some((e) => e.message.startsWith('Initialized UUID to'))).toBe(true);
   });
 
+  it("sees each state of a data source when the data source reaches it (waiting there for a change), and polls one that answers at once (Longhorn's)", async () => {
+    // an interval poll that never comes within the test: only the watch, or the first polls of the ramp, see the states
+    h = await startHarness(undefined, { timing: { ...FAST_TIMING, dataSourcePollMs: 600_000 } });
+    const recording = recordVersions(BackingImageDataSourceKind);
+    await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: h.sim.serve(URL, DATA), minNumberOfCopies: 1 });
+    await waitReady('parrot', 1);
+    // starting → in-progress → ready-for-transfer → ready (taken over): each answered by a wait
+    expect(h.sim.dataSourceWaitCalls.changed).toBeGreaterThanOrEqual(3);
+    const changedBefore = h.sim.dataSourceWaitCalls.changed;
+    h.sim.dataSourceWaits = false;
+    const other = 'http://127.0.0.1:8080/other.raw';
+    await h.cm.actions.create({ name: 'other', sourceType: 'download', parameters: { url: other }, expectedChecksum: h.sim.serve(other, DATA), minNumberOfCopies: 1 });
+    await waitReady('other', 1);
+    expect(h.sim.dataSourceWaitCalls.changed).toBe(changedBefore);
+    const states = (await recording.stop()).map((v) => `${v.metadata.name} ${v.status?.currentState ?? ''}`);
+    for (const name of ['parrot', 'other']) expect(states).toEqual(expect.arrayContaining([`${name} ready-for-transfer`, `${name} ready`]));
+  });
+
+  it('releases a data source once its manager has the file, before the image marks it transferred; a restart then does not take it for a lost workload', async () => {
+    h = await startHarness();
+    // the image's mark (spec.fileTransferred) fails (and is retried) until the test lets it through
+    let held = true;
+    const letThrough = () => (held = false);
+    const update = h.store.update.bind(h.store);
+    h.store.update = (async (kind: ResourceKind<KubeObject>, obj: KubeObject) => {
+      if (held && kind === BackingImageDataSourceKind && (obj as { spec?: { fileTransferred?: boolean } }).spec?.fileTransferred) throw new Error('held by the test');
+      return update(kind, obj);
+    }) as typeof h.store.update;
+    await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: h.sim.serve(URL, DATA), minNumberOfCopies: 1 });
+    await waitFor('the data source released while the file is not marked transferred', async () => !h!.sim.dataSources.has('parrot') && !(await h!.store.get(BackingImageDataSourceKind, 'parrot', NS)).spec?.fileTransferred);
+    const released = await h.store.get(BackingImageDataSourceKind, 'parrot', NS);
+    expect(released.status).toMatchObject({ currentState: 'ready', ip: '' });
+    await h.restartControllers();
+    // the restarted controllers look at it (resync every second here) and leave it ready
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await h.store.get(BackingImageDataSourceKind, 'parrot', NS)).status?.currentState).toBe('ready');
+    letThrough();
+    await waitReady('parrot', 1);
+    await waitFor('the file marked transferred', async () => (await h!.store.get(BackingImageDataSourceKind, 'parrot', NS)).spec?.fileTransferred === true);
+    expect(h.sim.downloads.get(URL)).toBe(1);
+    expect(await h.cm.events.list({ name: 'parrot', reason: 'Failed' })).toEqual([]);
+  });
+
   it('a data source whose workload runs as soon as it started gets its address and ip in the status write of its start', async () => {
     const seen = await versionsWhileCreating(BackingImageDataSourceKind, 1);
     // the first version that shows the start (the download's parameters, no message) already has the workload's ip

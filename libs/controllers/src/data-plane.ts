@@ -5,6 +5,7 @@
  */
 import type { BackingImageResponse, BackupCreateRequest, BackupStatusResponse, FetchRequest, ListResponse, PrepareDownloadResponse, SyncInput, VersionResponse } from '@bis/bimrpc';
 import type { DataSourceFileInfo } from '@bis/data-source-api';
+import type { FileState } from '@bis/state-machine';
 import type { BackingImageDataSource, BackingImageManager } from './kinds.js';
 
 /** Observed phase of a workload (Longhorn's pod phase + readiness, reduced). */
@@ -43,6 +44,11 @@ export interface ManagerApi {
 /** The data source's HTTP API calls the controllers use (satisfied by `DataSourceClient` from `@bis/data-source-api`). */
 export interface DataSourceApi {
   get(): Promise<DataSourceFileInfo>;
+  /**
+   * The file once its state is not `state`, or after `waitSeconds` with it unchanged; undefined when the data source
+   * does not wait (the caller polls it instead). Optional: without it the controller polls.
+   */
+  waitForChange?(state: FileState, opts: { waitSeconds: number; signal?: AbortSignal }): Promise<DataSourceFileInfo | undefined>;
 }
 
 /**

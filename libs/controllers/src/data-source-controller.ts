@@ -1,7 +1,8 @@
 import { isGrpcStatus } from '@bis/bimrpc';
 import type { BackingImageDataSourceStatus } from '@bis/crd-types';
 import { isConflict, type Stored } from '@bis/datastore';
-import { FILE_MACHINE, transition } from '@bis/state-machine';
+import { setTimeout as sleepFor } from 'node:timers/promises';
+import { FILE_MACHINE, FileState, transition } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
 import { changed, clone, errMessage, getOrUndefined, imageRef, listManagers, nodeDownChecker, topology } from './common.js';
@@ -34,8 +35,14 @@ interface Monitor {
   diskUUID: string;
   failures: number;
   busy: boolean;
-  /** Whether a poll reached the data source yet. */
-  polled: boolean;
+  /** Whether the watch (or, for a data source that does not wait, the first poll and the ramp) has started. */
+  watching: boolean;
+  /** The state the watch saw last: it waits at the data source for another one. */
+  seenState?: FileState;
+  /** A poll was asked for while one ran: it runs again after it, with a fresh answer. */
+  again: boolean;
+  /** Ends the watch's wait when the monitor stops. */
+  readonly stop: AbortController;
   /** The next of the first polls (close together, then further apart up to the poll interval). */
   rampTimer?: NodeJS.Timeout;
   /** When the status was last written with what a poll found (or the monitor started: the start's write). */
@@ -55,8 +62,13 @@ export function imageChangeConcernsDataSource(type: string, now: Stored<BackingI
   return changed(old.spec, now.spec) || old.metadata.deletionTimestamp !== now.metadata.deletionTimestamp;
 }
 
-/** The first polls of a data source come this long after it starts, doubling up to the poll interval. */
+/**
+ * A data source that does not wait for a change (`waitForChange`) is polled this long after it starts, then at
+ * doubling intervals up to the poll interval; the watch waits this long again after a failed wait, doubling too.
+ */
 const FIRST_POLL_MS = 100;
+/** One wait of the watch at the data source (a new wait follows at once). */
+const WATCH_WAIT_SECONDS = 20;
 
 /** Longhorn's BackingImageDataSource controller (§3.2). */
 export class BackingImageDataSourceController extends Controller {
@@ -107,8 +119,12 @@ export class BackingImageDataSourceController extends Controller {
       if (t !== 'MODIFIED' || !old || old.status?.backingImageFileMap === o.status?.backingImageFileMap) return;
       for (const [name, m] of this.monitors) {
         if (m.diskUUID !== o.spec?.diskUUID) continue;
+        const file = o.status?.backingImageFileMap?.[name];
+        if (!changed(old.status?.backingImageFileMap?.[name], file)) continue;
         // poll() catches its own failures (counted, shown in the status); nothing waits for it.
-        if (changed(old.status?.backingImageFileMap?.[name], o.status?.backingImageFileMap?.[name])) void this.poll(name, m);
+        void this.poll(name, m);
+        // the file is with the manager now: the reconcile releases the data source once it is `ready` (see sync)
+        if (file?.state === 'ready') this.enqueue(name);
       }
     });
   }
@@ -152,11 +168,14 @@ export class BackingImageDataSourceController extends Controller {
         // The monitor or another writer changed the object meanwhile: merge our decision onto the latest status.
         await store.updateStatus(BackingImageDataSourceKind, { ...latest, status: { ...latest.status, ...diff(bids.status ?? {}, status) } });
       }
-      // A monitor started by this reconcile polls now that the status (with the data source's ip) is written; polling
-      // before the write found no ip and waited a whole interval (3 s) for its first look at the data source.
+      // A monitor started by this reconcile watches now that the status (with the data source's ip) is written: a
+      // look before the write found no ip and waited a whole interval (3 s) for its first look at the data source.
       const m = this.monitors.get(name);
-      // poll() catches its own failures (counted, shown in the status); nothing waits for it.
-      if (m && !m.polled) void this.poll(name, m);
+      if (m && !m.watching) {
+        m.watching = true;
+        // watch() catches its own failures; nothing waits for it.
+        void this.watch(name, m);
+      }
     }
   }
 
@@ -244,6 +263,18 @@ export class BackingImageDataSourceController extends Controller {
     const f = spec.diskUUID ? topo.readyDisk(spec.diskUUID) : undefined;
     if (!f || f.node.name !== spec.nodeID || f.disk.path !== spec.diskPath) {
       status.currentState = transition(FILE_MACHINE, status.currentState ?? '', 'disk-unavailable', `data source ${name}`);
+      return;
+    }
+
+    // FIX (early release): the manager has the first file, the data source has nothing left to do. Its workload is
+    // deleted now, not when the image marks the file transferred: that took 0.7 s (median at 300 images) during
+    // which the finished workload held one of the data plane's places (16 by default). A `ready` data source whose
+    // file its manager lists as ready is one released so, not one whose workload was lost (Longhorn fails a `ready`
+    // data source without its pod, which a release would otherwise be taken for).
+    if ((status.currentState ?? '') === 'ready' && this.handedOver(bids)) {
+      status.ip = '';
+      status.storageIP = '';
+      await this.cleanup(name);
       return;
     }
 
@@ -367,6 +398,19 @@ export class BackingImageDataSourceController extends Controller {
   }
 
   /** The data source's workload runs: its address (annotation), its ip in the status, and its monitor. */
+  /**
+   * Whether the data source's file is with its manager: the manager on the data source's disk lists the image's
+   * file, of the data source's uuid, as ready.
+   */
+  private handedOver(bids: BackingImageDataSource & { metadata: { name: string } }): boolean {
+    const disk = bids.spec?.diskUUID;
+    if (!disk) return false;
+    return this.ctx.informers.cached(BackingImageManagerKind).some((m) => {
+      const f = m.spec?.diskUUID === disk && !m.metadata.deletionTimestamp ? m.status?.backingImageFileMap?.[bids.metadata.name] : undefined;
+      return f?.state === 'ready' && f.uuid === bids.spec?.uuid;
+    });
+  }
+
   private async adoptRunning(bids: Stored<BackingImageDataSource>, status: BackingImageDataSourceStatus, w: WorkloadStatus): Promise<void> {
     status.ip = w.ip;
     status.storageIP = w.ip;
@@ -400,12 +444,62 @@ export class BackingImageDataSourceController extends Controller {
     if (existing && existing.address === address) return;
     if (existing) this.stopMonitor(name);
     // poll() catches its own failures (counted, shown in the status); the timer only starts it.
-    const m: Monitor = { address, diskUUID, failures: 0, busy: false, polled: false, lastWriteAt: Date.now(), timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs) };
+    const m: Monitor = {
+      address,
+      diskUUID,
+      failures: 0,
+      busy: false,
+      watching: false,
+      again: false,
+      stop: new AbortController(),
+      lastWriteAt: Date.now(),
+      timer: setInterval(() => void this.poll(name, m), this.ctx.timing.dataSourcePollMs),
+    };
     m.timer.unref();
     this.monitors.set(name, m);
-    // The first poll runs when the reconcile that started the monitor has written the status (see reconcile). A small
-    // file is ready within a fraction of a second, and its data source holds a place in the data plane until the
-    // controller sees it: the next polls come after 100 ms, doubling until they reach the poll interval (3 s).
+  }
+
+  /**
+   * The monitor's look at each state of the file the moment the data source reaches it (the reconcile that started
+   * the monitor starts this once its status write is done). A small file is ready within a fraction of a second, and
+   * its data source holds a place in the data plane until the controller sees it: polls 100 ms, 200 ms, 400 ms …
+   * after the start saw `ready-for-transfer` 411 ms (median) after the data source had started, and its `ready`
+   * (taken over by the manager) 270 ms after the manager's Fetch. So the watch waits at the data source for a state
+   * other than the last one it saw (`waitForChange`) and hands each answer to {@link poll}; the interval poll still
+   * brings the progress. A data source that answers without waiting is polled at doubling intervals from 100 ms up
+   * to the poll interval instead, as one that cannot wait was before.
+   */
+  private async watch(name: string, m: Monitor): Promise<void> {
+    const api = this.ctx.dataPlane.dataSourceClient(m.address);
+    let retryMs = FIRST_POLL_MS;
+    while (this.monitors.get(name) === m) {
+      let info: DataSourceFileInfo | undefined;
+      const asked = Date.now();
+      try {
+        if (!api.waitForChange) break;
+        info = await api.waitForChange(m.seenState ?? FileState.New, { waitSeconds: WATCH_WAIT_SECONDS, signal: m.stop.signal });
+        if (!info) break;
+        retryMs = FIRST_POLL_MS;
+      } catch (err) {
+        // not listening yet, or gone: the interval poll counts the failures (and stops the monitor)
+        if (this.monitors.get(name) !== m) return;
+        this.ctx.log.debug(`data source watch ${name}: ${errMessage(err)}`);
+        await sleep(retryMs, m.stop.signal);
+        retryMs = Math.min(retryMs * 2, this.ctx.timing.dataSourcePollMs);
+        continue;
+      }
+      if (info.state === m.seenState) {
+        // the wait's time ran out; or the data source answers at once with the same state (it is closing): not again
+        // at once
+        if (Date.now() - asked < 1000) await sleep(this.ctx.timing.dataSourcePollMs, m.stop.signal);
+        continue;
+      }
+      m.seenState = info.state;
+      // poll() catches its own failures (counted, shown in the status)
+      await this.poll(name, m, info);
+    }
+    if (this.monitors.get(name) !== m) return;
+    // a data source that answers at once: polls close together first, then the interval poll alone
     const ramp = (delay: number) => {
       if (delay >= this.ctx.timing.dataSourcePollMs) return;
       m.rampTimer = setTimeout(() => {
@@ -416,6 +510,7 @@ export class BackingImageDataSourceController extends Controller {
       }, delay);
       m.rampTimer.unref();
     };
+    void this.poll(name, m);
     ramp(Math.min(FIRST_POLL_MS, this.ctx.timing.dataSourcePollMs / 2));
   }
 
@@ -425,6 +520,7 @@ export class BackingImageDataSourceController extends Controller {
     if (m) {
       clearInterval(m.timer);
       clearTimeout(m.rampTimer);
+      m.stop.abort();
     }
     this.monitors.delete(name);
   }
@@ -443,17 +539,21 @@ export class BackingImageDataSourceController extends Controller {
     this.ctx.events.record(EventSource.BackingImage, bi, 'Normal', 'Update', text);
   }
 
-  private async poll(name: string, m: Monitor): Promise<void> {
-    if (m.busy || this.monitors.get(name) !== m) return;
+  /** Writes what the data source reports (`answer`: what the watch was just told; otherwise asked now). */
+  private async poll(name: string, m: Monitor, answer?: DataSourceFileInfo): Promise<void> {
+    if (this.monitors.get(name) !== m) return;
+    if (m.busy) {
+      m.again = true;
+      return;
+    }
     m.busy = true;
     const { store, namespace, nodeID } = this.ctx;
     try {
       const bids = await getOrUndefined(store.get(BackingImageDataSourceKind, name, namespace));
       if (!bids || bids.status?.ownerID !== nodeID) return this.stopMonitor(name);
       if (!bids.status?.ip) return;
-      const info = await this.ctx.dataPlane.dataSourceClient(m.address).get();
+      const info = answer ?? (await this.ctx.dataPlane.dataSourceClient(m.address).get());
       m.failures = 0;
-      m.polled = true;
       if (info.state === 'ready' || info.state === 'ready-for-transfer') this.retryBackoff.reset(name);
       if (info.state === 'ready-for-transfer' && info.unpaddedChecksum) await this.recordUnpadded(name, info);
       // The answer is fresh: a write that conflicts with a reconcile's write is retried at once on the latest object
@@ -516,8 +616,18 @@ export class BackingImageDataSourceController extends Controller {
       }
     } finally {
       m.busy = false;
+      if (m.again) {
+        m.again = false;
+        // a fresh answer: what was asked for while this poll ran
+        void this.poll(name, m);
+      }
     }
   }
+}
+
+/** Waits `ms`, or less when `signal` aborts. */
+async function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  await sleepFor(ms, undefined, { signal }).catch(() => undefined);
 }
 
 function diff<T extends object>(before: T, after: T): Partial<T> {

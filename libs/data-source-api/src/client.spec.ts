@@ -117,6 +117,25 @@ describe('DataSourceClient', () => {
     expect(calls).toEqual(['POST /v1/file?action=transfer', 'GET /v1/file?action=uploadOffset', 'POST /v1/file?action=transfer']);
   });
 
+  it('waits for a change with ?waitWhile=&wait= (at most 30 s), and answers undefined from a data source that answered at once without saying it waits', async () => {
+    const urls: string[] = [];
+    let waits = true;
+    const { address } = await serve((req, res) => {
+      urls.push(req.url ?? '');
+      if (waits) res.setHeader('x-bis-waits', 'state');
+      res.end(JSON.stringify({ state: 'ready-for-transfer', size: 512 }));
+    });
+    const c = new DataSourceClient(address);
+    expect(await c.waitForChange('in-progress', { waitSeconds: 20 })).toMatchObject({ state: 'ready-for-transfer', size: 512 });
+    expect(await c.waitForChange('', { waitSeconds: 600 })).toMatchObject({ state: 'ready-for-transfer' });
+    waits = false; // Longhorn's data source: the parameters are not known there, the file comes at once
+    expect(await c.waitForChange('in-progress', { waitSeconds: 20 })).toBeUndefined();
+    expect(urls).toEqual(['/v1/file?waitWhile=in-progress&wait=20', '/v1/file?waitWhile=&wait=30', '/v1/file?waitWhile=in-progress&wait=20']);
+    const ac = new AbortController();
+    ac.abort();
+    await expect(c.waitForChange('ready', { waitSeconds: 1, signal: ac.signal })).rejects.toThrow();
+  });
+
   it('streams an upload body with its query and headers, and gives back an early refusal as the answer', async () => {
     const got: Array<{ url?: string; type?: string; bytes: number }> = [];
     const { address } = await serve((req, res) => {

@@ -4,7 +4,7 @@ import got from 'got';
 import { authHeaders } from '@bis/internal-auth';
 import { parseHostPort, formatHostPort } from '@bis/net-address';
 import { FILE_MACHINE, FILE_STATES, FileState, transition } from '@bis/state-machine';
-import { DATA_SOURCE_FILE_PATH, DataSourceAction, type DataSourceFileInfo, type UploadProgress } from './contract.js';
+import { DATA_SOURCE_FILE_PATH, DATA_SOURCE_MAX_WAIT_SECONDS, DATA_SOURCE_WAITS_HEADER, DataSourceAction, type DataSourceFileInfo, type UploadProgress } from './contract.js';
 
 /** Longhorn's data-source client timeout for `GET /v1/file` and the transfer. */
 export const DATA_SOURCE_CALL_TIMEOUT_MS = 10_000;
@@ -73,6 +73,21 @@ export class DataSourceClient {
     return parseFileInfo(body, what);
   }
 
+  /**
+   * `GET /v1/file?waitWhile=<state>&wait=<seconds>`: the file once its state is not `state`, or after `waitSeconds`
+   * (at most {@link DATA_SOURCE_MAX_WAIT_SECONDS}) with the state unchanged; undefined when the data source answered
+   * at once without waiting (one that does not know the parameters, as Longhorn's): its caller polls instead.
+   */
+  async waitForChange(state: FileState, opts: { waitSeconds: number; signal?: AbortSignal }): Promise<DataSourceFileInfo | undefined> {
+    const wait = Math.min(Math.max(0, Math.floor(opts.waitSeconds)), DATA_SOURCE_MAX_WAIT_SECONDS);
+    const search = `?waitWhile=${encodeURIComponent(state)}&wait=${wait}`;
+    const what = `GET ${this.#base}${DATA_SOURCE_FILE_PATH}${search}`;
+    const { statusCode, body, headers } = await this.#call('GET', search, { timeoutMs: this.#timeoutMs + wait * 1000, ...(opts.signal ? { signal: opts.signal } : {}) });
+    if (statusCode !== 200) throw new DataSourceHttpError(statusCode, body, what);
+    const info = parseFileInfo(body, what);
+    return headers[DATA_SOURCE_WAITS_HEADER] === undefined ? undefined : info;
+  }
+
   /** `POST /v1/file?action=transfer`: the data source hands its file over. */
   async transfer(): Promise<void> {
     const search = `?action=${DataSourceAction.Transfer}`;
@@ -95,14 +110,14 @@ export class DataSourceClient {
    * status came back; an answer that comes before the body is complete (an early refusal) wins.
    */
   postFile(search: string, body: Readable, headers: Record<string, string>, signal?: AbortSignal): Promise<DataSourceAnswer> {
-    return this.#call('POST', search, { body, headers, signal });
+    return this.#call('POST', search, { body, headers, signal }).then(({ statusCode, body }) => ({ statusCode, body }));
   }
 
   async #call(
     method: 'GET' | 'POST',
     search: string,
     o: { body?: Readable; headers?: Record<string, string>; signal?: AbortSignal; timeoutMs?: number },
-  ): Promise<DataSourceAnswer> {
+  ): Promise<DataSourceAnswer & { headers: http.IncomingHttpHeaders }> {
     const req = client(`${this.#base}${DATA_SOURCE_FILE_PATH}${search}`, {
       method,
       headers: { ...(o.headers ?? {}), ...this.#auth },
@@ -119,7 +134,7 @@ export class DataSourceClient {
     });
     try {
       const res = await req;
-      return { statusCode: res.statusCode, body: res.body };
+      return { statusCode: res.statusCode, body: res.body, headers: res.headers };
     } catch (e) {
       throw tooLarge ?? e;
     }

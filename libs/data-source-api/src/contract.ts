@@ -21,6 +21,16 @@ export const DataSourceAction = {
 } as const;
 export type DataSourceAction = (typeof DataSourceAction)[keyof typeof DataSourceAction];
 
+/**
+ * Our extension of `GET /v1/file`: with `waitWhile=<state>&wait=<seconds>` the data source answers once its file's
+ * state is not `<state>` (at once when it is not), or after `<seconds>` (at most {@link DATA_SOURCE_MAX_WAIT_SECONDS})
+ * with the state unchanged. A data source that waits says so in this header of its answer; Longhorn's data source
+ * ignores the parameters and answers at once, without it.
+ */
+export const DATA_SOURCE_WAITS_HEADER = 'x-bis-waits';
+/** Longest wait of one `GET /v1/file?waitWhile=…&wait=…`. */
+export const DATA_SOURCE_MAX_WAIT_SECONDS = 30;
+
 /** `GET /v1/file`: Longhorn's `api.DataSourceInfo` (JSON key order as Go emits it). */
 export interface DataSourceFileInfo {
   sourceType: string;

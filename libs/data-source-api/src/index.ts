@@ -1,4 +1,4 @@
-export { DATA_SOURCE_FILE_PATH, DataSourceAction, type DataSourceFileInfo, type UploadProgress } from './contract.js';
+export { DATA_SOURCE_FILE_PATH, DATA_SOURCE_MAX_WAIT_SECONDS, DATA_SOURCE_WAITS_HEADER, DataSourceAction, type DataSourceFileInfo, type UploadProgress } from './contract.js';
 export {
   DataSourceClient,
   DataSourceHttpError,

@@ -110,6 +110,50 @@ describe('data source', () => {
     expect(i['currentChecksum']).toBe(sha512(img));
   });
 
+  it('answers a wait for a change of state the moment the state changes, at once when it already differs, after its time when it does not, and forgets a caller that went away', async () => {
+    const h = await harness('upload', {});
+    const wait = async (state: string, seconds: number, signal?: AbortSignal) => {
+      const r = await fetch(`${h.url}/v1/file?waitWhile=${state}&wait=${seconds}`, signal ? { signal } : {});
+      return { status: r.status, waits: r.headers.get('x-bis-waits'), body: (await r.json()) as Record<string, unknown> };
+    };
+    // already another state: at once
+    expect(await wait('', 30)).toMatchObject({ status: 200, waits: 'state', body: { state: 'pending' } });
+    // no change within its time: the same state, still saying it waited
+    expect(await wait('pending', 0)).toMatchObject({ status: 200, waits: 'state', body: { state: 'pending' } });
+    // waits while pending: answered by the upload's end, not by its time (30 s, above the test's timeout)
+    let answered = false;
+    const waiting = wait('pending', 30).finally(() => (answered = true));
+    await waitFor(async () => h.sync.listenerCount('change'), (n) => n === 1);
+    expect(answered).toBe(false);
+    const img = randomBytes(64 * 1024);
+    const form = new FormData();
+    form.append('chunk', new Blob([img]), 'blob');
+    expect((await fetch(`${h.url}/v1/file?action=upload&size=${img.length}`, { method: 'POST', body: form })).status).toBe(200);
+    const changed = await waiting;
+    expect(changed.waits).toBe('state');
+    expect(['starting', 'in-progress', 'ready-for-transfer']).toContain(changed.body['state']);
+    await waitFor(() => info(h.url), (v) => v['state'] === 'ready-for-transfer');
+    // the transfer (a manager took the file) ends a wait while ready-for-transfer
+    const transferred = wait('ready-for-transfer', 30);
+    await waitFor(async () => h.sync.listenerCount('change'), (n) => n === 1);
+    expect((await fetch(`${h.url}/v1/file?action=transfer`, { method: 'POST' })).status).toBe(200);
+    expect((await transferred).body).toMatchObject({ state: 'ready', currentChecksum: sha512(img) });
+    expect(h.sync.listenerCount('change')).toBe(0);
+    // a caller that goes away: its wait ends and nothing listens for it any more
+    const ac = new AbortController();
+    const gone = wait('ready', 30, ac.signal).catch((e: Error) => e.name);
+    await waitFor(async () => h.sync.listenerCount('change'), (n) => n === 1);
+    ac.abort();
+    expect(await gone).toBe('AbortError');
+    await waitFor(async () => h.sync.listenerCount('change'), (n) => n === 0);
+    // bounded: a state that is none, a wait too long
+    for (const q of ['waitWhile=done&wait=1', 'waitWhile=ready&wait=31', 'waitWhile=ready&wait=x']) {
+      const r = await fetch(`${h.url}/v1/file?${q}`);
+      expect(r.status).toBe(400);
+      expect(await r.text()).toContain('waitWhile must be a file state and wait 0 to 30 seconds');
+    }
+  });
+
   it('fails an upload whose body is shorter than the declared size', async () => {
     const h = await harness('upload', {});
     const form = new FormData();

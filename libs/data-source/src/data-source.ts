@@ -76,6 +76,12 @@ export class DataSource {
   #exportPhase: { state: FileState; progress: number; processed: number } | undefined;
   readonly #exportAbort = new AbortController();
   #exportWork: Promise<void> | undefined;
+  /** Those waiting for the file's state to change ({@link whenStateIsNot}): each checks the state when called. */
+  readonly #waiters = new Set<() => void>();
+  #closed = false;
+  readonly #onSyncChange = (filePath: string): void => {
+    if (filePath === this.filePath) this.#notify();
+  };
 
   constructor(o: DataSourceOptions) {
     this.#o = o;
@@ -132,11 +138,13 @@ export class DataSource {
         if (size > limit.bytes) {
           const message = SizeLimitError.declared(limit, "the volume's size", size).message;
           this.#frozen = { ...this.#local(), state: transition(FILE_MACHINE, FileState.New, FileEvent.Fail, this.#subject), size, virtualSize: size, message };
+          this.#notify();
           this.#o.log?.(`export-from-volume refused: ${message}`);
           return;
         }
         if (exportType(c.parameters) === 'qcow2') {
           this.#exportPhase = { state: transition(FILE_MACHINE, FileState.New, FileEvent.Prepared, this.#subject), progress: 0, processed: 0 };
+          this.#notify();
           this.#exportWork = this.#exportQcow2(port, size);
         } else {
           await sync.receiveFromPeer({ ...base, size, port, fileType: 'raw' });
@@ -168,6 +176,7 @@ export class DataSource {
       const ex = this.#exportPhase;
       if (!ex) return;
       this.#exportPhase = { state: transition(FILE_MACHINE, ex.state, FileEvent.Progress, this.#subject), progress: Math.floor(progress), processed };
+      this.#notify();
     };
     try {
       // the peer receiver is loaded only by an export data source
@@ -192,6 +201,7 @@ export class DataSource {
       await rm(raw, { force: true });
       const { size: qcow2Size } = await stat(qcow2);
       this.#exportPhase = undefined; // from here on the sync record reports the state
+      this.#notify();
       await this.#o.sync.upload(this.#uploadParams(qcow2Size, createReadStream(qcow2, { highWaterMark: 1 << 20 })));
     } catch (e) {
       const ex = this.#exportPhase;
@@ -199,6 +209,7 @@ export class DataSource {
         const message = signal.aborted ? 'the export was cancelled' : `failed to export the volume as qcow2: ${(e as Error).message}`;
         this.#frozen = { ...this.#local(), state: transition(FILE_MACHINE, ex.state, FileEvent.Fail, this.#subject), message };
         this.#exportPhase = undefined;
+        this.#notify();
       }
       this.#o.log?.(`export-from-volume (qcow2) failed: ${(e as Error).message}`);
     } finally {
@@ -220,6 +231,7 @@ export class DataSource {
         this.#stopWatchdog();
         const cur = this.#current();
         this.#frozen = { ...cur, state: transition(FILE_MACHINE, cur.state, FileEvent.Fail, this.#subject), message: BEGIN_TIMEOUT_MESSAGE };
+        this.#notify();
         this.#resumable?.body.destroy(new Error(BEGIN_TIMEOUT_MESSAGE));
         this.#exportAbort.abort(new Error(BEGIN_TIMEOUT_MESSAGE));
         // Best effort: the file is already marked failed, and that failure is what is reported.
@@ -297,18 +309,62 @@ export class DataSource {
     return this.#current();
   }
 
+  #notify(): void {
+    for (const check of [...this.#waiters]) check();
+  }
+
+  /**
+   * Resolves once the file's state is not `state` (at once when it already is not), when the data source closes, or
+   * when `signal` aborts: what `GET /v1/file?waitWhile=<state>&wait=<seconds>` waits for before it answers, so that
+   * the controller sees each state the moment it is reached instead of at its next poll.
+   */
+  whenStateIsNot(state: FileState, signal: AbortSignal): Promise<void> {
+    const differs = (): boolean => {
+      if (this.#closed) return true;
+      try {
+        return this.#current().state !== state;
+      } catch {
+        return true; // the answer reports the error at once
+      }
+    };
+    if (signal.aborted || differs()) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        this.#waiters.delete(check);
+        signal.removeEventListener('abort', done);
+        if (this.#waiters.size === 0) this.#o.sync.off('change', this.#onSyncChange);
+        resolve();
+      };
+      const check = (): void => {
+        if (differs()) done();
+      };
+      // one listener on the sync service, whatever the number of waiters
+      if (this.#waiters.size === 0) this.#o.sync.on('change', this.#onSyncChange);
+      this.#waiters.add(check);
+      signal.addEventListener('abort', done, { once: true });
+    });
+  }
+
   /** `POST /v1/file?action=transfer`: the manager takes the file over. */
   async transfer(): Promise<void> {
-    if (this.#transferred) return;
+    // a transfer already done, or under way (a repeated call)
+    if (this.#transferred || this.#frozen?.state === FileState.Ready) return;
     const info = this.#current();
     if (info.state !== FileState.ReadyForTransfer) {
       throw new DataSourceError(
         `datasource file current state is ${info.state} rather than ${FileState.ReadyForTransfer}, cannot do transfer`,
       );
     }
-    await this.#o.sync.forget(this.filePath);
-    this.#transferred = true;
+    // Reported as transferred before the sync record is forgotten: between the two, the file would look not begun.
     this.#frozen = { ...info, state: transition(FILE_MACHINE, info.state, FileEvent.Transferred, this.#subject) };
+    try {
+      await this.#o.sync.forget(this.filePath);
+    } catch (e) {
+      this.#frozen = undefined;
+      throw e;
+    }
+    this.#transferred = true;
+    this.#notify();
   }
 
   #requireUpload(): void {
@@ -410,6 +466,8 @@ export class DataSource {
 
   /** Stops the watchdog; cancels an unfinished file (its partial file is removed). */
   async close(): Promise<void> {
+    this.#closed = true;
+    this.#notify();
     this.#stopWatchdog();
     this.#exportAbort.abort(new Error('the data source is shutting down'));
     await this.#exportWork;

@@ -2,7 +2,8 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import multipart from '@fastify/multipart';
 import { Readable } from 'node:stream';
 // the contract alone: the data source process does not load the HTTP client (got)
-import { DATA_SOURCE_FILE_PATH, DataSourceAction } from '@bis/data-source-api/contract';
+import { DATA_SOURCE_FILE_PATH, DATA_SOURCE_MAX_WAIT_SECONDS, DATA_SOURCE_WAITS_HEADER, DataSourceAction } from '@bis/data-source-api/contract';
+import { FILE_STATES, type FileState } from '@bis/state-machine';
 import { DataSource, DataSourceError } from './data-source.js';
 
 /**
@@ -65,6 +66,25 @@ export const dataSourceRoutes: FastifyPluginAsync<DataSourceRoutesOptions> = asy
       const q = req.query as Record<string, string | undefined>;
       const ds = dsOf(req);
       if (q['action'] === DataSourceAction.UploadOffset) return reply.send(ds.uploadOffset());
+      const waitWhile = q['waitWhile'];
+      if (waitWhile !== undefined) {
+        const wait = Number(q['wait'] ?? 0);
+        if (!(FILE_STATES as readonly string[]).includes(waitWhile) || !Number.isFinite(wait) || wait < 0 || wait > DATA_SOURCE_MAX_WAIT_SECONDS) {
+          throw new DataSourceError(`waitWhile must be a file state and wait 0 to ${DATA_SOURCE_MAX_WAIT_SECONDS} seconds`, 400);
+        }
+        // the wait ends with the state's change, the wait's time, or the caller going away
+        const ac = new AbortController();
+        const timer = setTimeout(() => ac.abort(), wait * 1000);
+        const gone = (): void => ac.abort();
+        reply.raw.once('close', gone);
+        try {
+          await ds.whenStateIsNot(waitWhile as FileState, ac.signal);
+        } finally {
+          clearTimeout(timer);
+          reply.raw.off('close', gone);
+        }
+        reply.header(DATA_SOURCE_WAITS_HEADER, 'state');
+      }
       return reply.type('application/json').send(ds.info());
     } catch (e) {
       return sendError(reply, e);

@@ -6,6 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { BackingImageResponse, ListResponse } from '@bis/bimrpc';
+import type { DataSourceFileInfo } from '@bis/data-source-api';
 import type { FileState } from '@bis/state-machine';
 import type { BackupTargetApi, DataPlane, DataSourceApi, DataSourceLaunch, ManagerApi, WorkloadStatus } from '../data-plane.js';
 import type { BackingImageDataSource, BackingImageManager } from '../kinds.js';
@@ -97,6 +98,13 @@ export class SimDataPlane implements DataPlane {
    * its upstream copy is and its own transfer time has passed.
    */
   forwarding = true;
+  /**
+   * Whether a data source waits for a change of its file's state (`waitForChange`, as this system's data source does);
+   * false plays one that answers at once (Longhorn's), which the controller polls instead.
+   */
+  dataSourceWaits = true;
+  /** Waits for a change asked of the data sources so far, and those that answered with a changed state. */
+  readonly dataSourceWaitCalls = { asked: 0, changed: 0 };
 
   serve(url: string, data: string): string {
     this.urls.set(url, { size: data.length, data });
@@ -416,30 +424,46 @@ export class SimDataPlane implements DataPlane {
   }
 
   dataSourceClient(address: string): DataSourceApi {
+    const get = async (): Promise<DataSourceFileInfo> => {
+      const d = [...this.dataSources.values()].find((x) => x.address === address);
+      if (!d) throw new Error(`connect ECONNREFUSED ${address}`);
+      return {
+        sourceType: '',
+        parameters: {},
+        name: '',
+        diskUUID: '',
+        expectedChecksum: '',
+        filePath: '',
+        uuid: '',
+        size: d.size,
+        virtualSize: 0,
+        realSize: 0,
+        // the simulation's states are the file machine's
+        state: d.state as FileState,
+        progress: d.progress,
+        processedSize: 0,
+        modificationTime: '',
+        currentChecksum: d.checksum,
+        message: d.message,
+        sendingReference: 0,
+      };
+    };
     return {
-      get: async () => {
-        const d = [...this.dataSources.values()].find((x) => x.address === address);
-        if (!d) throw new Error(`connect ECONNREFUSED ${address}`);
-        return {
-          sourceType: '',
-          parameters: {},
-          name: '',
-          diskUUID: '',
-          expectedChecksum: '',
-          filePath: '',
-          uuid: '',
-          size: d.size,
-          virtualSize: 0,
-          realSize: 0,
-          // the simulation's states are the file machine's
-          state: d.state as FileState,
-          progress: d.progress,
-          processedSize: 0,
-          modificationTime: '',
-          currentChecksum: d.checksum,
-          message: d.message,
-          sendingReference: 0,
-        };
+      get,
+      waitForChange: async (state, { waitSeconds, signal }) => {
+        this.dataSourceWaitCalls.asked++;
+        if (!this.dataSourceWaits) {
+          await get();
+          return undefined;
+        }
+        const until = Date.now() + waitSeconds * 1000;
+        for (;;) {
+          // a gone data source refuses the connection, as a real one does
+          const info = await get();
+          if (info.state !== state) this.dataSourceWaitCalls.changed++;
+          if (info.state !== state || Date.now() >= until || signal?.aborted) return info;
+          await new Promise((r) => setTimeout(r, 5).unref());
+        }
       },
     };
   }
