@@ -370,8 +370,13 @@ for (;;) {
   await new Promise((r) => setTimeout(r, 1000));
 }
 const convergeMs = performance.now() - c0;
-// CPU seconds (user + system) used until convergence: the controller-manager, and its children (the data plane)
-const cpuAtConvergence = { controller: cpuSeconds(cm.pid), dataPlane: children(cm.pid).reduce((a, k) => a + cpuSeconds(k, true), 0) };
+// CPU seconds (user + system) used until convergence: the controller-manager, and its children (the data plane): those
+// running, and those that ended (data-source hosts end when they have no data source left), which the
+// controller-manager's own counters of its waited-for children hold
+const cpuAtConvergence = {
+  controller: cpuSeconds(cm.pid),
+  dataPlane: children(cm.pid).reduce((a, k) => a + cpuSeconds(k, true), 0) + (cpuSeconds(cm.pid, true) - cpuSeconds(cm.pid)),
+};
 const gets1 = gets - gets0;
 
 const idleLat = [];
