@@ -494,7 +494,8 @@ export class BackingImageDataSourceController extends Controller {
         if (Date.now() - asked < 1000) await sleep(this.ctx.timing.dataSourcePollMs, m.stop.signal);
         continue;
       }
-      m.seenState = info.state;
+      // the data source owns its file's state: the watch mirrors what it reported
+      m.seenState = transition(FILE_MACHINE, m.seenState ?? FileState.New, { reported: info.state }, `data source ${name}`);
       // poll() catches its own failures (counted, shown in the status)
       await this.poll(name, m, info);
     }
