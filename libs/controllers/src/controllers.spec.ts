@@ -85,8 +85,9 @@ describe('backing image controllers over the embedded store', () => {
     const recording = recordVersions(BackingImageDataSourceKind);
     await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: h.sim.serve(URL, DATA), minNumberOfCopies: 1 });
     await waitReady('parrot', 1);
-    // starting → in-progress → ready-for-transfer → ready (taken over): each answered by a wait
-    expect(h.sim.dataSourceWaitCalls.changed).toBeGreaterThanOrEqual(3);
+    // starting → in-progress → ready-for-transfer → ready (taken over): answered by waits (a state that lasts less
+    // than the simulation's 5 ms look may be passed over, and the release may end the last wait)
+    expect(h.sim.dataSourceWaitCalls.changed).toBeGreaterThanOrEqual(2);
     const changedBefore = h.sim.dataSourceWaitCalls.changed;
     h.sim.dataSourceWaits = false;
     const other = 'http://127.0.0.1:8080/other.raw';
@@ -108,9 +109,12 @@ describe('backing image controllers over the embedded store', () => {
       return update(kind, obj);
     }) as typeof h.store.update;
     await h.cm.actions.create({ name: 'parrot', sourceType: 'download', parameters: { url: URL }, expectedChecksum: h.sim.serve(URL, DATA), minNumberOfCopies: 1 });
-    await waitFor('the data source released while the file is not marked transferred', async () => !h!.sim.dataSources.has('parrot') && !(await h!.store.get(BackingImageDataSourceKind, 'parrot', NS)).spec?.fileTransferred);
-    const released = await h.store.get(BackingImageDataSourceKind, 'parrot', NS);
-    expect(released.status).toMatchObject({ currentState: 'ready', ip: '' });
+    // the workload is deleted, then the reconcile's status write says so (no ip)
+    const released = await waitFor('the data source released while the file is not marked transferred', async () => {
+      const b = await h!.store.get(BackingImageDataSourceKind, 'parrot', NS);
+      return !h!.sim.dataSources.has('parrot') && b.status?.ip === '' && !b.spec?.fileTransferred ? b : undefined;
+    });
+    expect(released.status?.currentState).toBe('ready');
     await h.restartControllers();
     // the restarted controllers look at it (resync every second here) and leave it ready
     await new Promise((r) => setTimeout(r, 1500));
