@@ -402,7 +402,7 @@ export class BackingImageDataSourceController extends Controller {
    * Whether the data source's file is with its manager: the manager on the data source's disk lists the image's
    * file, of the data source's uuid, as ready.
    */
-  private handedOver(bids: BackingImageDataSource & { metadata: { name: string } }): boolean {
+  private handedOver(bids: Stored<BackingImageDataSource>): boolean {
     const disk = bids.spec?.diskUUID;
     if (!disk) return false;
     return this.ctx.informers.cached(BackingImageManagerKind).some((m) => {

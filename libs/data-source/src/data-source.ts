@@ -39,6 +39,9 @@ export interface DataSourceOptions {
   sizeLimit?: SizeLimitPolicy;
 }
 
+/** Where a qcow2 export is before the sync service has its result. */
+type ExportPhase = { state: FileState; progress: number; processed: number };
+
 export class DataSourceError extends Error {
   override readonly name = 'DataSourceError';
   constructor(
@@ -67,13 +70,13 @@ interface ResumableUpload {
 export class DataSource {
   readonly filePath: string;
   readonly #o: DataSourceOptions;
-  #frozen: DataSourceInfo | undefined;
+  #frozenInfo: DataSourceInfo | undefined;
   #transferred = false;
   #watchdog: NodeJS.Timeout | undefined;
   #resumable: ResumableUpload | undefined;
   #wholeUpload = false;
   /** A qcow2 export before its result is handed to the sync service: receive raw, then convert. */
-  #exportPhase: { state: FileState; progress: number; processed: number } | undefined;
+  #exportPhaseInfo: ExportPhase | undefined;
   readonly #exportAbort = new AbortController();
   #exportWork: Promise<void> | undefined;
   /** Those waiting for the file's state to change ({@link whenStateIsNot}): each checks the state when called. */
@@ -138,13 +141,11 @@ export class DataSource {
         if (size > limit.bytes) {
           const message = SizeLimitError.declared(limit, "the volume's size", size).message;
           this.#frozen = { ...this.#local(), state: transition(FILE_MACHINE, FileState.New, FileEvent.Fail, this.#subject), size, virtualSize: size, message };
-          this.#notify();
           this.#o.log?.(`export-from-volume refused: ${message}`);
           return;
         }
         if (exportType(c.parameters) === 'qcow2') {
           this.#exportPhase = { state: transition(FILE_MACHINE, FileState.New, FileEvent.Prepared, this.#subject), progress: 0, processed: 0 };
-          this.#notify();
           this.#exportWork = this.#exportQcow2(port, size);
         } else {
           await sync.receiveFromPeer({ ...base, size, port, fileType: 'raw' });
@@ -176,7 +177,6 @@ export class DataSource {
       const ex = this.#exportPhase;
       if (!ex) return;
       this.#exportPhase = { state: transition(FILE_MACHINE, ex.state, FileEvent.Progress, this.#subject), progress: Math.floor(progress), processed };
-      this.#notify();
     };
     try {
       // the peer receiver is loaded only by an export data source
@@ -201,7 +201,6 @@ export class DataSource {
       await rm(raw, { force: true });
       const { size: qcow2Size } = await stat(qcow2);
       this.#exportPhase = undefined; // from here on the sync record reports the state
-      this.#notify();
       await this.#o.sync.upload(this.#uploadParams(qcow2Size, createReadStream(qcow2, { highWaterMark: 1 << 20 })));
     } catch (e) {
       const ex = this.#exportPhase;
@@ -209,7 +208,6 @@ export class DataSource {
         const message = signal.aborted ? 'the export was cancelled' : `failed to export the volume as qcow2: ${(e as Error).message}`;
         this.#frozen = { ...this.#local(), state: transition(FILE_MACHINE, ex.state, FileEvent.Fail, this.#subject), message };
         this.#exportPhase = undefined;
-        this.#notify();
       }
       this.#o.log?.(`export-from-volume (qcow2) failed: ${(e as Error).message}`);
     } finally {
@@ -231,7 +229,6 @@ export class DataSource {
         this.#stopWatchdog();
         const cur = this.#current();
         this.#frozen = { ...cur, state: transition(FILE_MACHINE, cur.state, FileEvent.Fail, this.#subject), message: BEGIN_TIMEOUT_MESSAGE };
-        this.#notify();
         this.#resumable?.body.destroy(new Error(BEGIN_TIMEOUT_MESSAGE));
         this.#exportAbort.abort(new Error(BEGIN_TIMEOUT_MESSAGE));
         // Best effort: the file is already marked failed, and that failure is what is reported.
@@ -309,6 +306,24 @@ export class DataSource {
     return this.#current();
   }
 
+  /** The file's own record once it no longer follows the sync service (failed here, or transferred). */
+  get #frozen(): DataSourceInfo | undefined {
+    return this.#frozenInfo;
+  }
+  set #frozen(info: DataSourceInfo | undefined) {
+    this.#frozenInfo = info;
+    this.#notify();
+  }
+
+  get #exportPhase(): ExportPhase | undefined {
+    return this.#exportPhaseInfo;
+  }
+  set #exportPhase(phase: ExportPhase | undefined) {
+    this.#exportPhaseInfo = phase;
+    this.#notify();
+  }
+
+  /** Wakes the waits for a change of state (the setters above and the sync service's changes call it). */
   #notify(): void {
     for (const check of [...this.#waiters]) check();
   }
@@ -364,7 +379,6 @@ export class DataSource {
       throw e;
     }
     this.#transferred = true;
-    this.#notify();
   }
 
   #requireUpload(): void {
