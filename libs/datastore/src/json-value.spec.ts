@@ -27,6 +27,14 @@ describe('cloneObject', () => {
     expect(src.spec.backingImages).toEqual({ 'bi-1': 'u1' });
   });
 
+  it('keeps a member named __proto__ (as JSON.parse makes it) as a member, not as the prototype of the copy', () => {
+    const src = JSON.parse('{"params":{"__proto__":{"polluted":true},"url":"u"},"flag":{"__proto__":true}}') as Record<string, Record<string, unknown>>;
+    const out = cloneObject(src);
+    expect(Object.getPrototypeOf(out['params'])).toBe(Object.prototype);
+    expect((out['params'] as { polluted?: boolean }).polluted).toBeUndefined();
+    expect(JSON.stringify(out)).toBe(JSON.stringify(src));
+  });
+
   it('copies what is not plain JSON data as structuredClone does', () => {
     const when = new Date('2026-01-02T03:04:05Z');
     const src = { when, map: new Map([['k', { v: 1 }]]), bytes: new Uint8Array([1, 2, 3]), bare: Object.assign(Object.create(null) as object, { a: 1 }) };

@@ -32,7 +32,9 @@ function copy(v: unknown, depth: number): unknown {
   const keys = Object.keys(src);
   for (let i = 0; i < keys.length; i++) {
     const k = keys[i]!;
-    out[k] = copy(src[k], depth + 1);
+    // a member named __proto__ (JSON.parse makes it an own member) stays data: assigning it would set the prototype
+    if (k === '__proto__') Object.defineProperty(out, k, { value: copy(src[k], depth + 1), writable: true, enumerable: true, configurable: true });
+    else out[k] = copy(src[k], depth + 1);
   }
   return out;
 }
