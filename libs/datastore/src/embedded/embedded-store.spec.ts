@@ -148,9 +148,9 @@ describe('EmbeddedDatastore on disk', () => {
     try {
       const first = await s.create(WidgetKind, { apiVersion: WidgetKind.apiVersion, kind: 'Widget', metadata: { name: 'big', namespace: 'ns' }, spec: { size: 0, color: 'x'.repeat(10_000) } });
       const fromFirst = first.metadata.resourceVersion;
-      // 20 versions of ~10 KiB each: ~200 KiB of events, more than the 64 KiB bound although far fewer than 1000.
+      // 20 versions that each change ~10 KiB: ~200 KiB of events, more than the 64 KiB bound although far fewer than 1000.
       let cur = first;
-      for (let i = 1; i <= 20; i++) cur = await s.update(WidgetKind, { ...cur, spec: { size: i, color: 'x'.repeat(10_000) } });
+      for (let i = 1; i <= 20; i++) cur = await s.update(WidgetKind, { ...cur, spec: { size: i, color: String.fromCharCode(97 + i).repeat(10_000) } });
       const h = s.historyStats;
       expect(h.bytes).toBeLessThanOrEqual(64 * 1024);
       expect(h.events).toBeGreaterThanOrEqual(5);
@@ -218,6 +218,137 @@ describe('EmbeddedDatastore on disk', () => {
   });
 });
 
+/** A Widget whose status lists many files (like a manager's), typed loosely: the store keeps any JSON. */
+type FileWidget = Widget & { status: { phase?: string; files: Record<string, { state: string; progress: number; checksum: string }> } };
+
+function withFile(o: FileWidget, name: string, state: string, progress: number): FileWidget {
+  return { ...o, status: { ...o.status, files: { ...o.status.files, [name]: { ...o.status.files[name]!, state, progress } } } };
+}
+
+async function logRecords(dir: string): Promise<{ line: string; rec: { op: string; rv?: number; format?: number; base?: number } }[]> {
+  const lines = (await fsp.readFile(path.join(dir, LOG_NAME), 'utf8')).split('\n').filter(Boolean);
+  return lines.map((line) => ({ line, rec: JSON.parse(line) as { op: string; rv?: number; format?: number; base?: number } }));
+}
+
+describe('EmbeddedDatastore changes logged as patches', () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'bis-ds-patch-'));
+  });
+  afterEach(async () => {
+    await fsp.rm(dir, { recursive: true, force: true });
+  });
+
+  const files = (n: number): FileWidget['status']['files'] => Object.fromEntries(Array.from({ length: n }, (_, i) => [`f${i}`, { state: 'pending', progress: 0, checksum: `${i}`.padStart(128, 'c') }]));
+
+  async function bigWidget(s: EmbeddedDatastore): Promise<FileWidget> {
+    const o = await s.create(WidgetKind, { apiVersion: WidgetKind.apiVersion, kind: 'Widget', metadata: { name: 'big', namespace: 'ns' }, spec: { size: 1 } });
+    return (await s.updateStatus(WidgetKind, { ...o, status: { phase: 'running', files: files(300) } } as FileWidget)) as FileWidget;
+  }
+
+  async function versionsFrom(s: EmbeddedDatastore, rv: string, last: number): Promise<FileWidget[]> {
+    const ac = new AbortController();
+    const seen: FileWidget[] = [];
+    for await (const ev of s.watch(WidgetKind, { namespace: 'ns', resourceVersion: rv, signal: ac.signal })) {
+      seen.push(ev.object as FileWidget);
+      if (ev.object.metadata.resourceVersion === String(last)) ac.abort();
+    }
+    return seen;
+  }
+
+  it('logs a change of one file of a big status as a patch of the version before, and rebuilds every version when reopened', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir, compactAfterEvents: 10_000 });
+    let cur = await bigWidget(s);
+    const from = cur.metadata.resourceVersion;
+    const size = JSON.stringify(cur).length;
+    expect(size).toBeGreaterThan(40_000);
+    for (let i = 0; i < 20; i++) cur = (await s.updateStatus(WidgetKind, withFile(cur, `f${i * 7}`, 'ready', 100))) as FileWidget;
+    // a spec change and a label change are patches too
+    cur = (await s.update(WidgetKind, { ...cur, spec: { size: 2 }, metadata: { ...cur.metadata, labels: { l: 'v' } } })) as FileWidget;
+    const last = Number(cur.metadata.resourceVersion);
+    const records = (await logRecords(dir)).slice(-21);
+    expect(records.map((r) => r.rec.op)).toEqual(Array(21).fill('patch'));
+    for (const r of records) expect(r.line.length).toBeLessThan(1000);
+    const before = await versionsFrom(s, from, last);
+    expect(before).toHaveLength(21);
+    expect(before[19]!.status.files['f133']).toEqual({ state: 'ready', progress: 100, checksum: '133'.padStart(128, 'c') });
+    expect(before[18]!.status.files['f133']!.state).toBe('pending');
+    await s.close();
+
+    const s2 = await EmbeddedDatastore.open({ dataDir: dir, compactAfterEvents: 10_000 });
+    expect(await s2.get(WidgetKind, 'big', 'ns')).toEqual(cur);
+    expect(s2.resourceVersion).toBe(String(last));
+    expect(await versionsFrom(s2, from, last)).toEqual(before);
+    await s2.close();
+
+    // a compaction writes the history as patches of its previous events, and every version comes back again
+    const s3 = await EmbeddedDatastore.open({ dataDir: dir, compactAfterEvents: 1 });
+    const compacted = await logRecords(dir);
+    expect(compacted[0]!.rec).toMatchObject({ op: 'header', format: 2, rv: last });
+    expect(compacted.filter((r) => r.rec.op === 'histp').length).toBeGreaterThanOrEqual(21);
+    expect(compacted.filter((r) => r.rec.op === 'obj')).toHaveLength(1);
+    expect(compacted.reduce((a, r) => a + r.line.length, 0)).toBeLessThan(4 * size);
+    await s3.close();
+    const s4 = await EmbeddedDatastore.open({ dataDir: dir, compactAfterEvents: 10_000 });
+    try {
+      expect(await s4.get(WidgetKind, 'big', 'ns')).toEqual(cur);
+      expect(await versionsFrom(s4, from, last)).toEqual(before);
+    } finally {
+      await s4.close();
+    }
+  });
+
+  it('shares what did not change between versions: a committed version keeps the unchanged files of the one before', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir });
+    try {
+      const cur = await bigWidget(s);
+      const v1 = s.getShared(WidgetKind, 'big', 'ns') as FileWidget;
+      await s.updateStatus(WidgetKind, withFile(cur, 'f5', 'ready', 100));
+      const v2 = s.getShared(WidgetKind, 'big', 'ns') as FileWidget;
+      expect(v2).not.toBe(v1);
+      expect(v2.status.files['f6']).toBe(v1.status.files['f6']);
+      expect(v2.status.files['f5']).not.toBe(v1.status.files['f5']);
+      expect(v1.status.files['f5']!.state).toBe('pending');
+      expect(v2.spec).toBe(v1.spec);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('stops the open with an error naming the line when a patch does not apply to the version the log has', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir, compactAfterEvents: 10_000 });
+    const cur = await bigWidget(s);
+    await s.updateStatus(WidgetKind, withFile(cur, 'f1', 'ready', 100));
+    await s.close();
+    const records = await logRecords(dir);
+    const at = records.findIndex((r) => r.rec.op === 'patch');
+    expect(at).toBeGreaterThan(0);
+    const damaged = records.map((r, i) => (i === at ? JSON.stringify({ ...r.rec, base: 999 }) : r.line));
+    await fsp.writeFile(path.join(dir, LOG_NAME), damaged.join('\n') + '\n');
+    await expect(EmbeddedDatastore.open({ dataDir: dir })).rejects.toThrow(new RegExp(`damaged at line ${at + 1}: patch of .*big at resourceVersion \\d+ applies to resourceVersion 999, but the object is at \\d+`));
+  });
+
+  it('reads a log of format 1 and rewrites it in format 2 before appending to it', async () => {
+    const obj = { apiVersion: WidgetKind.apiVersion, kind: 'Widget', metadata: { name: 'old', namespace: 'ns', uid: 'u-1', generation: 1, creationTimestamp: '2026-01-01T00:00:00Z', resourceVersion: '1' }, spec: { size: 3 } };
+    await fsp.writeFile(path.join(dir, LOG_NAME), [JSON.stringify({ op: 'header', format: 1, rv: 0 }), JSON.stringify({ op: 'ev', rv: 1, k: 'contract.bis.dev/Widget', type: 'ADDED', object: obj })].join('\n') + '\n');
+    const s = await EmbeddedDatastore.open({ dataDir: dir });
+    try {
+      expect((await logRecords(dir))[0]!.rec).toEqual({ op: 'header', format: 2, rv: 1 });
+      const o = await s.get(WidgetKind, 'old', 'ns');
+      expect(o.spec.size).toBe(3);
+      await s.update(WidgetKind, { ...o, spec: { size: 4 } });
+    } finally {
+      await s.close();
+    }
+    expect((await logRecords(dir)).map((r) => r.rec.op)).toEqual(['header', 'hist', 'obj', 'patch']);
+  });
+
+  it('refuses a log of a format it does not know', async () => {
+    await fsp.writeFile(path.join(dir, LOG_NAME), JSON.stringify({ op: 'header', format: 3, rv: 0 }) + '\n');
+    await expect(EmbeddedDatastore.open({ dataDir: dir })).rejects.toThrow(/damaged at line 1: log format 3 is not one this version reads \(1 or 2\)/);
+  });
+});
+
 /** A gate a test opens by hand: `wait()` resolves once `open()` was called. */
 function gate(): { wait: () => Promise<void>; open: () => void } {
   let open!: () => void;
@@ -229,7 +360,7 @@ function gate(): { wait: () => Promise<void>; open: () => void } {
 
 async function logEventRvs(dir: string): Promise<number[]> {
   const lines = (await fsp.readFile(path.join(dir, LOG_NAME), 'utf8')).split('\n').filter(Boolean);
-  return lines.map((l) => JSON.parse(l) as { op: string; rv?: number }).filter((r) => r.op === 'ev').map((r) => r.rv as number);
+  return lines.map((l) => JSON.parse(l) as { op: string; rv?: number }).filter((r) => r.op === 'ev' || r.op === 'patch').map((r) => r.rv as number);
 }
 
 describe('EmbeddedDatastore group commit', () => {

@@ -133,6 +133,7 @@ export class EmbeddedDatastore implements Datastore, SharedReads {
       history: (ev, size) => this.history.push(ev, size),
       object: (k, o) => this.table.loadObject(k, o),
       event: (ev, size) => this.commit.applyCommitted(ev, size),
+      current: (key) => this.table.get(key),
     });
     this.history.trim();
     this.table.dropStaged();

@@ -17,6 +17,8 @@ export interface CommitStats {
 /** Changes staged together: one log write, one fdatasync, one acknowledgement. */
 interface CommitBatch {
   events: EventRecord[];
+  /** Per event, the object's version before it (MODIFIED only): the log writes the change as a patch of it. */
+  bases: (AnyStored | undefined)[];
   /** Resolves when the batch is durable and applied; rejects when it failed. */
   done: Promise<void>;
   resolve(): void;
@@ -32,7 +34,7 @@ function newBatch(): CommitBatch {
   });
   // Every writer attaches its own handler; this one keeps a batch nobody waits for from being "unhandled".
   done.catch(() => undefined);
-  return { events: [], done, resolve, reject };
+  return { events: [], bases: [], done, resolve, reject };
 }
 
 /**
@@ -75,8 +77,10 @@ export class GroupCommit {
     object.metadata.resourceVersion = String(rv);
     const ev: EventRecord = { rv, k, type, object, ...(prevLabels ? { pl: prevLabels } : {}) };
     const batch = (this.openBatch ??= newBatch());
+    const key = objKey(k, object.metadata.namespace, object.metadata.name);
     batch.events.push(ev);
-    this.table.stage(objKey(k, object.metadata.namespace, object.metadata.name), object, type === 'DELETED', rv, batch.done);
+    batch.bases.push(type === 'MODIFIED' ? this.table.view(key) : undefined);
+    this.table.stage(key, object, type === 'DELETED', rv, batch.done);
     this.scheduleFlush();
     return batch.done.then(() => clone(object));
   }
@@ -113,7 +117,7 @@ export class GroupCommit {
       }
       let sizes: number[];
       try {
-        sizes = await this.wal.append(batch.events);
+        sizes = await this.wal.append(batch.events, batch.bases);
       } catch (err) {
         await this.abandon(batch, err);
         continue;

@@ -1,5 +1,6 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
+import type { PatchOp } from '../json-patch.js';
 import type { KubeObject, WatchEventType } from '../types.js';
 
 /**
@@ -9,6 +10,14 @@ import type { KubeObject, WatchEventType } from '../types.js';
  *   {"op":"hist", ...EventRecord}              watch history kept across compaction (not applied to state)
  *   {"op":"obj","k":kindKey,"object":{...}}    every live object as of the header's rv
  *   {"op":"ev", ...EventRecord}                each committed change after that, in resourceVersion order
+ *   {"op":"patch", ...PatchRecord}             a committed MODIFIED change, as the operations that turn the object's
+ *                                              previous version (resourceVersion `base`) into the new one
+ *   {"op":"histp", ...PatchRecord}             a history event the same way, against the history's previous event of
+ *                                              the object
+ *
+ * The first two are written by compactions; `patch` records keep a change of one file in a manager listing a thousand
+ * from writing the whole manager (half a megabyte) to the log. Format 2 adds `patch` and `histp`; format 1 logs are
+ * read as they are.
  *
  * A change is acknowledged only after its line is written and fdatasync'ed. Changes staged while a sync is in
  * flight are appended together as one batch (one write, one fdatasync: group commit); a batch that fails is cut
@@ -27,11 +36,29 @@ export interface EventRecord {
   pl?: Record<string, string>;
 }
 
+/** A MODIFIED change as a patch of the object's previous version (`ns`/`n`: its namespace and name). */
+export interface PatchRecord {
+  rv: number;
+  k: string;
+  type: 'MODIFIED';
+  ns?: string;
+  n: string;
+  /** resourceVersion of the version the operations apply to. */
+  base: number;
+  ops: PatchOp[];
+  pl?: Record<string, string>;
+}
+
+/** The log format this code writes. */
+export const LOG_FORMAT = 2;
+
 export type LogRecord =
-  | { op: 'header'; format: 1; rv: number }
+  | { op: 'header'; format: 1 | 2; rv: number }
   | ({ op: 'hist' } & EventRecord)
+  | ({ op: 'histp' } & PatchRecord)
   | { op: 'obj'; k: string; object: KubeObject }
-  | ({ op: 'ev' } & EventRecord);
+  | ({ op: 'ev' } & EventRecord)
+  | ({ op: 'patch' } & PatchRecord);
 
 export const LOG_NAME = 'store.log';
 
@@ -84,6 +111,8 @@ export async function readLog(dir: string): Promise<LogRecord[]> {
     offset = end + 1;
   }
   if (records.length > 0 && records[0].op !== 'header') throw new StoreLogCorruptError(file, 1, 'missing header record');
+  const format = records.length > 0 && records[0].op === 'header' ? records[0].format : LOG_FORMAT;
+  if (format !== 1 && format !== LOG_FORMAT) throw new StoreLogCorruptError(file, 1, `log format ${String(format)} is not one this version reads (1 or ${LOG_FORMAT})`);
   return records;
 }
 

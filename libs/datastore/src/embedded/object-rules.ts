@@ -1,4 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { shareValue } from '../json-patch.js';
 import { cloneObject, sameValue } from '../json-value.js';
 import type { CreateOptions } from '../datastore.js';
 import { AlreadyExistsError, InvalidError, StatusError } from '../errors.js';
@@ -166,6 +167,11 @@ export function prepareUpdate(kind: ResourceKind, cur: AnyStored, input: KubeObj
       ]);
     }
   }
+  // the parts of the body that did not change are the current version's (shared, see prepareStatusUpdate)
+  const curRecord = cur as unknown as Record<string, unknown>;
+  const nextRecord = next as unknown as Record<string, unknown>;
+  for (const k of Object.keys(nextRecord)) if (k !== 'metadata' && k !== 'status' && k in curRecord) nextRecord[k] = shareValue(nextRecord[k], curRecord[k]);
+  if (!kind.statusSubresource && nextRecord['status'] !== undefined) nextRecord['status'] = shareValue(nextRecord['status'], curRecord['status']);
   const bodyChanged = !sameValue(bodyOf(cur, !kind.statusSubresource), bodyOf(next, !kind.statusSubresource));
   if (bodyChanged) next.metadata.generation = cur.metadata.generation + 1;
   if (!bodyChanged && sameValue(next.metadata, cur.metadata)) return undefined;
@@ -174,11 +180,13 @@ export function prepareUpdate(kind: ResourceKind, cur: AnyStored, input: KubeObj
 
 /** The object a status update of `cur` leads to, or undefined when the status is the same. */
 export function prepareStatusUpdate(cur: AnyStored, input: KubeObject): AnyStored | undefined {
-  if (sameValue(input.status, cur.status)) return undefined;
   // The committed objects are never changed (a write replaces them), so the next version shares everything but its
-  // metadata (which gets the new resourceVersion) and its status (copied from the input) with the current one.
+  // metadata (which gets the new resourceVersion) with the current one, and of its status every part that did not
+  // change (the rest is copied from the input).
+  const status = input.status === undefined ? undefined : shareValue(input.status, cur.status);
+  if (status === cur.status || (status === undefined && sameValue(undefined, cur.status))) return undefined;
   const { status: _current, ...rest } = cur as AnyStored & { status?: unknown };
   const next = { ...rest, metadata: { ...cur.metadata } } as AnyStored;
-  if (input.status !== undefined) next.status = clone(input.status);
+  if (status !== undefined) next.status = status;
   return next;
 }

@@ -1,9 +1,10 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { StatusError } from '../errors.js';
-import { LOG_NAME, LogAppender, fsyncDir, readLog, writeCompactedLog, writeLogTemp, type EventRecord, type LogBatchInfo, type LogRecord } from './log-file.js';
+import { applyPatch, diffValue, PatchPathError } from '../json-patch.js';
+import { LOG_FORMAT, LOG_NAME, LogAppender, StoreLogCorruptError, fsyncDir, readLog, writeCompactedLog, writeLogTemp, type EventRecord, type LogBatchInfo, type LogRecord, type PatchRecord } from './log-file.js';
 import type { AnyStored } from './object-rules.js';
-import { kindOfKey } from './object-rules.js';
+import { kindOfKey, objKey } from './object-rules.js';
 
 /** Where a replay of the log puts what it reads. */
 export interface ReplayTarget {
@@ -15,6 +16,8 @@ export interface ReplayTarget {
   object(k: string, object: AnyStored): void;
   /** A committed change after the header, in resourceVersion order. */
   event(ev: EventRecord, size: number): void;
+  /** The committed object under `key` so far (the base of a `patch` record). */
+  current(key: string): AnyStored | undefined;
 }
 
 /** The committed state a compaction writes. */
@@ -43,6 +46,8 @@ export class WriteAheadLog {
   /** Set when the log could not be restored after a failure: no write may be appended any more. */
   failure: Error | undefined;
   private eventsSinceCompaction = 0;
+  /** The log was written in an older format: the next compaction (due at once) rewrites it in this one. */
+  private outdated = false;
 
   private constructor(
     readonly dir: string,
@@ -54,21 +59,47 @@ export class WriteAheadLog {
   /** Opens the log of `dir` (creating an empty one) and returns it with its records, to be replayed. */
   static async open(dir: string, opts: WriteAheadLogOptions): Promise<{ wal: WriteAheadLog; records: LogRecord[] }> {
     const records = await readLog(dir);
-    if (records.length === 0) await writeCompactedLog(dir, [{ op: 'header', format: 1, rv: 0 }]);
+    if (records.length === 0) await writeCompactedLog(dir, [{ op: 'header', format: LOG_FORMAT, rv: 0 }]);
     const wal = new WriteAheadLog(dir, await LogAppender.open(dir), Math.max(1, opts.compactAfterEvents), opts.beforeLogSync);
+    // rewritten before anything is appended: a version that reads only format 1 must not find patches behind its header
+    wal.outdated = records.length > 0 && records[0].op === 'header' && records[0].format !== LOG_FORMAT;
     return { wal, records };
   }
 
   /** Feeds `records` (from `open`) to `target` in log order; counts the changes toward the next compaction. */
   replay(records: LogRecord[], target: ReplayTarget): void {
-    for (const r of records) {
+    // the history's last event of each object, the base of its next `histp` record
+    const lastHist = new Map<string, EventRecord>();
+    const file = path.join(this.dir, LOG_NAME);
+    for (let i = 0; i < records.length; i++) {
+      const r = records[i]!;
       switch (r.op) {
         case 'header':
           target.header(r.rv);
           break;
-        case 'hist':
-          target.history(stripOp(r), JSON.stringify(r).length + 1);
+        case 'hist': {
+          const ev = stripOp(r);
+          lastHist.set(keyOf(ev), ev);
+          target.history(ev, JSON.stringify(r).length + 1);
           break;
+        }
+        case 'histp': {
+          const key = objKey(r.k, r.ns, r.n);
+          const prev = lastHist.get(key);
+          if (!prev || prev.rv !== r.base) throw new StoreLogCorruptError(file, i + 1, `history patch of ${key} at resourceVersion ${r.rv} applies to resourceVersion ${r.base}, but the history's last event of it is ${prev ? prev.rv : 'missing'}`);
+          const ev = fromPatch(r, prev.object as AnyStored, file, i + 1);
+          lastHist.set(key, ev);
+          target.history(ev, JSON.stringify(r).length + 1);
+          break;
+        }
+        case 'patch': {
+          const key = objKey(r.k, r.ns, r.n);
+          const cur = target.current(key);
+          if (!cur || cur.metadata.resourceVersion !== String(r.base)) throw new StoreLogCorruptError(file, i + 1, `patch of ${key} at resourceVersion ${r.rv} applies to resourceVersion ${r.base}, but the object is ${cur ? `at ${cur.metadata.resourceVersion}` : 'missing'}`);
+          target.event(fromPatch(r, cur, file, i + 1), JSON.stringify(r).length + 1);
+          this.eventsSinceCompaction++;
+          break;
+        }
         case 'obj':
           target.object(r.k, r.object as AnyStored);
           break;
@@ -84,9 +115,12 @@ export class WriteAheadLog {
    * Appends one batch of changes: one write, `beforeLogSync`, one fdatasync. Resolves once it is durable with the
    * length of each record's line; on a rejection call `rollback` before appending again.
    */
-  async append(events: EventRecord[]): Promise<number[]> {
+  async append(events: EventRecord[], bases: readonly (AnyStored | undefined)[] = []): Promise<number[]> {
     const sizes = await this.appender.append(
-      events.map((ev) => ({ op: 'ev', ...ev })),
+      events.map((ev, i): LogRecord => {
+        const p = patchOf(ev, bases[i]);
+        return p ? { op: 'patch', ...p } : { op: 'ev', ...ev };
+      }),
       this.beforeLogSync,
     );
     this.eventsSinceCompaction += events.length;
@@ -107,7 +141,7 @@ export class WriteAheadLog {
 
   /** Enough changes were appended since the last compaction. */
   get compactionDue(): boolean {
-    return this.eventsSinceCompaction >= this.compactAfter;
+    return this.outdated || this.eventsSinceCompaction >= this.compactAfter;
   }
 
   /** `compact`, keeping the old log on failure (it stays intact and appended to; retried after another round). */
@@ -126,8 +160,14 @@ export class WriteAheadLog {
    */
   async compact(snapshot: () => CompactionSnapshot): Promise<void> {
     const { rv, history, objects } = snapshot();
-    const records: LogRecord[] = [{ op: 'header', format: 1, rv }];
-    for (const h of history) records.push({ op: 'hist', ...h });
+    const records: LogRecord[] = [{ op: 'header', format: LOG_FORMAT, rv }];
+    const lastHist = new Map<string, EventRecord>();
+    for (const h of history) {
+      const key = keyOf(h);
+      const p = patchOf(h, lastHist.get(key)?.object as AnyStored | undefined);
+      records.push(p ? { op: 'histp', ...p } : { op: 'hist', ...h });
+      lastHist.set(key, h);
+    }
     for (const [key, o] of objects) records.push({ op: 'obj', k: kindOfKey(key), object: o });
     const tmp = await writeLogTemp(this.dir, records);
     try {
@@ -148,6 +188,7 @@ export class WriteAheadLog {
       throw err;
     }
     this.eventsSinceCompaction = 0;
+    this.outdated = false;
   }
 
   async close(): Promise<void> {
@@ -159,6 +200,34 @@ export function internalError(message: string, cause: unknown): StatusError {
   const err = new StatusError('InternalError', 500, message);
   Object.defineProperty(err, 'cause', { value: cause, enumerable: false, configurable: true, writable: true });
   return err;
+}
+
+function keyOf(ev: EventRecord): string {
+  return objKey(ev.k, ev.object.metadata.namespace, ev.object.metadata.name);
+}
+
+/**
+ * A MODIFIED change as a patch of `base` (the object's version before it), or undefined when it is written whole: not a
+ * MODIFIED change, no base, or a change of the whole value.
+ */
+function patchOf(ev: EventRecord, base: AnyStored | undefined): PatchRecord | undefined {
+  if (ev.type !== 'MODIFIED' || !base) return undefined;
+  const ops = diffValue(base, ev.object);
+  if (ops.some((op) => op[0].length === 0)) return undefined;
+  const m = ev.object.metadata;
+  return { rv: ev.rv, k: ev.k, type: 'MODIFIED', ...(m.namespace !== undefined ? { ns: m.namespace } : {}), n: m.name, base: Number(base.metadata.resourceVersion), ops, ...(ev.pl ? { pl: ev.pl } : {}) };
+}
+
+/** The change a patch record describes, its object built from `base`. */
+function fromPatch(r: PatchRecord, base: AnyStored, file: string, line: number): EventRecord {
+  let object: AnyStored;
+  try {
+    object = applyPatch(base, r.ops);
+  } catch (err) {
+    if (err instanceof PatchPathError) throw new StoreLogCorruptError(file, line, err.message);
+    throw err;
+  }
+  return { rv: r.rv, k: r.k, type: 'MODIFIED', object, ...(r.pl ? { pl: r.pl } : {}) };
 }
 
 function stripOp<T extends { op: string }>(r: T): Omit<T, 'op'> {
