@@ -37,6 +37,7 @@ import { createReadStream } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const { applyPatch } = await import(path.join(root, 'libs/datastore/dist/json-patch.js'));
 const { values } = parseArgs({
   options: {
     images: { type: 'string', default: '1000' },
@@ -222,17 +223,34 @@ function describeChange(prev, next) {
 // the events already counted are skipped by resourceVersion), so every write is classified.
 const storeLog = path.join(tmp, 'data', 'store', 'store.log');
 const lastObj = new Map();
+/** The last history event of each object in the current log file (the base of its next `histp` record). */
+const histObj = new Map();
 let logIno = 0;
 let logPos = 0;
 let logRest = '';
 let countedRv = 0;
 const stripRv = (o) => JSON.stringify({ ...o, metadata: { ...o.metadata, resourceVersion: undefined, generation: undefined }, status: undefined });
 function classifyLine(line) {
-  if (!line.startsWith('{"op":"ev"') && !line.startsWith('{"op":"hist"') && !line.startsWith('{"op":"obj"')) return;
+  if (!line.startsWith('{"op":"ev"') && !line.startsWith('{"op":"patch"') && !line.startsWith('{"op":"hist') && !line.startsWith('{"op":"obj"')) return;
   const r = JSON.parse(line);
+  if (r.op === 'patch') {
+    // a change written as a patch of the object's previous version
+    if (r.rv <= countedRv) return;
+    const base = lastObj.get(`${r.k}/${r.n}`);
+    if (!base) throw new Error(`store log: patch of ${r.k}/${r.n} at ${r.rv} without a version before it`);
+    r.object = applyPatch(base, r.ops);
+  } else if (r.op === 'histp') {
+    // a history event written as a patch of the history's previous event of the object (after a compaction)
+    const base = histObj.get(`${r.k}/${r.n}`);
+    if (!base) throw new Error(`store log: history patch of ${r.k}/${r.n} at ${r.rv} without an event before it`);
+    r.object = applyPatch(base, r.ops);
+  }
   const key = `${r.k}/${r.object.metadata.name}`;
+  // the history (read again after each compaction) holds the events the last read may have missed
+  if (r.op === 'hist' || r.op === 'histp') histObj.set(key, r.object);
   if (r.op === 'obj') {
-    if (!lastObj.has(key)) lastObj.set(key, r.object);
+    // the state at the compaction, which the patches after it build on
+    lastObj.set(key, r.object);
     return;
   }
   if (r.rv <= countedRv) return;
@@ -265,6 +283,7 @@ function readStoreLog() {
     logIno = st.ino;
     logPos = 0;
     logRest = '';
+    histObj.clear();
   }
   if (st.size === logPos) return;
   const fd = openSync(storeLog, 'r');
@@ -292,7 +311,7 @@ async function storeRv(dir) {
   let rv = 0;
   for (const f of files) {
     for await (const line of readline.createInterface({ input: createReadStream(f) })) {
-      if (line.startsWith('{"op":"header"') || line.startsWith('{"op":"ev"')) rv = Math.max(rv, JSON.parse(line).rv);
+      if (line.startsWith('{"op":"header"') || line.startsWith('{"op":"ev"') || line.startsWith('{"op":"patch"')) rv = Math.max(rv, JSON.parse(line).rv);
     }
   }
   return rv;
