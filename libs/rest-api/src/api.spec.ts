@@ -247,6 +247,17 @@ describe('rest-api list rendering reused per object (renderDependsOnObjectOnly)'
       // links carry the base URL: another host renders again
       expect(await list('other.local:9500')).toEqual(['a:1:http://other.local:9500/v1/things/a', 'b:3:http://other.local:9500/v1/things/b']);
       expect(rendered.sort()).toEqual(['a', 'b']);
+      rendered.length = 0;
+      // an object gone, the others unchanged: the list is new (not the last body again)
+      items.splice(1, 1);
+      expect(await list('other.local:9500')).toEqual(['b:3:http://other.local:9500/v1/things/b']);
+      expect(rendered).toEqual([]);
+      // non-ASCII text is encoded once, as UTF-8, and the length is that of the bytes
+      items.push({ name: 'ü-✓', size: 4, tags: [] });
+      const r = await app.inject({ method: 'GET', url: '/v1/things', headers: { host: 'api.local' } });
+      expect(Number(r.headers['content-length'])).toBe(r.rawPayload.length);
+      expect(r.json().data.map((d: { id: string }) => d.id)).toEqual(['b', 'ü-✓']);
+      expect(r.headers['content-type']).toBe('application/json; charset=utf-8');
     } finally {
       await app.close();
     }
