@@ -149,8 +149,10 @@ describeImpls('advanceMany', (impl) => {
 describeImpls('Sha512BatchScheduler', (impl) => {
   const lanes = IMPL_LANES[impl];
   const multi = lanes > 1;
+  // The counts of calls below hold when every job is waiting before the first one's patience runs out: a patience far
+  // longer than queueing them takes (1 ms, the default, ran out while a loaded machine queued them).
   it('a backlog is compressed in batches of up to its lanes, each result going to its own caller', async () => {
-    const scheduler = new Sha512BatchScheduler({ concurrency: 1, impl });
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1, patienceMs: 1000, impl });
     const states = Array.from({ length: 20 }, () => randomBytes(64));
     const data = states.map((_, i) => (i % 4 === 0 ? null : randomBytes(2048)));
     const got = await Promise.all(states.map((s, i) => scheduler.advance(s, data[i]!, 2048)));
@@ -164,7 +166,7 @@ describeImpls('Sha512BatchScheduler', (impl) => {
   });
 
   it('only messages of one length share a call', async () => {
-    const scheduler = new Sha512BatchScheduler({ concurrency: 1, impl });
+    const scheduler = new Sha512BatchScheduler({ concurrency: 1, patienceMs: 1000, impl });
     const jobs = Array.from({ length: 12 }, (_, i) => ({ state: randomBytes(64), data: randomBytes(i % 2 ? 256 : 512) }));
     const got = await Promise.all(jobs.map((j) => scheduler.advance(j.state, j.data, j.data.length)));
     const want = await Promise.all(jobs.map((j) => advance(j.state, j.data)));
