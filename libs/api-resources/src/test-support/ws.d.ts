@@ -2,7 +2,7 @@
 declare module 'ws' {
   export default class WebSocket {
     constructor(url: string);
-    on(event: 'message', listener: (data: Buffer) => void): this;
+    on(event: 'message', listener: (data: Buffer, isBinary: boolean) => void): this;
     close(): void;
   }
 }

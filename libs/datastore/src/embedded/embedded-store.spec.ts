@@ -259,7 +259,7 @@ describe('EmbeddedDatastore changes logged as patches', () => {
   it('logs a change of one file of a big status as a patch of the version before, and rebuilds every version when reopened', async () => {
     const s = await EmbeddedDatastore.open({ dataDir: dir, compactAfterEvents: 10_000 });
     let cur = await bigWidget(s);
-    const from = cur.metadata.resourceVersion;
+    const from = String(cur.metadata.resourceVersion);
     const size = JSON.stringify(cur).length;
     expect(size).toBeGreaterThan(40_000);
     for (let i = 0; i < 20; i++) cur = (await s.updateStatus(WidgetKind, withFile(cur, `f${i * 7}`, 'ready', 100))) as FileWidget;
