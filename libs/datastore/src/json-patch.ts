@@ -1,4 +1,4 @@
-import { cloneObject, sameValue } from './json-value.js';
+import { cloneObject, sameValue, setMember } from './json-value.js';
 
 /**
  * Structural sharing and path patches of JSON values (the objects of the store).
@@ -22,12 +22,6 @@ function isPlainObject(v: unknown): v is JsonObject {
 }
 
 const hasOwn = (o: object, k: string): boolean => Object.prototype.hasOwnProperty.call(o, k);
-
-/** Defines an own data member (never the prototype, even for a key named `__proto__`). */
-function put(o: JsonObject, k: string, v: unknown): void {
-  if (k === '__proto__') Object.defineProperty(o, k, { value: v, writable: true, enumerable: true, configurable: true });
-  else o[k] = v;
-}
 
 /**
  * `next` as a new value that shares with `prev` every subtree that equals it (as {@link sameValue} compares): `prev`
@@ -57,7 +51,7 @@ function share(next: unknown, prev: unknown): unknown {
       const pv = hasOwn(prev, k) ? prev[k] : undefined;
       const v = pv === undefined ? cloneObject(nv) : share(nv, pv);
       if (out === undefined && v !== pv) out = startCopy(prev, keys, i);
-      if (out !== undefined) put(out, k, v);
+      if (out !== undefined) setMember(out, k, v);
     }
     if (out !== undefined) return out;
     // every member of next equals prev's: equal unless prev has more members
@@ -65,7 +59,7 @@ function share(next: unknown, prev: unknown): unknown {
     for (const k in prev) if (hasOwn(prev, k) && prev[k] !== undefined) m++;
     if (m === n) return prev;
     const copy: JsonObject = {};
-    for (const k of keys) if (next[k] !== undefined) put(copy, k, prev[k]);
+    for (const k of keys) if (next[k] !== undefined) setMember(copy, k, prev[k]);
     return copy;
   }
   if (Array.isArray(next) && Array.isArray(prev)) {
@@ -81,7 +75,7 @@ function startCopy(prev: JsonObject, keys: string[], upTo: number): JsonObject {
   const out: JsonObject = {};
   for (let j = 0; j < upTo; j++) {
     const k = keys[j]!;
-    if (hasOwn(prev, k) && prev[k] !== undefined) put(out, k, prev[k]);
+    if (hasOwn(prev, k) && prev[k] !== undefined) setMember(out, k, prev[k]);
   }
   return out;
 }
@@ -152,12 +146,12 @@ export function applyPatch<T>(base: T, ops: readonly PatchOp[]): T {
       if (!fresh.has(child)) {
         child = { ...child };
         fresh.add(child);
-        put(parent, k, child);
+        setMember(parent, k, child);
       }
       parent = child as JsonObject;
     }
     const last = path[path.length - 1]!;
-    if (op.length === 2) put(parent, last, op[1]);
+    if (op.length === 2) setMember(parent, last, op[1]);
     else delete parent[last];
   }
   return root as T;

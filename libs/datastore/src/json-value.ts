@@ -32,11 +32,18 @@ function copy(v: unknown, depth: number): unknown {
   const keys = Object.keys(src);
   for (let i = 0; i < keys.length; i++) {
     const k = keys[i]!;
-    // a member named __proto__ (JSON.parse makes it an own member) stays data: assigning it would set the prototype
-    if (k === '__proto__') Object.defineProperty(out, k, { value: copy(src[k], depth + 1), writable: true, enumerable: true, configurable: true });
-    else out[k] = copy(src[k], depth + 1);
+    setMember(out, k, copy(src[k], depth + 1));
   }
   return out;
+}
+
+/**
+ * `o[k] = v` as data: a member named `__proto__` (which `JSON.parse` makes an own member) is defined, since assigning
+ * it would set the object's prototype instead.
+ */
+export function setMember(o: Record<string, unknown>, k: string, v: unknown): void {
+  if (k === '__proto__') Object.defineProperty(o, k, { value: v, writable: true, enumerable: true, configurable: true });
+  else o[k] = v;
 }
 
 /**
