@@ -139,9 +139,10 @@ export function prepareCreate(
  * from the input; a body change bumps the generation. No finalizer may be added once deletion has started.
  */
 export function prepareUpdate(kind: ResourceKind, cur: AnyStored, input: KubeObject): AnyStored | undefined {
-  // With a status subresource the input's status is ignored: it is not copied.
+  // With a status subresource the input's status is ignored: it is not copied. What the input has unchanged is the
+  // current version's (shared, see prepareStatusUpdate); the rest is copied.
   const { status: _ignored, ...inputRest } = input as KubeObject & { status?: unknown };
-  const obj = clone(kind.statusSubresource ? (inputRest as KubeObject) : input);
+  const obj = shareValue(kind.statusSubresource ? (inputRest as KubeObject) : input, cur);
   const causes = validateCommon(kind, obj);
   if (causes.length) throw new InvalidError(kind, cur.metadata.name, causes);
   const next: AnyStored = {
@@ -167,11 +168,6 @@ export function prepareUpdate(kind: ResourceKind, cur: AnyStored, input: KubeObj
       ]);
     }
   }
-  // the parts of the body that did not change are the current version's (shared, see prepareStatusUpdate)
-  const curRecord = cur as unknown as Record<string, unknown>;
-  const nextRecord = next as unknown as Record<string, unknown>;
-  for (const k of Object.keys(nextRecord)) if (k !== 'metadata' && k !== 'status' && k in curRecord) nextRecord[k] = shareValue(nextRecord[k], curRecord[k]);
-  if (!kind.statusSubresource && nextRecord['status'] !== undefined) nextRecord['status'] = shareValue(nextRecord['status'], curRecord['status']);
   const bodyChanged = !sameValue(bodyOf(cur, !kind.statusSubresource), bodyOf(next, !kind.statusSubresource));
   if (bodyChanged) next.metadata.generation = cur.metadata.generation + 1;
   if (!bodyChanged && sameValue(next.metadata, cur.metadata)) return undefined;
@@ -183,8 +179,8 @@ export function prepareStatusUpdate(cur: AnyStored, input: KubeObject): AnyStore
   // The committed objects are never changed (a write replaces them), so the next version shares everything but its
   // metadata (which gets the new resourceVersion) with the current one, and of its status every part that did not
   // change (the rest is copied from the input).
-  const status = input.status === undefined ? undefined : shareValue(input.status, cur.status);
-  if (status === cur.status || (status === undefined && sameValue(undefined, cur.status))) return undefined;
+  const status = shareValue(input.status, cur.status);
+  if (status === cur.status) return undefined;
   const { status: _current, ...rest } = cur as AnyStored & { status?: unknown };
   const next = { ...rest, metadata: { ...cur.metadata } } as AnyStored;
   if (status !== undefined) next.status = status;
