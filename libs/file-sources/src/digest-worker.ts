@@ -1,27 +1,31 @@
 /**
- * The hash worker's program (a worker thread started by {@link HashWorker}). Messages are handled in order: `update`
- * hashes a slice of a SharedArrayBuffer (shared, never copied), `digest` returns the hex digests and starts new
- * hashes, `peek` returns the digests so far and goes on, `reset` starts new hashes.
+ * The hash workers' program (worker threads of the pool behind {@link HashWorker}). One thread serves many hashing
+ * sessions, each with its own running digests. Messages are handled in order: `open` starts a session's digests,
+ * `update` hashes a slice of a SharedArrayBuffer (shared, never copied), `digest` returns the hex digests and starts
+ * new ones, `peek` returns the digests so far and goes on, `reset` starts new digests, `close` ends the session.
  *
  * With `chainSegment`, the SHA-512 is computed by a SHA-512 chain recorder (`@bis/sha512-chain`, OpenSSL's SHA-512
  * through the addon: the same speed as `createHash`), which also keeps the chaining state at every segment boundary;
  * `digest` then returns the encoded chain too, so the file gets its chain in the pass that makes it.
  */
 import { createHash, type Hash } from 'node:crypto';
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort } from 'node:worker_threads';
 import { encodeChainParts, Sha512ChainRecorder } from '@bis/sha512-chain/record';
 
-export interface DigestWorkerData {
+/** What a session hashes with. */
+export interface DigestSessionOptions {
   algorithms: string[];
   /** Record the SHA-512 chain with segments of this many bytes (the `sha512` algorithm must be among `algorithms`). */
   chainSegment?: number;
 }
 
 export type DigestRequest =
-  | { op: 'update'; id: number; buffer: SharedArrayBuffer; offset: number; length: number }
-  | { op: 'digest'; id: number }
-  | { op: 'peek'; id: number }
-  | { op: 'reset'; id: number };
+  | { op: 'open'; id: number; session: number; options: DigestSessionOptions }
+  | { op: 'update'; id: number; session: number; buffer: SharedArrayBuffer; offset: number; length: number }
+  | { op: 'digest'; id: number; session: number }
+  | { op: 'peek'; id: number; session: number }
+  | { op: 'reset'; id: number; session: number }
+  | { op: 'close'; id: number; session: number };
 
 export interface DigestReply {
   id: number;
@@ -76,12 +80,31 @@ function hashDigest(algorithm: string): Digest {
   };
 }
 
-function start(data: DigestWorkerData): Digest[] {
-  return data.algorithms.map((a) => (a === 'sha512' && data.chainSegment !== undefined ? chainDigest(data.chainSegment) : hashDigest(a)));
+function start(options: DigestSessionOptions): Digest[] {
+  return options.algorithms.map((a) =>
+    a === 'sha512' && options.chainSegment !== undefined ? chainDigest(options.chainSegment) : hashDigest(a),
+  );
 }
 
-function answer(data: DigestWorkerData, state: { digests: Digest[] }, m: DigestRequest): DigestReply {
+interface Session {
+  options: DigestSessionOptions;
+  digests: Digest[];
+}
+
+/** Answers one request for one of `sessions`. */
+function answer(sessions: Map<number, Session>, m: DigestRequest): DigestReply {
   try {
+    if (m.op === 'open') {
+      if (sessions.has(m.session)) return { id: m.id, error: `hashing session ${m.session} is already open` };
+      sessions.set(m.session, { options: m.options, digests: start(m.options) });
+      return { id: m.id };
+    }
+    if (m.op === 'close') {
+      sessions.delete(m.session);
+      return { id: m.id };
+    }
+    const state = sessions.get(m.session);
+    if (!state) return { id: m.id, error: `hashing session ${m.session} is not open` };
     switch (m.op) {
       case 'update': {
         const view = new Uint8Array(m.buffer, m.offset, m.length);
@@ -90,14 +113,14 @@ function answer(data: DigestWorkerData, state: { digests: Digest[] }, m: DigestR
       }
       case 'digest': {
         const done = state.digests.map((d) => d.digest());
-        state.digests = start(data);
+        state.digests = start(state.options);
         const chain = done.find((d) => d.chain)?.chain;
         return { id: m.id, digests: done.map((d) => d.hex), ...(chain ? { chain } : {}) };
       }
       case 'peek':
         return { id: m.id, digests: state.digests.map((d) => d.peek()) };
       case 'reset':
-        state.digests = start(data);
+        state.digests = start(state.options);
         return { id: m.id };
     }
     const other = m as { id: number; op: unknown };
@@ -109,7 +132,6 @@ function answer(data: DigestWorkerData, state: { digests: Digest[] }, m: DigestR
 
 if (parentPort) {
   const port = parentPort;
-  const data = workerData as DigestWorkerData;
-  const state = { digests: start(data) };
-  port.on('message', (m: DigestRequest) => port.postMessage(answer(data, state, m)));
+  const sessions = new Map<number, Session>();
+  port.on('message', (m: DigestRequest) => port.postMessage(answer(sessions, m)));
 }
