@@ -107,7 +107,7 @@ export class ChainCheck {
     this.#early.add(i);
     void (async () => {
       try {
-        const data = await this.#readSegment(fh, i, Buffer.allocUnsafe(this.chain.segmentSize));
+        const data = await this.#readSegment(fh, i, Buffer.allocUnsafe(this.verifier.segmentRange(i).length));
         if (this.#epoch[i] !== epoch || this.#active[i] !== 0) return; // written meanwhile: checked again later
         await this.verifier.verifySegment(i, data);
         if (this.#epoch[i] !== epoch || this.#active[i] !== 0 || this.#settled) return;
@@ -236,8 +236,13 @@ export class ChainCheck {
       if (this.#verifiedAt[i] === 0 || this.#verifiedAt[i] !== this.#epoch[i]) todo.push(i);
     }
     let next = 0;
+    // Buffers as large as the largest segment to read, not the segment size: a small file's receive would otherwise
+    // allocate two segments (4 MiB) to verify nothing or a few KiB, and every fresh buffer pushes V8 towards a full
+    // garbage collection (one every few receives when many small images were synced).
+    let largest = 0;
+    for (const i of todo) largest = Math.max(largest, this.verifier.segmentRange(i).length);
     const worker = async () => {
-      const buf = Buffer.allocUnsafe(this.chain.segmentSize);
+      const buf = Buffer.allocUnsafe(largest);
       while (next < todo.length) {
         signal?.throwIfAborted();
         const i = todo[next++]!;
@@ -245,7 +250,7 @@ export class ChainCheck {
         this.stats.readBack++;
       }
     };
-    await Promise.all([worker(), worker()]);
+    await Promise.all(todo.length > 1 ? [worker(), worker()] : todo.length === 1 ? [worker()] : []);
     if (!this.verifier.complete()) {
       const pending = this.verifier.pending();
       throw new SsyncReceiveError(`${pending.length} segments of the SHA-512 chain are not verified (first: ${pending[0]})`);
