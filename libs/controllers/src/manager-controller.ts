@@ -1,6 +1,6 @@
 import { isGrpcStatus, MANAGER_API_MIN_VERSION, MANAGER_API_VERSION } from '@bis/bimrpc';
 import type { BackingImageFileInfo, BackingImageManagerStatus } from '@bis/crd-types';
-import { formatRetryDelay, isConflict, isNotFound, isPermanentError, PermanentError, getForReading, type Stored } from '@bis/datastore';
+import { formatRetryDelay, isConflict, isNotFound, isPermanentError, PermanentError, getForReading, updateStatusForReading, type Stored } from '@bis/datastore';
 import { FILE_MACHINE, IllegalTransitionError, MANAGER_MACHINE, transition, type ManagerEvent } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
@@ -221,7 +221,7 @@ export class BackingImageManagerController extends Controller {
       return;
     }
     if (bim.status?.ownerID !== nodeID) {
-      await store.updateStatus(BackingImageManagerKind, { ...bim, status: { ...bim.status, ownerID: nodeID } });
+      await updateStatusForReading(store, BackingImageManagerKind, { ...bim, status: { ...bim.status, ownerID: nodeID } });
       return;
     }
     const image = await defaultManagerImage(this.ctx);
@@ -269,7 +269,7 @@ export class BackingImageManagerController extends Controller {
     const { store, namespace } = this.ctx;
     const name = bim.metadata.name;
     try {
-      await store.updateStatus(BackingImageManagerKind, { ...bim, status });
+      await updateStatusForReading(store, BackingImageManagerKind, { ...bim, status });
       return;
     } catch (err) {
       if (!isConflict(err)) throw err;
@@ -280,7 +280,7 @@ export class BackingImageManagerController extends Controller {
     if (!changed(bim.status?.backingImageFileMap ?? {}, status.backingImageFileMap)) merged.backingImageFileMap = latest.status?.backingImageFileMap ?? {};
     if (!changed(latest.status, merged)) return;
     try {
-      await store.updateStatus(BackingImageManagerKind, { ...latest, status: merged });
+      await updateStatusForReading(store, BackingImageManagerKind, { ...latest, status: merged });
     } catch (err) {
       if (!isConflict(err)) throw err;
       this.enqueue(name);
@@ -1078,7 +1078,7 @@ export class BackingImageManagerController extends Controller {
       }
       for (let attempt = 1; bim && bim.status?.ownerID === nodeID && stale(bim); attempt++) {
         try {
-          await store.updateStatus(BackingImageManagerKind, {
+          await updateStatusForReading(store, BackingImageManagerKind, {
             ...bim,
             status: { ...bim.status, backingImageFileMap: map, ...(scrub ? { diskScrub: { ...scrub } } : {}) },
           });

@@ -41,10 +41,14 @@ describe('ManagerSpecBatcher', () => {
     // the store as the batcher sees it, counting the conflicts its updates meet
     let conflicts = 0;
     const seen = new Proxy(store, {
-      get(target, prop, receiver) {
-        if (prop !== 'update') return Reflect.get(target, prop, receiver) as unknown;
+      get(target, prop) {
+        const v = Reflect.get(target, prop, target) as unknown;
+        if (typeof v !== 'function') return v;
+        const method = (v as (...a: unknown[]) => unknown).bind(target);
+        // the batcher writes with `update`, or `updateShared` where the store offers it
+        if (prop !== 'update' && prop !== 'updateShared') return method;
         return (...args: Parameters<EmbeddedDatastore['update']>) =>
-          store.update(...args).catch((err: unknown) => {
+          (method(...args) as ReturnType<EmbeddedDatastore['update']>).catch((err: unknown) => {
             if (isConflict(err)) conflicts++;
             throw err;
           });

@@ -1,4 +1,4 @@
-import { getForReading, type Datastore } from '@bis/datastore';
+import { getForReading, updateForReading, type Datastore } from '@bis/datastore';
 import { retryOnConflict } from './actions.js';
 import { BackingImageManagerKind } from './kinds.js';
 
@@ -71,7 +71,7 @@ export class ManagerSpecBatcher {
     if (missing.length === 0) return;
     const backingImages = { ...have };
     for (const [image, a] of missing) backingImages[image] = a.uuid;
-    await this.store.update(BackingImageManagerKind, { ...cur, spec: { ...cur.spec, backingImages } });
+    await updateForReading(this.store, BackingImageManagerKind, { ...cur, spec: { ...cur.spec, backingImages } });
     this.stats.writes++;
     this.stats.additions += missing.length;
   }

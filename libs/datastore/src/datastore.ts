@@ -49,6 +49,10 @@ export interface SharedReads {
   listShared<T extends KubeObject>(kind: ResourceKind<T>, opts?: ListOptions): { items: readonly Stored<T>[]; resourceVersion: string };
   /** `get` without the copy: the committed object itself (NotFoundError when absent). */
   getShared<T extends KubeObject>(kind: ResourceKind<T>, name: string, namespace?: string): Stored<T>;
+  /** `update` that answers with the committed object itself instead of a copy. */
+  updateShared<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>>;
+  /** `updateStatus` that answers with the committed object itself instead of a copy. */
+  updateStatusShared<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>>;
 }
 
 /** `store` as {@link SharedReads} when it offers them (the embedded store does; a Kubernetes API server does not). */
@@ -61,6 +65,21 @@ export function sharedReadsOf(store: Datastore): SharedReads | undefined {
  * `get` for a caller that only reads the object: the committed object itself where the store shares it
  * ({@link SharedReads}), a copy otherwise. Rejects with NotFoundError like `get`.
  */
+/**
+ * `update` for a writer that only reads the answer or ignores it: the answer is the committed object itself where the
+ * store shares it ({@link SharedReads}; no copy of a large object per write), a copy otherwise.
+ */
+export function updateForReading<T extends KubeObject>(store: Datastore, kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
+  const shared = sharedReadsOf(store);
+  return shared ? shared.updateShared(kind, input) : store.update(kind, input);
+}
+
+/** `updateStatus` for a writer that only reads the answer or ignores it (see {@link updateForReading}). */
+export function updateStatusForReading<T extends KubeObject>(store: Datastore, kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
+  const shared = sharedReadsOf(store);
+  return shared ? shared.updateStatusShared(kind, input) : store.updateStatus(kind, input);
+}
+
 export async function getForReading<T extends KubeObject>(store: Datastore, kind: ResourceKind<T>, name: string, namespace?: string): Promise<Stored<T>> {
   const shared = sharedReadsOf(store);
   return shared ? shared.getShared(kind, name, namespace) : store.get(kind, name, namespace);

@@ -25,7 +25,7 @@ export {
   isAlreadyExists,
   isConflict,
 } from './errors.js';
-export { type CreateOptions, type Datastore, type SharedReads, sharedReadsOf, getForReading } from './datastore.js';
+export { type CreateOptions, type Datastore, type SharedReads, sharedReadsOf, getForReading, updateForReading, updateStatusForReading } from './datastore.js';
 export { EmbeddedDatastore } from './embedded/embedded-store.js';
 export { WorkQueue, type RateLimiterOptions, type WorkQueueMetrics } from './workqueue.js';
 export {

@@ -2,6 +2,8 @@ import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type { Datastore } from '../datastore.js';
+import { updateForReading, updateStatusForReading } from '../datastore.js';
 import { isConflict, isGone, isNotFound, StatusError } from '../errors.js';
 import { runDatastoreContract, takeEvents, WidgetKind, type Widget } from '../testing/index.js';
 import { EmbeddedDatastore } from './embedded-store.js';
@@ -60,6 +62,39 @@ describe('EmbeddedDatastore on disk', () => {
     expect(s.listShared(WidgetKind, { namespace: 'ns' }).items.map((i) => i.spec.size)).toEqual([1, 2]);
     expect(s.listShared(WidgetKind, { namespace: 'other' }).items).toEqual([]);
     await s.close();
+  });
+
+  it('updateShared and updateStatusShared answer with the committed object, also for a write that changes nothing; the helpers pick them', async () => {
+    const s = await EmbeddedDatastore.open({ dataDir: dir, freezeCommitted: true });
+    try {
+      await s.create(WidgetKind, w('a'));
+      const cur = await s.get(WidgetKind, 'a', 'ns');
+      const spec = await s.updateShared(WidgetKind, { ...cur, spec: { size: 3 } });
+      expect(spec).toBe(s.getShared(WidgetKind, 'a', 'ns'));
+      expect(spec.spec.size).toBe(3);
+      expect(Object.isFrozen(spec.spec)).toBe(true);
+      expect(await s.updateShared(WidgetKind, { ...spec })).toBe(spec); // nothing changed: no write, the same object
+      const status = await s.updateStatusShared(WidgetKind, { ...spec, status: { phase: 'ready', count: 1 } });
+      expect(status).toBe(s.getShared(WidgetKind, 'a', 'ns'));
+      expect(status.status).toEqual({ phase: 'ready', count: 1 });
+      expect(status.metadata.resourceVersion).not.toBe(spec.metadata.resourceVersion);
+      expect(await s.updateStatusShared(WidgetKind, { ...status })).toBe(status);
+      // the helpers use the shared answers of this store...
+      const viaHelper = await updateStatusForReading(s, WidgetKind, { ...status, status: { phase: 'ready', count: 2 } });
+      expect(viaHelper).toBe(s.getShared(WidgetKind, 'a', 'ns'));
+      expect(await updateForReading(s, WidgetKind, { ...viaHelper, spec: { size: 4 } })).toBe(s.getShared(WidgetKind, 'a', 'ns'));
+      // ...and the plain writes of a store without them (a copy, writable)
+      const plain = { update: s.update.bind(s), updateStatus: s.updateStatus.bind(s) } as unknown as Datastore;
+      const copy = await updateStatusForReading(plain, WidgetKind, { ...s.getShared(WidgetKind, 'a', 'ns'), status: { phase: 'done' } });
+      expect(copy).not.toBe(s.getShared(WidgetKind, 'a', 'ns'));
+      expect(copy).toEqual(s.getShared(WidgetKind, 'a', 'ns'));
+      copy.status!.phase = 'changed by the caller';
+      const plainUpdate = await s.update(WidgetKind, { ...copy, spec: { size: 5 } });
+      expect(plainUpdate).not.toBe(s.getShared(WidgetKind, 'a', 'ns'));
+      expect(s.getShared(WidgetKind, 'a', 'ns').status?.phase).toBe('done');
+    } finally {
+      await s.close();
+    }
   });
 
   it('getShared and a shared watch hand out the committed objects; a plain watch and get hand out copies; frozen when asked', async () => {

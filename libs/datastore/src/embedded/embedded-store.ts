@@ -18,6 +18,7 @@ import {
   prepareStatusUpdate,
   prepareUpdate,
   selectorOrInvalid,
+  type WriteAnswer,
   type AnyStored,
 } from './object-rules.js';
 import { WatchHistory, type WatchSource } from './watch-history.js';
@@ -101,7 +102,7 @@ export class EmbeddedDatastore implements Datastore, SharedReads {
     this.commit = new GroupCommit(this.table, wal, this.history, opts.freezeCommitted ?? process.env['BIS_DATASTORE_FREEZE'] === '1');
     this.gc = new GarbageCollector({
       table: this.table,
-      stage: (k, type, object, prevLabels) => this.commit.stage(k, type, object, prevLabels),
+      stage: (k, type, object, prevLabels, answer) => this.commit.stage(k, type, object, prevLabels, answer),
       now: () => this.now(),
       closing: () => this.closing !== undefined,
       failed: () => this.wal.failure !== undefined,
@@ -203,18 +204,38 @@ export class EmbeddedDatastore implements Datastore, SharedReads {
   }
 
   update<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
+    return this.#update(kind, input, 'copy');
+  }
+
+  /** {@link SharedReads}: `update` answering with the committed object itself. */
+  updateShared<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
+    return this.#update(kind, input, 'shared');
+  }
+
+  #update<T extends KubeObject>(kind: ResourceKind<T>, input: T, answer: WriteAnswer): Promise<Stored<T>> {
     return this.write(inputKeyOf(kind, input), () => {
       const { key, cur } = this.forWrite(kind, input);
       const next = prepareUpdate(kind, cur, input);
-      return next ? this.gc.writeOrFinish(key, next, cur) : this.table.settled(key, cur);
+      return next ? this.gc.writeOrFinish(key, next, cur, answer) : this.table.settled(key, cur, answer);
     });
   }
 
   updateStatus<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
+    return this.#updateStatus(kind, input, 'copy');
+  }
+
+  /** {@link SharedReads}: `updateStatus` answering with the committed object itself. */
+  updateStatusShared<T extends KubeObject>(kind: ResourceKind<T>, input: T): Promise<Stored<T>> {
+    return this.#updateStatus(kind, input, 'shared');
+  }
+
+  #updateStatus<T extends KubeObject>(kind: ResourceKind<T>, input: T, answer: WriteAnswer): Promise<Stored<T>> {
     return this.write(inputKeyOf(kind, input), () => {
       const { key, cur } = this.forWrite(kind, input);
       const next = prepareStatusUpdate(cur, input);
-      return next ? this.commit.stage(kindOfKey(key), 'MODIFIED', next, cur.metadata.labels ?? {}) : this.table.settled(key, cur);
+      return next
+        ? this.commit.stage(kindOfKey(key), 'MODIFIED', next, cur.metadata.labels ?? {}, answer)
+        : this.table.settled(key, cur, answer);
     });
   }
 

@@ -1,7 +1,7 @@
 import { FOREGROUND_FINALIZER, ORPHAN_FINALIZER } from '../types.js';
 import type { EventRecord } from './log-file.js';
 import { sameValue } from '../json-value.js';
-import { cleanMeta, clone, k8sTime, kindOfKey, type AnyStored } from './object-rules.js';
+import { cleanMeta, clone, k8sTime, kindOfKey, type AnyStored, type WriteAnswer } from './object-rules.js';
 import type { ObjectTable } from './object-table.js';
 
 export type PropagationPolicy = 'Foreground' | 'Background' | 'Orphan';
@@ -10,7 +10,7 @@ export type PropagationPolicy = 'Foreground' | 'Background' | 'Orphan';
 export interface GarbageCollectorHost {
   readonly table: ObjectTable;
   /** Stages one change (see GroupCommit.stage). */
-  stage(k: string, type: EventRecord['type'], object: AnyStored, prevLabels?: Record<string, string>): Promise<AnyStored>;
+  stage(k: string, type: EventRecord['type'], object: AnyStored, prevLabels?: Record<string, string>, answer?: WriteAnswer): Promise<AnyStored>;
   now(): Date;
   /** The store is closing: nothing is scheduled any more. */
   closing(): boolean;
@@ -51,14 +51,14 @@ export class GarbageCollector {
   }
 
   /** Stages a MODIFIED state, or removes the object when it is being deleted and has no finalizers left. */
-  writeOrFinish(key: string, next: AnyStored, cur: AnyStored): Promise<AnyStored> {
+  writeOrFinish(key: string, next: AnyStored, cur: AnyStored, answer?: WriteAnswer): Promise<AnyStored> {
     const k = kindOfKey(key);
     if (next.metadata.deletionTimestamp && (next.metadata.finalizers ?? []).length === 0) {
-      const r = this.host.stage(k, 'DELETED', next);
+      const r = this.host.stage(k, 'DELETED', next, undefined, answer);
       this.schedule();
       return r;
     }
-    const r = this.host.stage(k, 'MODIFIED', next, cur.metadata.labels ?? {});
+    const r = this.host.stage(k, 'MODIFIED', next, cur.metadata.labels ?? {}, answer);
     if (next.metadata.deletionTimestamp || !sameValue(next.metadata.ownerReferences, cur.metadata.ownerReferences)) this.schedule();
     return r;
   }

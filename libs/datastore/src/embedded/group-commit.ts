@@ -1,5 +1,5 @@
 import type { EventRecord } from './log-file.js';
-import { clone, objKey, type AnyStored } from './object-rules.js';
+import { clone, objKey, type AnyStored, type WriteAnswer } from './object-rules.js';
 import type { ObjectTable } from './object-table.js';
 import type { WatchHistory } from './watch-history.js';
 import { internalError, type WriteAheadLog } from './write-ahead-log.js';
@@ -70,9 +70,17 @@ export class GroupCommit {
 
   /**
    * Stages one change: gives it the next resourceVersion, adds it to the open batch and to the staged state.
-   * Resolves with the stored object once the batch is durable and applied.
+   * Resolves with the stored object once the batch is durable and applied: a copy, or with `answer` 'shared' the
+   * committed object itself (for a writer that only reads the answer, or ignores it: a manager's object lists every
+   * image of its disk, and copying it for every write was a tenth of the controller's CPU at 3,000 images).
    */
-  stage(k: string, type: EventRecord['type'], object: AnyStored, prevLabels?: Record<string, string>): Promise<AnyStored> {
+  stage(
+    k: string,
+    type: EventRecord['type'],
+    object: AnyStored,
+    prevLabels?: Record<string, string>,
+    answer: WriteAnswer = 'copy',
+  ): Promise<AnyStored> {
     const rv = this.table.nextRv();
     object.metadata.resourceVersion = String(rv);
     const ev: EventRecord = { rv, k, type, object, ...(prevLabels ? { pl: prevLabels } : {}) };
@@ -82,7 +90,7 @@ export class GroupCommit {
     batch.bases.push(type === 'MODIFIED' ? this.table.view(key) : undefined);
     this.table.stage(key, object, type === 'DELETED', rv, batch.done);
     this.scheduleFlush();
-    return batch.done.then(() => clone(object));
+    return batch.done.then(() => (answer === 'shared' ? object : clone(object)));
   }
 
   /** Resolves once nothing is staged any more (every batch durable or failed). */

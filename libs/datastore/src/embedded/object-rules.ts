@@ -13,6 +13,9 @@ import { groupOf, type KubeObject, type ListOptions, type ResourceKind, type Sto
 
 export type AnyStored = Stored<KubeObject>;
 
+/** What a write answers with: a copy of the stored object, or the committed object itself (not to be changed). */
+export type WriteAnswer = 'copy' | 'shared';
+
 const NAME_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
 /** `<group>/<Kind>`: the kind part of an object key (and of a log record's `k`). */

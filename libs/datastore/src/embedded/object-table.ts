@@ -1,6 +1,6 @@
 import type { CompiledSelector } from '../label-selector.js';
 import type { EventRecord } from './log-file.js';
-import { clone, objKey, type AnyStored } from './object-rules.js';
+import { clone, objKey, type AnyStored, type WriteAnswer } from './object-rules.js';
 
 /** What the garbage collector must look at after a change of one key: the object's uid(s), and its owners' uids. */
 export interface OwnershipChange {
@@ -157,11 +157,12 @@ export class ObjectTable {
   }
 
   /** `cur` as a write result: when it is still staged, resolves once its batch is durable. */
-  settled(key: string, cur: AnyStored): Promise<AnyStored> {
+  settled(key: string, cur: AnyStored, answer: WriteAnswer = 'copy'): Promise<AnyStored> {
     // The copy is made when it is handed out: a copy made at staging would live through the fdatasync and be promoted
     // to the old generation as garbage.
     const done = this.pendingDone(key);
-    return done ? done.then(() => clone(cur)) : Promise.resolve(clone(cur));
+    const hand = (): AnyStored => (answer === 'shared' ? cur : clone(cur));
+    return done ? done.then(hand) : Promise.resolve(hand());
   }
 
   /** The next resourceVersion to hand out. */
