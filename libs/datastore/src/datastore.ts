@@ -65,6 +65,11 @@ export function sharedReadsOf(store: Datastore): SharedReads | undefined {
  * `get` for a caller that only reads the object: the committed object itself where the store shares it
  * ({@link SharedReads}), a copy otherwise. Rejects with NotFoundError like `get`.
  */
+export async function getForReading<T extends KubeObject>(store: Datastore, kind: ResourceKind<T>, name: string, namespace?: string): Promise<Stored<T>> {
+  const shared = sharedReadsOf(store);
+  return shared ? shared.getShared(kind, name, namespace) : store.get(kind, name, namespace);
+}
+
 /**
  * `update` for a writer that only reads the answer or ignores it: the answer is the committed object itself where the
  * store shares it ({@link SharedReads}; no copy of a large object per write), a copy otherwise.
@@ -79,9 +84,3 @@ export function updateStatusForReading<T extends KubeObject>(store: Datastore, k
   const shared = sharedReadsOf(store);
   return shared ? shared.updateStatusShared(kind, input) : store.updateStatus(kind, input);
 }
-
-export async function getForReading<T extends KubeObject>(store: Datastore, kind: ResourceKind<T>, name: string, namespace?: string): Promise<Stored<T>> {
-  const shared = sharedReadsOf(store);
-  return shared ? shared.getShared(kind, name, namespace) : store.get(kind, name, namespace);
-}
-

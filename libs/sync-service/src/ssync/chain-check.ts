@@ -250,7 +250,7 @@ export class ChainCheck {
         this.stats.readBack++;
       }
     };
-    await Promise.all(todo.length > 1 ? [worker(), worker()] : todo.length === 1 ? [worker()] : []);
+    await Promise.all(Array.from({ length: Math.min(2, todo.length) }, worker));
     if (!this.verifier.complete()) {
       const pending = this.verifier.pending();
       throw new SsyncReceiveError(`${pending.length} segments of the SHA-512 chain are not verified (first: ${pending[0]})`);
