@@ -1,4 +1,4 @@
-import { defineKind, isNotFound, type Datastore, type ObjectMeta, type Stored } from '@bis/datastore';
+import { defineKind, type ObjectMeta } from '@bis/datastore';
 import { Semaphore } from '@bis/runtime';
 
 /** Longhorn's event reasons (`constant/events.go`) used by the backing-image controllers. */
@@ -64,7 +64,7 @@ export interface EventQuery {
 
 /**
  * Where the controllers record what they do and why something fails. One interface for every mode: the in-memory
- * ring ({@link EventRecorder}), the store ({@link StoreEventRecorder}, standalone; survives restarts) and the Kubernetes
+ * ring ({@link EventRecorder}), the event log (`EventLogRecorder`, standalone; survives restarts) and the Kubernetes
  * API (`KubeEventRecorder` of `@bis/kube`: core/v1 Events on the involved object). `record` never throws and never
  * waits; `list` answers the newest last; `flush` waits for the records made so far to be written.
  */
@@ -93,7 +93,7 @@ const matches = (e: RecordedEvent, q: EventQuery) =>
 /**
  * Records events into an in-memory ring and forwards each to a log line (warnings as warnings). Identical consecutive
  * events on the same object are folded (count++), as Kubernetes' event correlator does. Lost on restart: the
- * standalone system and the Kubernetes mode use the store and the API instead.
+ * standalone system and the Kubernetes mode use the event log and the API instead.
  */
 export class EventRecorder implements EventSink {
   private readonly ring: RecordedEvent[] = [];
@@ -129,7 +129,7 @@ export function eventLine(type: EventType, reason: string, obj: InvolvedObject, 
   return `event ${type} ${reason} ${obj.kind}/${obj.metadata.name}: ${message}`;
 }
 
-// ------------------------------------------------------------------ events kept in the store (standalone)
+// ------------------------------------------------------------------ core/v1 Events (Kubernetes; the store of earlier standalone versions)
 
 /** A core/v1 Event as the store keeps it (the same object Kubernetes keeps). */
 export interface CoreEvent {
@@ -180,68 +180,6 @@ export function involvedObjectRef(obj: InvolvedObject, namespace: string): CoreE
 export function eventName(objName: string, nowMs: number, seq: number): string {
   const ns = BigInt(nowMs) * 1_000_000n + BigInt(seq % 1_000_000);
   return `${objName}.${ns.toString(16).padStart(16, '0')}`;
-}
-
-export interface StoreEventRecorderOptions {
-  store: Datastore;
-  namespace: string;
-  /** Events kept per involved object (oldest dropped first; default 50). */
-  perObject?: number;
-  /** Events kept in all (oldest dropped first; default 5000). */
-  total?: number;
-  /** Most events waiting (beyond it a Normal event is only logged, a Warning beyond twice it; default 1000). */
-  maxPending?: number;
-  /** Most writes at once (events of different objects; default 8). */
-  concurrency?: number;
-  log?: (line: string, type: EventType) => void;
-  now?: () => Date;
-  component?: string;
-}
-
-interface Kept {
-  name: string;
-  obj: string;
-  time: string;
-}
-
-/**
- * The kept events, oldest first (a Map keeps insertion order: a repeat moves its event to the end), with a count per
- * involved object, so that pruning after each write costs in proportion to what it drops, not to the events kept (it
- * filtered all 5,000 twice per write: 2.5 % of the controller-manager's CPU at 1,000 images).
- */
-class KeptEvents {
-  readonly byName = new Map<string, Kept>();
-  private readonly perObject = new Map<string, number>();
-
-  constructor(sorted: Kept[]) {
-    for (const k of sorted) this.add(k);
-  }
-  get size(): number {
-    return this.byName.size;
-  }
-  count(obj: string): number {
-    return this.perObject.get(obj) ?? 0;
-  }
-  add(k: Kept): void {
-    this.byName.set(k.name, k);
-    this.perObject.set(k.obj, this.count(k.obj) + 1);
-  }
-  /** A repeat: the event is the newest now. */
-  touch(name: string, time: string): void {
-    const k = this.byName.get(name);
-    if (!k) return;
-    this.byName.delete(name);
-    k.time = time;
-    this.byName.set(name, k);
-  }
-  remove(k: Kept): boolean {
-    if (this.byName.get(k.name) !== k) return false;
-    this.byName.delete(k.name);
-    const n = this.count(k.obj) - 1;
-    if (n > 0) this.perObject.set(k.obj, n);
-    else this.perObject.delete(k.obj);
-    return true;
-  }
 }
 
 /**
@@ -315,117 +253,5 @@ export abstract class QueuedEventSink<Time> implements EventSink {
 
   async flush(): Promise<void> {
     await Promise.all([...this.inFlight]);
-  }
-}
-
-/**
- * Events kept in the store as core/v1 Event objects, with bounded retention: the newest `perObject` per involved
- * object and the newest `total` in all. Written in the background ({@link QueuedEventSink}); a repeat of an object's
- * last event updates that event's count and lastTimestamp instead of adding one.
- */
-export class StoreEventRecorder extends QueuedEventSink<string> {
-  private seq = 0;
-  /** Kept events, oldest first (loaded from the store on the first write). */
-  private keptLoad?: Promise<KeptEvents>;
-  /** Last event per object (`kind/name`): folded repeats. */
-  private readonly last = new Map<string, Stored<CoreEvent>>();
-  private readonly perObject: number;
-  private readonly total: number;
-  private readonly now: () => Date;
-
-  constructor(private readonly opts: StoreEventRecorderOptions) {
-    super(opts, 'stored');
-    this.perObject = opts.perObject ?? 50;
-    this.total = opts.total ?? 5000;
-    this.now = opts.now ?? (() => new Date());
-  }
-
-  protected stamp(): string {
-    return this.now().toISOString();
-  }
-
-  override async list(q: EventQuery = {}): Promise<RecordedEvent[]> {
-    await this.flush();
-    const { items } = await this.opts.store.list(EventKind, { namespace: this.opts.namespace });
-    return items
-      .map(recordedEventOf)
-      .filter((e) => matches(e, q))
-      .sort((a, b) => a.time.localeCompare(b.time) || (a.firstTime ?? '').localeCompare(b.firstTime ?? ''));
-  }
-
-  private loadKept(): Promise<KeptEvents> {
-    // one load, whichever write comes first (writes of different objects run at the same time)
-    this.keptLoad ??= this.opts.store.list(EventKind, { namespace: this.opts.namespace }).then(({ items }) =>
-      new KeptEvents(items.map((e) => ({ name: e.metadata.name, obj: `${e.involvedObject.kind}/${e.involvedObject.name}`, time: e.lastTimestamp ?? '' })).sort((a, b) => a.time.localeCompare(b.time))),
-    );
-    return this.keptLoad;
-  }
-
-  protected async write(source: string, obj: InvolvedObject, type: EventType, reason: string, message: string, time: string): Promise<void> {
-    const { store, namespace } = this.opts;
-    const key = `${obj.kind}/${obj.metadata.name}`;
-    const kept = await this.loadKept();
-    const last = this.last.get(key);
-    if (last && last.type === type && last.reason === reason && last.message === message) {
-      try {
-        const saved = await store.update(EventKind, { ...last, count: (last.count ?? 1) + 1, lastTimestamp: time });
-        this.last.set(key, saved);
-        kept.touch(saved.metadata.name, time);
-        return;
-      } catch {
-        // deleted or changed meanwhile: recorded as a new event
-      }
-    }
-    const nowMs = Date.parse(time);
-    const saved = await store.create(EventKind, {
-      apiVersion: 'v1',
-      kind: 'Event',
-      metadata: { name: eventName(obj.metadata.name, nowMs, this.seq++), namespace },
-      involvedObject: involvedObjectRef(obj, namespace),
-      reason,
-      message,
-      type,
-      source: { component: source },
-      firstTimestamp: time,
-      lastTimestamp: time,
-      count: 1,
-      reportingComponent: source,
-      reportingInstance: this.opts.component ?? '',
-    });
-    this.last.set(key, saved);
-    kept.add({ name: saved.metadata.name, obj: key, time });
-    await this.prune(kept, key);
-  }
-
-  private async prune(kept: KeptEvents, key: string): Promise<void> {
-    // the oldest events of this object beyond perObject, then the oldest of the rest beyond total
-    const drop = new Set<Kept>();
-    let ofObject = kept.count(key) - this.perObject;
-    let overall = kept.size - this.total;
-    if (ofObject > 0) {
-      for (const e of kept.byName.values()) {
-        if (ofObject <= 0) break;
-        if (e.obj !== key) continue;
-        drop.add(e);
-        ofObject--;
-      }
-    }
-    overall -= drop.size;
-    if (overall > 0) {
-      for (const e of kept.byName.values()) {
-        if (overall <= 0) break;
-        if (drop.has(e)) continue;
-        drop.add(e);
-        overall--;
-      }
-    }
-    for (const e of drop) {
-      // another object's write may have dropped it meanwhile (they prune at the same time)
-      if (!kept.remove(e)) continue;
-      if (this.last.get(e.obj)?.metadata.name === e.name) this.last.delete(e.obj);
-      await this.opts.store.delete(EventKind, e.name, this.opts.namespace).catch((err: unknown) => {
-        if (!isNotFound(err)) throw err;
-      });
-    }
   }
 }

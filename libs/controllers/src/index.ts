@@ -68,5 +68,5 @@ export {
 } from './disk-errors.js';
 export { recordDiskHealth } from './disk-conditions.js';
 export { EventKind, eventLine, eventName, involvedObjectRef, recordedEventOf, redactEventMessage, type EventQuery, type EventSink, type EventType, type InvolvedObject, type RecordedEvent } from './events.js';
-export { StoreEventRecorder } from './events.js';
+export { EVENT_MESSAGE_MAX, EventLogRecorder, type EventLogOpened, type EventLogOptions } from './event-log.js';
 export { QueuedEventSink } from './events.js';

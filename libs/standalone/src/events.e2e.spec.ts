@@ -1,14 +1,16 @@
 import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { NodeKind } from '@bis/controllers';
+import { EventKind, NodeKind } from '@bis/controllers';
+import { EmbeddedDatastore } from '@bis/datastore';
 import { startStandalone, type StandaloneHandle, type StandaloneOptions } from './standalone.js';
 import { BINARIES, binariesBuilt, tempDir, waitFor, writeImage } from './test-support/e2e.js';
 import { readFile } from 'node:fs/promises';
 
 /*
  * What an operator sees when a copy fails: the reason in the image's status (message, retry count, next retry as a
- * time), the same reason in `GET /v1/events`, and the events still there after a restart (kept in the store).
+ * time), the same reason in `GET /v1/events`, and the events still there after a restart (kept in
+ * `<dataDir>/events/events.log`), and the events an earlier version kept in the store moved there.
  */
 
 const SIZE = 2 * 1024 * 1024;
@@ -146,5 +148,39 @@ describe('failing copies show why (standalone)', () => {
     await new Promise((r) => setTimeout(r, 500)); // a few disk measurements
     const conds = (await sys.store.get(NodeKind, 'local', sys.namespace)).status!.diskStatus![other.name]!.conditions!;
     expect(conds.find((c) => c.type === 'Healthy')).toMatchObject({ status: 'False', reason: 'DiskIOError', lastTransitionTime: t });
+  }, 120_000);
+
+  it('events an earlier version kept in the store move into the event log at the start and leave the store', async () => {
+    await sys.stop();
+    const store = await EmbeddedDatastore.open({ dataDir: path.join(tmp.dir, 'data', 'store') });
+    const ns = sys.namespace;
+    const old = (name: string, reason: string, at: string, count: number) => ({
+      apiVersion: 'v1' as const,
+      kind: 'Event' as const,
+      metadata: { name, namespace: ns },
+      involvedObject: { kind: 'BackingImage', name: 'evold', namespace: ns },
+      reason,
+      message: `${reason} of evold`,
+      type: 'Normal' as const,
+      source: { component: 'longhorn-backing-image-controller' },
+      firstTimestamp: at,
+      lastTimestamp: at,
+      count,
+    });
+    // created newest first: the log keeps them by time
+    await store.create(EventKind, old('evold.0000000000000002', 'Ready', '2026-01-01T00:00:05.000Z', 1));
+    await store.create(EventKind, old('evold.0000000000000001', 'Create', '2026-01-01T00:00:01.000Z', 3));
+    await store.close();
+    sys = await startStandalone(options());
+    expect((await events('evold')).map((e) => `${e.reason} ${e.count} ${e.message} ${e.lastTimestamp}`)).toEqual([
+      'Create 3 Create of evold 2026-01-01T00:00:01.000Z',
+      'Ready 1 Ready of evold 2026-01-01T00:00:05.000Z',
+    ]);
+    expect((await sys.store.list(EventKind, { namespace: ns })).items).toEqual([]);
+    // kept in the log from now on: there after the next restart too, and the earlier events with them
+    await sys.stop();
+    sys = await startStandalone(options());
+    expect((await events('evold')).map((e) => e.reason)).toEqual(['Create', 'Ready']);
+    expect((await events('evgood')).some((e) => e.reason === 'Ready')).toBe(true);
   }, 120_000);
 });

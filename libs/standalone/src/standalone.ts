@@ -9,8 +9,10 @@ import {
   DATA_SOURCE_MALLOC_ENV,
   DISK_HEALTHY_CONDITION,
   ensureDefaultBackupTarget,
+  EventKind,
+  EventLogRecorder,
   NodeKind,
-  StoreEventRecorder,
+  recordedEventOf,
   type EventSink,
   SettingName,
   SettingsReader,
@@ -304,6 +306,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
   let controllers: ControllerManager | undefined;
   let diskTimer: NodeJS.Timeout | undefined;
   let observer: ActivityObserver | undefined;
+  let eventLog: EventLogRecorder | undefined;
   // Shutting down: a part that fails to stop is logged, and the others are still stopped.
   const stopFailed = (what: string) => (err: unknown) =>
     opts.log?.warn(`shutdown: ${what} did not stop cleanly: ${err instanceof Error ? err.message : String(err)}`);
@@ -313,6 +316,7 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     await observer?.stop().catch(stopFailed('the activity observer'));
     await controllers?.stop().catch(stopFailed('the controllers'));
     await controllers?.events.flush().catch(stopFailed('the event recorder'));
+    await eventLog?.close().catch(stopFailed('the event log'));
     dataPlane.close();
     await dataSourceHosts?.stopAll().catch(stopFailed('the data sources'));
     dataSourceHosts?.close();
@@ -329,15 +333,17 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     await ensureDefaultBackupTarget(store, STANDALONE_NAMESPACE, { backupTargetURL, credentialSecret: '', pollInterval: '5m0s' });
 
     const log = opts.log;
-    // Kept in the store: they survive restarts; the newest 50 per object and 5000 in all are kept.
-    const events = new StoreEventRecorder({
-      store,
+    // Kept in their own file (`<dataDir>/events/events.log`), not in the store: they survive restarts; the newest 50
+    // per object and 5000 in all are kept.
+    const opened = await EventLogRecorder.open({
+      file: path.join(dataDir, 'events', 'events.log'),
       namespace: STANDALONE_NAMESPACE,
       perObject: opts.eventsPerObject ?? 50,
       total: opts.eventsTotal ?? 5000,
-      component: 'controller-manager',
       log: (l, type) => (type === 'Warning' ? log?.warn(l) : log?.info(l)),
     });
+    const events = (eventLog = opened.recorder);
+    await moveStoredEvents(store, events, log);
     const metrics = new BackingImageMetrics({ store, namespace: STANDALONE_NAMESPACE });
     const makeControllers = () =>
       new ControllerManager({
@@ -415,4 +421,21 @@ export async function startStandalone(opts: StandaloneOptions): Promise<Standalo
     await cleanup();
     throw err;
   }
+}
+
+/**
+ * Moves the events an earlier version kept in the store (core/v1 Event objects) into the event log, oldest first, and
+ * deletes them from the store. Runs at every start; after the first it finds none.
+ */
+async function moveStoredEvents(store: EmbeddedDatastore, events: EventLogRecorder, log: Logger | undefined): Promise<void> {
+  const { items } = await store.list(EventKind, { namespace: STANDALONE_NAMESPACE });
+  if (items.length === 0) return;
+  const recorded = items.map(recordedEventOf).sort((a, b) => a.time.localeCompare(b.time) || a.id.localeCompare(b.id));
+  await events.import(recorded);
+  for (const e of items) {
+    await store.delete(EventKind, e.metadata.name, STANDALONE_NAMESPACE).catch((err: unknown) => {
+      if (!isNotFound(err)) throw err;
+    });
+  }
+  log?.info(`moved ${items.length} event(s) from the store into the event log`);
 }
