@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Scale benchmark of the standalone system: N backing images × 3 disks from a local HTTP server converge to ready.
 // Reports convergence time, the CPU seconds used until then (controller-manager, data plane), store writes (the embedded store's final resourceVersion: one per committed write;
-// `writesPerImage` divides all of them, including the few dozen of the start-up, by the number of images), REST list latency (p50/p99, during convergence and at rest), max RSS of the
+// `writesPerImage` divides all of them, including the few dozen of the start-up, by the number of images), the events
+// recorded (`eventRecords`: kept in their own log, not the store; counted from the controller-manager's log), REST list latency (p50/p99, during convergence and at rest), max RSS of the
 // controller-manager process and of the data-plane processes, and a reference: curl fetching the same N images to
 // 3 directories (xargs -P 8) measured in the same run.
 //
@@ -299,6 +300,27 @@ function readStoreLog() {
     closeSync(fd);
   }
 }
+/** Event lines in the controller-manager's log files (the current one and the rotated ones), by type, kind and reason. */
+function countEventRecords(logsDir) {
+  let n = 0;
+  for (const f of readdirSync(logsDir).filter((x) => x.startsWith('controller-manager.log'))) {
+    for (const line of readFileSync(path.join(logsDir, f), 'utf8').split('\n')) {
+      if (!line.includes('"msg":"event ')) continue;
+      let msg;
+      try {
+        msg = JSON.parse(line).msg;
+      } catch {
+        continue;
+      }
+      const m = /^event (\S+) (\S+) ([^/\s]+)\//.exec(msg);
+      if (!m) continue;
+      n++;
+      const reason = `${m[1]} ${m[3]} ${m[2]}`;
+      eventsByReason[reason] = (eventsByReason[reason] ?? 0) + 1;
+    }
+  }
+  return n;
+}
 async function storeRv(dir) {
   const files = [];
   const walk = (d) => {
@@ -441,6 +463,9 @@ if (memLog) {
   const peak = (k) => Math.max(...rows.map((r) => r[k]));
   memoryLog = { file: memLog, samples: rows.length, peakMiB: { rss: peak('rss'), heapTotal: peak('heapTotal'), heapUsed: peak('heapUsed'), external: peak('external'), arrayBuffers: peak('arrayBuffers'), malloced: peak('peakMalloced') }, last: rows.at(-1) };
 }
+// Events are kept in their own log (data/events/events.log), not in the store: counted from the controller-manager's
+// log, which has one line per event recorded (a repeat folded into the previous event included).
+const eventRecords = countEventRecords(path.join(tmp, 'data', 'logs'));
 const result = {
   images: N,
   sizeBytes: SIZE,
@@ -458,6 +483,8 @@ const result = {
   writesPerImage: +(storeWrites / N).toFixed(1),
   writesByKind,
   ...(values['trace-writes'] ? { writeTrace } : {}),
+  eventRecords,
+  eventRecordsPerImage: +(eventRecords / N).toFixed(1),
   eventsByReason,
   reconciles,
   loadAverage: { atStart: loadAtStart, atEnd: os.loadavg().map((l) => +l.toFixed(2)) },
