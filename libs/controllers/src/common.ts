@@ -98,6 +98,7 @@ export function onlyProgressDiffers(a: Record<string, { progress?: number }>, b:
   for (const k of keys) {
     const x = a[k];
     const y = b[k];
+    if (x === y) continue;
     if (!x || !y || changed({ ...x, progress: 0 }, { ...y, progress: 0 })) return false;
   }
   return true;

@@ -1,6 +1,6 @@
 import { isGrpcStatus, MANAGER_API_MIN_VERSION, MANAGER_API_VERSION } from '@bis/bimrpc';
 import type { BackingImageFileInfo, BackingImageManagerStatus } from '@bis/crd-types';
-import { formatRetryDelay, isConflict, isNotFound, isPermanentError, PermanentError, getForReading, updateStatusForReading, type Stored } from '@bis/datastore';
+import { formatRetryDelay, isConflict, isNotFound, isPermanentError, PermanentError, getForReading, shareValue, updateStatusForReading, type Stored } from '@bis/datastore';
 import { FILE_MACHINE, IllegalTransitionError, MANAGER_MACHINE, transition, type ManagerEvent } from '@bis/state-machine';
 import { Backoff } from './backoff.js';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
@@ -1047,11 +1047,15 @@ export class BackingImageManagerController extends Controller {
       const first = await getOrUndefined(getForReading(store, BackingImageManagerKind, name, namespace));
       if (!first || first.status?.ownerID !== nodeID) return this.stopMonitor(name);
       const listed = await this.ctx.dataPlane.managerClient(m.address).list();
-      const map = fileMapFromList(listed);
+      const listedMap = fileMapFromList(listed);
       // the disk's scrub (absent from a Longhorn manager's answer: the status keeps what it had)
       const scrub = listed.diskScrub;
-      this.describeFailures(first, map);
-      this.recordCopyChanges(first, map);
+      this.describeFailures(first, listedMap);
+      this.recordCopyChanges(first, listedMap);
+      // The listed map shares every file entry that did not change with the stored one (the stored map itself when
+      // nothing changed): the one full comparison is made here, and the checks below, the store's write and its log
+      // compare the rest by reference (each was a full comparison of every file of the disk, per List).
+      const map = shareValue(listedMap, first.status?.backingImageFileMap ?? {});
       // The list is fresh: a write that conflicts (the spec or the reconcile's status changed meanwhile, frequent while
       // many images are added) is retried at once on the latest object instead of a tick later.
       let bim: typeof first | undefined = first;

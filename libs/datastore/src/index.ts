@@ -39,4 +39,5 @@ export {
 } from './retry.js';
 export { SharedInformers } from './informer.js';
 export { cloneObject, sameValue } from './json-value.js';
+export { shareValue } from './json-patch.js';
 export { Controller, type ControllerMetrics } from './controller.js';
