@@ -19,6 +19,7 @@ import { Annotation, backingImageManagerName, Component, FINALIZER, Label, MANAG
 import { allFilesUnavailable, diskEligible, disksToPrestart, eligibleDiskCount, evictionDecision, MIN_COPIES_CONDITION, minCopiesShortfall, needsReplenish, pickDiskForCopy } from './rules.js';
 import { SettingName } from './settings.js';
 import { ManagerSpecBatcher } from './manager-spec-batcher.js';
+import { forEachChangedKey } from './map-diff.js';
 import { aggregateFileStatus, onlyPassingCopyChanges, type AggregationEvent } from './status.js';
 import type { Topology } from './topology.js';
 
@@ -43,16 +44,18 @@ export class BackingImageController extends Controller {
     // quadratic, so only images whose entry (spec or file) changed are enqueued; the images' own resync covers the rest.
     inf.on(BackingImageManagerKind, (t, o, old) => {
       if (t === 'RESYNC') return;
-      const names = new Set([...Object.keys(o.spec?.backingImages ?? {}), ...Object.keys(o.status?.backingImageFileMap ?? {})]);
-      if (old) for (const n of [...Object.keys(old.spec?.backingImages ?? {}), ...Object.keys(old.status?.backingImageFileMap ?? {})]) names.add(n);
-      for (const n of names) {
-        if (
-          t === 'ADDED' || t === 'DELETED' || !old ||
-          changed(old.spec?.backingImages?.[n], o.spec?.backingImages?.[n]) ||
-          changed(old.status?.backingImageFileMap?.[n], o.status?.backingImageFileMap?.[n]) ||
-          old.status?.currentState !== o.status?.currentState
-        ) this.enqueue(n);
+      const enqueue = (n: string) => this.enqueue(n);
+      if (t === 'ADDED' || t === 'DELETED' || !old || old.status?.currentState !== o.status?.currentState) {
+        for (const m of old ? [o, old] : [o]) {
+          for (const n of Object.keys(m.spec?.backingImages ?? {})) enqueue(n);
+          for (const n of Object.keys(m.status?.backingImageFileMap ?? {})) enqueue(n);
+        }
+        return;
       }
+      // the versions share what a write kept: an unchanged map costs one pointer check, an unchanged entry one more
+      const same = (x: unknown, y: unknown) => x === y || !changed(x, y);
+      forEachChangedKey(old.spec?.backingImages, o.spec?.backingImages, same, enqueue);
+      forEachChangedKey(old.status?.backingImageFileMap, o.status?.backingImageFileMap, same, enqueue);
     });
     // as in Longhorn, a handler for another kind has no resync (the image's own resync brings it back every 30 s)
     inf.on(BackingImageDataSourceKind, (t, o) => {

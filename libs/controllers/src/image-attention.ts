@@ -1,5 +1,6 @@
 import { sameValue } from '@bis/datastore';
 import type { BackingImageManager } from './kinds.js';
+import { forEachChangedKey } from './map-diff.js';
 
 /** What a manager reconcile's per-image passes look at: every image of its disk, or the named ones. */
 export type Look = 'all' | ReadonlySet<string>;
@@ -84,15 +85,8 @@ export class ImageAttention {
       this.all(name);
       return;
     }
-    this.#diff(name, a?.backingImages, b?.backingImages, (x, y) => x === y);
-    this.#diff(name, old.status?.backingImageFileMap, cur.status?.backingImageFileMap, (x, y) => x === y || sameValue(x, y));
-  }
-
-  #diff<V>(manager: string, a: Readonly<Record<string, V>> | null | undefined, b: Readonly<Record<string, V>> | null | undefined, same: (x: V, y: V) => boolean): void {
-    if (a === b) return;
-    const x = a ?? {};
-    const y = b ?? {};
-    for (const k of Object.keys(y)) if (!Object.prototype.hasOwnProperty.call(x, k) || !same(x[k] as V, y[k] as V)) this.mark(manager, k);
-    for (const k of Object.keys(x)) if (!Object.prototype.hasOwnProperty.call(y, k)) this.mark(manager, k);
+    const mark = (k: string) => this.mark(name, k);
+    forEachChangedKey(a?.backingImages, b?.backingImages, (x, y) => x === y, mark);
+    forEachChangedKey(old.status?.backingImageFileMap, cur.status?.backingImageFileMap, (x, y) => x === y || sameValue(x, y), mark);
   }
 }
