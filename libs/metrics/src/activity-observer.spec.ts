@@ -54,6 +54,16 @@ async function dataSource(name: string, status: Record<string, unknown>) {
   return store.updateStatus(BackingImageDataSourceKind, { ...ds, status });
 }
 
+/** Manager bim-1 of disk uuid-d1 on node-1, without files. */
+function manager() {
+  return store.create(BackingImageManagerKind, {
+    apiVersion: LONGHORN_API_VERSION,
+    kind: 'BackingImageManager',
+    metadata: { name: 'bim-1', namespace: NS },
+    spec: { image: 'i', nodeID: 'node-1', diskUUID: 'uuid-d1', diskPath: '/d1', backingImages: {} },
+  });
+}
+
 describe('ActivityObserver', () => {
   it('logs failed data sources, copies and backups with image and disk, and counts bytes, failures and backups', async () => {
     const metrics = new BackingImageMetrics({ store, namespace: NS, processMetrics: false });
@@ -74,12 +84,7 @@ describe('ActivityObserver', () => {
     expect(dsErr.fields).toMatchObject({ uuid: 'u-up', disk: 'disk-1', diskUUID: 'uuid-d1', sourceType: 'upload' });
 
     // a copy on a disk fails (warning: copies are tried again)
-    const bim = await store.create(BackingImageManagerKind, {
-      apiVersion: LONGHORN_API_VERSION,
-      kind: 'BackingImageManager',
-      metadata: { name: 'bim-1', namespace: NS },
-      spec: { image: 'i', nodeID: 'node-1', diskUUID: 'uuid-d1', diskPath: '/d1', backingImages: {} },
-    });
+    const bim = await manager();
     const file = { name: 'img', uuid: 'u-img', size: 4096, virtualSize: 4096, realSize: 4096, currentChecksum: '', sendingReference: 0, senderManagerAddress: '' };
     const b1 = await store.updateStatus(BackingImageManagerKind, { ...bim, status: { backingImageFileMap: { img: { ...file, state: 'in-progress', progress: 25, message: '' } } } });
     await store.updateStatus(BackingImageManagerKind, { ...b1, status: { backingImageFileMap: { img: { ...file, state: 'failed', progress: 25, message: 'ENOSPC: no space left on device' } } } });
@@ -110,12 +115,7 @@ describe('ActivityObserver', () => {
     await observer.start();
     const synced = async () => Number(/kind="sync"} (\d+)/.exec(await metrics.text())?.[1] ?? 0);
     await dataSource('img', { currentState: 'ready-for-transfer', size: 4096, progress: 100, message: '' });
-    const bim = await store.create(BackingImageManagerKind, {
-      apiVersion: LONGHORN_API_VERSION,
-      kind: 'BackingImageManager',
-      metadata: { name: 'bim-1', namespace: NS },
-      spec: { image: 'i', nodeID: 'node-1', diskUUID: 'uuid-d1', diskPath: '/d1', backingImages: {} },
-    });
+    const bim = await manager();
     const file = { name: 'img', uuid: 'u-img', size: 4096, virtualSize: 4096, realSize: 4096, currentChecksum: '', sendingReference: 0, senderManagerAddress: '', progress: 100, message: '' };
     const b1 = await store.updateStatus(BackingImageManagerKind, { ...bim, status: { backingImageFileMap: { img: { ...file, state: 'ready' } } } });
     await store.delete(BackingImageDataSourceKind, 'img', NS);
@@ -152,5 +152,30 @@ describe('ActivityObserver', () => {
     expect(w.msg).toContain('it is started again after a backoff');
     expect(lines.filter((l) => l.fields?.['image'] === 'old')).toEqual([]);
     expect(await metrics.text()).toContain('bis_backing_image_failures_total{kind="data-source",reason="http-5xx"} 1');
+  });
+
+  it('a write of a manager that shares unchanged copies with the version before counts and logs only the changed ones, once', async () => {
+    const metrics = new BackingImageMetrics({ store, namespace: NS, processMetrics: false });
+    observer = new ActivityObserver({ store, namespace: NS, log, metrics });
+    await observer.start();
+    const bim = await manager();
+    const file = (name: string) => ({ name, uuid: `u-${name}`, size: 4096, virtualSize: 4096, realSize: 4096, currentChecksum: '', sendingReference: 0, senderManagerAddress: '' });
+    const b1 = await store.updateStatus(BackingImageManagerKind, {
+      ...bim,
+      status: { backingImageFileMap: { a: { ...file('a'), state: 'in-progress', progress: 50, message: '' }, b: { ...file('b'), state: 'failed', progress: 0, message: 'EIO: i/o error' } } },
+    });
+    // each write keeps the entry of b (the store's versions share it; the informer delivers them) and moves a on
+    const b2 = await store.updateStatus(BackingImageManagerKind, { ...b1, status: { backingImageFileMap: { ...b1.status!.backingImageFileMap, a: { ...file('a'), state: 'in-progress', progress: 75, message: '' } } } });
+    await store.updateStatus(BackingImageManagerKind, { ...b2, status: { backingImageFileMap: { ...b2.status!.backingImageFileMap, a: { ...file('a'), state: 'ready', progress: 100, message: '' } } } });
+    // the informer delivers the three writes in order: the last one's log line is not expected, so wait for the bytes
+    let t = '';
+    for (const end = Date.now() + 20_000; Date.now() < end; await new Promise((r) => setTimeout(r, 20))) {
+      t = await metrics.text();
+      if (t.includes('bis_backing_image_transferred_bytes_total{direction="in",kind="sync"} 4096')) break;
+    }
+    // a: 2048 + 1024 + 1024 bytes as it went; b failed once: one warning and one failure counted
+    expect(t).toContain('bis_backing_image_transferred_bytes_total{direction="in",kind="sync"} 4096');
+    expect(t).toContain('bis_backing_image_failures_total{kind="copy",reason="io-error"} 1');
+    expect(lines.filter((l) => l.level === 'warn' && l.fields?.['image'] === 'b').map((l) => l.msg)).toEqual(['copy of backing image b (u-b) on disk disk-1 failed: EIO: i/o error']);
   });
 });

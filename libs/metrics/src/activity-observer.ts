@@ -56,7 +56,7 @@ export class ActivityObserver {
     });
     this.informers.informerFor(NodeKind);
     this.informers.on(BackingImageDataSourceKind, (type, o) => (type === 'DELETED' ? this.forgetDataSource(o.metadata.name) : this.onDataSource(o)));
-    this.informers.on(BackingImageManagerKind, (type, o) => (type === 'DELETED' ? this.forgetManager(o) : this.onManager(o)));
+    this.informers.on(BackingImageManagerKind, (type, o, old) => (type === 'DELETED' ? this.forgetManager(o) : this.onManager(o, type === 'MODIFIED' ? old : undefined)));
     this.informers.on(BackupBackingImageKind, (type, o) => (type === 'DELETED' ? this.backups.delete(o.metadata.name) : this.onBackup(o)));
   }
 
@@ -147,13 +147,18 @@ export class ActivityObserver {
     this.scrubs.delete(o.metadata.name);
   }
 
-  private onManager(o: Stored<BackingImageManager>): void {
+  /** `old`: the version before this change, whose file entries were seen already (the same entry object is skipped). */
+  private onManager(o: Stored<BackingImageManager>, old?: Stored<BackingImageManager>): void {
     if (!this.mine(o.status?.ownerID)) return;
     const diskUUID = o.spec?.diskUUID ?? '';
     const files = o.status?.backingImageFileMap ?? {};
     let copies = this.copies.get(o.metadata.name);
     if (!copies) this.copies.set(o.metadata.name, (copies = new Map()));
+    // A new version shares its unchanged file entries with the one before (the store's versions do): those were seen
+    // with the same values, and only the changed ones cost (it looked at every file of the disk per write).
+    const seenFiles = old && this.mine(old.status?.ownerID) && old.spec?.diskUUID === diskUUID ? old.status?.backingImageFileMap : undefined;
     for (const [image, f] of Object.entries(files)) {
+      if (seenFiles?.[image] === f && copies.has(image)) continue;
       const uuid = f.uuid ?? '';
       const state = f.state ?? '';
       const message = f.message ?? '';
