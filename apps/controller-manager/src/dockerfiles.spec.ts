@@ -43,11 +43,27 @@ describe('Dockerfiles', () => {
     expect(cmd.slice(0, 2)).toEqual(['controller-manager', 'daemon']);
     const env = { ...process.env };
     delete env['NODE_NAME'];
-    const r = spawnSync(process.execPath, [path.join(ROOT, 'apps/controller-manager/bin/controller-manager.js'), ...cmd.slice(1)], { encoding: 'utf8', env });
+    // run as the image's `controller-manager` command runs it: the file itself, through its launcher line
+    const r = spawnSync(path.join(ROOT, 'apps/controller-manager/bin/controller-manager.js'), cmd.slice(1), { encoding: 'utf8', env });
     // Every flag is known; what is missing outside a pod is $NODE_NAME (the downward API sets it in the DaemonSet).
     expect(r.stderr).toContain('--node-id is required');
     expect(r.stderr).not.toMatch(/Unknown option|unexpected argument/i);
     expect(r.status).toBe(2);
+  });
+
+  it('the controller-manager command runs node with semispaces of at most 8 MiB, and npm start runs that command', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'bis-launcher-'));
+    try {
+      const preload = path.join(dir, 'argv.cjs');
+      await writeFile(preload, "process.stderr.write('EXECARGV ' + JSON.stringify(process.execArgv) + '\\n');\n");
+      const r = spawnSync(path.join(ROOT, 'apps/controller-manager/bin/controller-manager.js'), ['--help'], { encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: `--require ${preload}` } });
+      expect(r.stderr).toContain('EXECARGV ["--max-semi-space-size=8"]');
+      expect(r.stdout + r.stderr).toContain('usage: controller-manager <mode> [options]');
+      const pkg = JSON.parse(await readFile(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+      expect(pkg.scripts['start']).toMatch(/&& exec apps\/controller-manager\/bin\/controller-manager\.js standalone /);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   describe("the backing-image-manager's default CMD", () => {
