@@ -11,7 +11,8 @@
 //        [--heap-snapshot-dir <dir>] [--env NAME=VALUE]... [--max-minutes 60]
 // --max-minutes: stop waiting after that long; the run then reports `converged: false` with the images ready by then
 // (`readyAtEnd`, and `readyOverTime` every 10 s) and measures the at-rest figures on the unfinished system.
-// --node-arg: extra node option for the controller-manager process (repeatable), e.g. --node-arg=--max-semi-space-size=4.
+// --node-arg: extra node option for the controller-manager process (repeatable), e.g. --node-arg=--max-semi-space-size=4
+// (after the options of its launcher line, apps/controller-manager/bin/controller-manager.js, which it also gets).
 // --heap-snapshot-at: write a heap snapshot of the controller-manager (node --heapsnapshot-signal=SIGUSR2) when that
 // many images are ready (comma list; `end` = after the at-rest measurements), into --heap-snapshot-dir (default: the
 // current directory). Each snapshot is taken after the previous one is written.
@@ -127,12 +128,17 @@ if (memLog) {
   rmSync(memLog, { force: true });
   extraEnv.BIS_MEMLOG_FILE = memLog;
 }
+// The node options of the controller-manager's launcher line (`#!/usr/bin/env -S node <options>`), as the image and
+// `npm start` run it.
+const cmBin = path.join(root, 'apps/controller-manager/bin/controller-manager.js');
+const launcherNodeArgs = /^#!\/usr\/bin\/env -S node(.*)$/.exec(readFileSync(cmBin, 'utf8').split('\n')[0])?.[1].trim().split(/\s+/).filter(Boolean) ?? [];
 const cm = spawn(process.execPath, [
   ...profArgs,
   ...snapArgs,
   ...memLogArgs,
+  ...launcherNodeArgs,
   ...values['node-arg'],
-  path.join(root, 'apps/controller-manager/bin/controller-manager.js'), 'standalone',
+  cmBin, 'standalone',
   '--data-dir', path.join(tmp, 'data'), '--listen', `127.0.0.1:${apiPort}`, '--disks', values.disks,
   '--allow-source-hosts', '127.0.0.1', '--max-data-sources', values['max-data-sources'],
 ], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ...extraEnv } });
