@@ -2,7 +2,7 @@ import { BackingImageDataSourceType, DataSourceParameter, type BackingImageDiskF
 import { isAlreadyExists, isConflict, isNotFound, type Stored } from '@bis/datastore';
 import { FILE_MACHINE, transition } from '@bis/state-machine';
 import { Controller, isResponsibleFor, type ControllerContext } from './base-controller.js';
-import { changed, clone, defaultManagerImage, getOrUndefined, listManagers, nodeDownChecker, replicasOf, selectorPolicy, topology } from './common.js';
+import { changed, clone, defaultManagerImage, getOrUndefined, listManagers, nodeDownChecker, replicasOf, sameValue, selectorPolicy, topology } from './common.js';
 import { EventReason, EventSource } from './events.js';
 import {
   BackingImageDataSourceKind,
@@ -53,9 +53,8 @@ export class BackingImageController extends Controller {
         return;
       }
       // the versions share what a write kept: an unchanged map costs one pointer check, an unchanged entry one more
-      const same = (x: unknown, y: unknown) => x === y || !changed(x, y);
-      forEachChangedKey(old.spec?.backingImages, o.spec?.backingImages, same, enqueue);
-      forEachChangedKey(old.status?.backingImageFileMap, o.status?.backingImageFileMap, same, enqueue);
+      forEachChangedKey(old.spec?.backingImages, o.spec?.backingImages, sameValue, enqueue);
+      forEachChangedKey(old.status?.backingImageFileMap, o.status?.backingImageFileMap, sameValue, enqueue);
     });
     // as in Longhorn, a handler for another kind has no resync (the image's own resync brings it back every 30 s)
     inf.on(BackingImageDataSourceKind, (t, o) => {

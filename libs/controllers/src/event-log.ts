@@ -1,6 +1,6 @@
 import { mkdir, open, readFile, rename, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { eventLine, eventName, redactEventMessage, type EventQuery, type EventSink, type EventType, type InvolvedObject, type RecordedEvent } from './events.js';
+import { eventLine, eventName, matchesQuery, redactEventMessage, sameEvent, type EventQuery, type EventSink, type EventType, type InvolvedObject, type RecordedEvent } from './events.js';
 
 export interface EventLogOptions {
   /** The file the events are kept in (created with its directory). */
@@ -86,8 +86,9 @@ export class EventLogRecorder implements EventSink {
       recorder.linesInFile++;
     }
     if (skippedLines > 0) opts.log?.(`event log ${opts.file}: ${skippedLines} line(s) that are not events skipped`, 'Warning');
-    // a file of many replaced or dropped events is rewritten now rather than after the next 2 × total records
-    if (recorder.linesInFile > 2 * recorder.total || skippedLines > 0) await recorder.enqueueRewrite();
+    // a file of many replaced or dropped events is rewritten now rather than after the next 2 × total records (nothing
+    // is being written yet)
+    if (recorder.linesInFile > 2 * recorder.total || skippedLines > 0) await recorder.rewrite();
     return { recorder, opened: { events: recorder.kept.size, skippedLines } };
   }
 
@@ -109,7 +110,7 @@ export class EventLogRecorder implements EventSink {
     const lastId = this.last.get(key);
     const last = lastId !== undefined ? this.kept.get(lastId) : undefined;
     const e: RecordedEvent =
-      last && last.type === type && last.reason === reason && last.message === message
+      last && sameEvent(last, type, reason, message)
         ? { ...last, involvedObject: { ...last.involvedObject }, count: last.count + 1, time }
         : {
             id: eventName(obj.metadata.name, Date.parse(time), this.seq++),
@@ -127,10 +128,7 @@ export class EventLogRecorder implements EventSink {
 
   async list(q: EventQuery = {}): Promise<RecordedEvent[]> {
     const out: RecordedEvent[] = [];
-    for (const e of this.kept.values()) {
-      if ((q.kind && e.involvedObject.kind !== q.kind) || (q.name && e.involvedObject.name !== q.name) || (q.reason && e.reason !== q.reason)) continue;
-      out.push({ ...e, involvedObject: { ...e.involvedObject } });
-    }
+    for (const e of this.kept.values()) if (matchesQuery(e, q)) out.push({ ...e, involvedObject: { ...e.involvedObject } });
     return out;
   }
 
@@ -200,11 +198,6 @@ export class EventLogRecorder implements EventSink {
       this.writing = undefined;
       if (this.pending.length > 0) this.startWriting();
     });
-  }
-
-  private async enqueueRewrite(): Promise<void> {
-    await this.flush();
-    await this.rewrite();
   }
 
   /** Replaces the file by one line per kept event (the pending lines are in it: they are kept events already). */

@@ -85,9 +85,11 @@ export function redactEventMessage(message: string): string {
   return message.replace(URL_USERINFO, '$1***@').replace(SECRET_QUERY, '$1***');
 }
 
-const sameEvent = (e: RecordedEvent, type: EventType, reason: string, message: string) => e.type === type && e.reason === reason && e.message === message;
+/** Whether a new event repeats `e` (same type, reason and message): it then folds into it. */
+export const sameEvent = (e: RecordedEvent, type: EventType, reason: string, message: string): boolean => e.type === type && e.reason === reason && e.message === message;
 
-const matches = (e: RecordedEvent, q: EventQuery) =>
+/** Whether `e` is one that `q` asks for. */
+export const matchesQuery = (e: RecordedEvent, q: EventQuery): boolean =>
   (!q.kind || e.involvedObject.kind === q.kind) && (!q.name || e.involvedObject.name === q.name) && (!q.reason || e.reason === q.reason);
 
 /**
@@ -119,7 +121,7 @@ export class EventRecorder implements EventSink {
   }
 
   async list(q: EventQuery = {}): Promise<RecordedEvent[]> {
-    return this.ring.filter((e) => matches(e, q)).map((e) => ({ ...e, involvedObject: { ...e.involvedObject } }));
+    return this.ring.filter((e) => matchesQuery(e, q)).map((e) => ({ ...e, involvedObject: { ...e.involvedObject } }));
   }
 
   async flush(): Promise<void> {}

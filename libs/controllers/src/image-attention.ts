@@ -87,6 +87,6 @@ export class ImageAttention {
     }
     const mark = (k: string) => this.mark(name, k);
     forEachChangedKey(a?.backingImages, b?.backingImages, (x, y) => x === y, mark);
-    forEachChangedKey(old.status?.backingImageFileMap, cur.status?.backingImageFileMap, (x, y) => x === y || sameValue(x, y), mark);
+    forEachChangedKey(old.status?.backingImageFileMap, cur.status?.backingImageFileMap, sameValue, mark);
   }
 }
