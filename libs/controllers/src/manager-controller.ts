@@ -12,6 +12,7 @@ import type { ManagerApi, WorkloadStatus } from './data-plane.js';
 import { EventReason, EventSource } from './events.js';
 import { BackingImageDataSourceKind, BackingImageKind, BackingImageManagerKind, NodeKind, type BackingImage, type BackingImageDataSource, type BackingImageManager } from './kinds.js';
 import { ImageAttention, type Look } from './image-attention.js';
+import { KeyOrder } from './map-diff.js';
 import { fileMapFromList } from './manager-api.js';
 import { Annotation, FINALIZER } from './names.js';
 import { IN_PROGRESS, NodeSyncLimiter, pickSender, receiversBySender, SENDING_LIMIT, SenderGrants, senderIsFull } from './rules.js';
@@ -105,6 +106,8 @@ export class BackingImageManagerController extends Controller {
   private readonly passing = new WeakMap<object, { diskUUID: string; files: NodeFile[] }>();
   /** The reconciles' file map drafts that had entries replaced or removed (their status write compares the map only then). */
   private readonly editedFileMaps = new WeakSet<object>();
+  /** Per manager: the order of the images in its spec (see KeyOrder). */
+  private readonly specOrders = new Map<string, KeyOrder>();
   private readonly gcTimer: NodeJS.Timeout;
   /** Fetch/Sync calls made and not yet visible in the manager's file map: manager name → BI name → when. */
   private readonly requested = new Map<string, Map<string, number>>();
@@ -228,10 +231,10 @@ export class BackingImageManagerController extends Controller {
     if (bim.metadata.deletionTimestamp) return this.handleDeletion(bim, image);
     if (await this.orphanedPrestart(bim)) return;
 
-    // A shallow copy of the status and its file map is enough as long as entries are replaced, never edited in place
-    // (markFilesUnknown copies the entries it changes). Copying the whole map of a disk with thousands of files on
-    // every reconcile was one of the O(files) costs per event.
-    const status: BackingImageManagerStatus = { ...bim.status, backingImageFileMap: { ...bim.status?.backingImageFileMap } };
+    // A shallow copy of the status; its file map is the one read, copied only by the first edit of this reconcile
+    // (editableFileMap), and entries are replaced, never edited in place. Copying the whole map of a disk with thousands
+    // of files on every reconcile was one of the O(files) costs per event.
+    const status: BackingImageManagerStatus = { ...bim.status, backingImageFileMap: bim.status?.backingImageFileMap ?? {} };
     try {
       await this.sync(bim, status, image);
     } finally {
@@ -314,6 +317,7 @@ export class BackingImageManagerController extends Controller {
     this.fileBackoffs.delete(name);
     this.failureSeen.delete(name);
     this.requested.delete(name);
+    this.specOrders.delete(name);
     for (const w of this.waitingForSlot.values()) w.delete(name);
     this.limitLoggedAt.delete(name);
     this.waitingForSender.delete(name);
@@ -324,9 +328,19 @@ export class BackingImageManagerController extends Controller {
     await this.ctx.store.update(BackingImageManagerKind, { ...bim, metadata: { ...bim.metadata, finalizers } });
   }
 
+  /** The reconcile's file map, ready to be edited: a copy of the map read, made at the first edit (copy-on-write). */
+  private editableFileMap(status: BackingImageManagerStatus): Record<string, BackingImageFileInfo> {
+    let map = status.backingImageFileMap!;
+    if (!this.editedFileMaps.has(map)) {
+      map = { ...map };
+      status.backingImageFileMap = map;
+      this.editedFileMaps.add(map);
+    }
+    return map;
+  }
+
   private markFilesUnknown(bim: BackingImageManager, status: BackingImageManagerStatus, message: string, addPlaceholders: boolean, biUUIDs: Record<string, string>): void {
-    const map = status.backingImageFileMap!;
-    this.editedFileMaps.add(map);
+    const map = this.editableFileMap(status);
     const subject = (bi: string) => `file ${bi} of backing image manager ${bim.metadata.name}`;
     for (const [bi, f] of Object.entries(map)) {
       // A failed file stays failed (Longhorn marks every non-failed file unknown).
@@ -495,8 +509,7 @@ export class BackingImageManagerController extends Controller {
     } catch (err) {
       if (!isGrpcStatus(err, grpcStatus.NOT_FOUND)) throw err;
     }
-    delete status.backingImageFileMap![biName];
-    this.editedFileMaps.add(status.backingImageFileMap!);
+    delete this.editableFileMap(status)[biName];
     this.requested.get(bim.metadata.name)?.delete(biName);
     if (!keepBackoff) this.fileBackoff(bim.metadata.name).reset(biName);
     this.event(bim, 'Normal', EventReason.Delete, `Deleted backing image ${biName} in disk ${bim.spec?.diskUUID} on node ${bim.spec?.nodeID}`);
@@ -518,9 +531,9 @@ export class BackingImageManagerController extends Controller {
     const disk = bim.spec?.diskUUID ?? '';
     // once the cache has synced it is read without an await per image (a disk may hold thousands)
     const cached = this.ctx.informers.hasSynced(BackingImageKind);
-    const map = status.backingImageFileMap!;
-    for (const biName of look === 'all' ? Object.keys(map) : [...look]) {
-      const file = map[biName];
+    // read from the status each time: a deleteFile replaces the map (copy-on-write)
+    for (const biName of look === 'all' ? Object.keys(status.backingImageFileMap!) : [...look]) {
+      const file = status.backingImageFileMap![biName];
       if (!file) continue;
       const bi = cached ? this.ctx.informers.cachedGet(BackingImageKind, biName) : await cachedOrGet(this.ctx, BackingImageKind, biName);
       if (!bi) {
@@ -676,8 +689,9 @@ export class BackingImageManagerController extends Controller {
       else waiting += slotWaiters;
     }
     // In the spec's order (the order images were added to the disk, which is the order their syncs start).
-    for (const biName of Object.keys(bim.spec?.backingImages ?? {})) {
-      if (looking !== 'all' && !looking.has(biName)) continue;
+    let order = this.specOrders.get(name);
+    if (!order) this.specOrders.set(name, (order = new KeyOrder()));
+    for (const biName of order.keys(bim.spec?.backingImages ?? {}, looking)) {
       if (stopped) {
         keep.add(biName);
         continue;
