@@ -701,6 +701,32 @@ describe('backing image controllers over the embedded store', () => {
     expect(h.sim.maxSending).toBeLessThanOrEqual(3);
   });
 
+  it('with one slot per node and many copies waiting for it, every copy is synced, one at a time', async () => {
+    // Most passes find the node full: the waiting copies that nothing changed wait again without a look, and each
+    // freed slot still goes to one of them.
+    h = await startHarness([{ uuid: 'd1' }, { uuid: 'd2' }, { uuid: 'd3' }]);
+    await setSetting('concurrent-backing-image-replenish-per-node-limit', '1');
+    h.sim.transferMs = 40;
+    const names = ['w1', 'w2', 'w3', 'w4', 'w5', 'w6'];
+    const sums = names.map((n) => h!.sim.serve(`http://127.0.0.1:8080/${n}`, `${n}-content`.repeat(30)));
+    let maxPassing = 0;
+    const sample = () => {
+      let n = 0;
+      for (const m of h!.sim.managers.values()) for (const f of m.files.values()) if (['pending', 'starting', 'in-progress'].includes(f.state) && f.sender) n++;
+      maxPassing = Math.max(maxPassing, n);
+    };
+    const timer = setInterval(sample, 2);
+    try {
+      await Promise.all(names.map((n, i) => h!.cm.actions.create({ name: n, sourceType: 'download', parameters: { url: `http://127.0.0.1:8080/${n}` }, expectedChecksum: sums[i], minNumberOfCopies: 3 })));
+      for (const n of names) await waitReady(n, 3, 30_000);
+    } finally {
+      clearInterval(timer);
+    }
+    // two syncs per image (the first copy is fetched from its data source), never two at once on the node
+    expect(h.sim.syncCalls.length).toBeGreaterThanOrEqual(12);
+    expect(maxPassing).toBe(1);
+  });
+
   it('a data source told to wait while room came meanwhile tries again at once (no lost wake-up)', async () => {
     // The fallback retry of a waiting data source and the resync are made far longer than the test: only the wake-up can start it.
     h = await startHarness(undefined, { resyncMs: 600_000, timing: { ...FAST_TIMING, dataSourceDeferredRetryMs: 600_000 } });

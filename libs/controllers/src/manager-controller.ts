@@ -683,10 +683,17 @@ export class BackingImageManagerController extends Controller {
     // The images waiting for a replenish slot are looked at when the node has one free (or when a change marks them).
     let looking = look;
     const slotWaiters = look === 'all' ? 0 : this.attention.slotWaiters(name);
+    // Once the node's slots are all taken in this pass, the images that only waited for one (nothing of theirs changed:
+    // a change would have marked them) wait again without a look: with thousands waiting, looking at each of them for
+    // the one or two slots that came free was most of the pass.
+    let waitedForSlot: ReadonlySet<string> = new Set<string>();
+    let nodeFull = false;
     if (slotWaiters > 0) {
       const { limit } = await sharedView();
-      if (limit < 1 || this.syncLimiter.counted(bim.spec?.nodeID ?? '').length < limit) looking = new Set([...look, ...this.attention.takeSlotWaiters(name)]);
-      else waiting += slotWaiters;
+      if (limit < 1 || this.syncLimiter.counted(bim.spec?.nodeID ?? '').length < limit) {
+        waitedForSlot = this.attention.takeSlotWaiters(name);
+        looking = new Set([...look, ...waitedForSlot]);
+      } else waiting += slotWaiters;
     }
     // In the spec's order (the order images were added to the disk, which is the order their syncs start).
     let order = this.specOrders.get(name);
@@ -694,6 +701,11 @@ export class BackingImageManagerController extends Controller {
     for (const biName of order.keys(bim.spec?.backingImages ?? {}, looking)) {
       if (stopped) {
         keep.add(biName);
+        continue;
+      }
+      if (nodeFull && waitedForSlot.has(biName) && (look === 'all' || !look.has(biName))) {
+        this.attention.waitForSlot(name, biName);
+        waiting++;
         continue;
       }
       const bi = cached ? inf.cachedGet(BackingImageKind, biName) : await cachedOrGet(this.ctx, BackingImageKind, biName);
@@ -780,6 +792,7 @@ export class BackingImageManagerController extends Controller {
         keep.delete(biName);
         this.attention.waitForSlot(name, biName);
         waiting++;
+        nodeFull = true;
         continue;
       }
       const { sender, alternatives, anyReady } = this.chooseSender(all, biName, name, image);
