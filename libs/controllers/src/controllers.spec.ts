@@ -30,6 +30,22 @@ async function setSetting(name: string, value: string) {
 }
 
 /** Every version of `kind` the store commits (created or changed) until `stop()`, which returns them. */
+/** Samples every 2 ms, until stopped, how many copies the simulated managers receive from a sender at once (`max`: the most). */
+function samplePassing(): { readonly max: number; stop: () => void } {
+  let max = 0;
+  const timer = setInterval(() => {
+    let n = 0;
+    for (const m of h!.sim.managers.values()) for (const f of m.files.values()) if (['pending', 'starting', 'in-progress'].includes(f.state) && f.sender) n++;
+    max = Math.max(max, n);
+  }, 2);
+  return {
+    get max() {
+      return max;
+    },
+    stop: () => clearInterval(timer),
+  };
+}
+
 function recordVersions<T extends KubeObject>(kind: ResourceKind<T>): { stop: () => Promise<Stored<T>[]> } {
   const versions: Stored<T>[] = [];
   const stopWatch = new AbortController();
@@ -681,23 +697,17 @@ describe('backing image controllers over the embedded store', () => {
     h.sim.transferMs = 300;
     const names = ['s1', 's2', 's3'];
     const sums = names.map((n) => h!.sim.serve(`http://127.0.0.1:8080/${n}`, `${n}-content`.repeat(40)));
-    let maxPassing = 0;
-    const sample = () => {
-      let n = 0;
-      for (const m of h!.sim.managers.values()) for (const f of m.files.values()) if (['pending', 'starting', 'in-progress'].includes(f.state) && f.sender) n++;
-      maxPassing = Math.max(maxPassing, n);
-    };
-    const timer = setInterval(sample, 2);
+    const passing = samplePassing();
     try {
       for (const [i, n] of names.entries()) await h.cm.actions.create({ name: n, sourceType: 'download', parameters: { url: `http://127.0.0.1:8080/${n}` }, expectedChecksum: sums[i], minNumberOfCopies: 3 });
       for (const n of names) await waitReady(n, 3, 20_000);
     } finally {
-      clearInterval(timer);
+      passing.stop();
     }
     // 6 syncs in all; at most 2 at once on the node (one node holds every disk), each copy sent to at most 3 at once
     expect(h.sim.syncCalls.length).toBeGreaterThanOrEqual(6);
-    expect(maxPassing).toBeGreaterThan(0);
-    expect(maxPassing).toBeLessThanOrEqual(2);
+    expect(passing.max).toBeGreaterThan(0);
+    expect(passing.max).toBeLessThanOrEqual(2);
     expect(h.sim.maxSending).toBeLessThanOrEqual(3);
   });
 
@@ -709,22 +719,16 @@ describe('backing image controllers over the embedded store', () => {
     h.sim.transferMs = 40;
     const names = ['w1', 'w2', 'w3', 'w4', 'w5', 'w6'];
     const sums = names.map((n) => h!.sim.serve(`http://127.0.0.1:8080/${n}`, `${n}-content`.repeat(30)));
-    let maxPassing = 0;
-    const sample = () => {
-      let n = 0;
-      for (const m of h!.sim.managers.values()) for (const f of m.files.values()) if (['pending', 'starting', 'in-progress'].includes(f.state) && f.sender) n++;
-      maxPassing = Math.max(maxPassing, n);
-    };
-    const timer = setInterval(sample, 2);
+    const passing = samplePassing();
     try {
       await Promise.all(names.map((n, i) => h!.cm.actions.create({ name: n, sourceType: 'download', parameters: { url: `http://127.0.0.1:8080/${n}` }, expectedChecksum: sums[i], minNumberOfCopies: 3 })));
       for (const n of names) await waitReady(n, 3, 30_000);
     } finally {
-      clearInterval(timer);
+      passing.stop();
     }
     // two syncs per image (the first copy is fetched from its data source), never two at once on the node
     expect(h.sim.syncCalls.length).toBeGreaterThanOrEqual(12);
-    expect(maxPassing).toBe(1);
+    expect(passing.max).toBe(1);
   });
 
   it('a data source told to wait while room came meanwhile tries again at once (no lost wake-up)', async () => {
