@@ -29,7 +29,6 @@ async function setSetting(name: string, value: string) {
   await h!.store.create(SettingKind, { apiVersion: LONGHORN_API_VERSION, kind: 'Setting', metadata: { name, namespace: NS }, value });
 }
 
-/** Every version of `kind` the store commits (created or changed) until `stop()`, which returns them. */
 /** Samples every 2 ms, until stopped, how many copies the simulated managers receive from a sender at once (`max`: the most). */
 function samplePassing(): { readonly max: number; stop: () => void } {
   let max = 0;
@@ -46,6 +45,7 @@ function samplePassing(): { readonly max: number; stop: () => void } {
   };
 }
 
+/** Every version of `kind` the store commits (created or changed) until `stop()`, which returns them. */
 function recordVersions<T extends KubeObject>(kind: ResourceKind<T>): { stop: () => Promise<Stored<T>[]> } {
   const versions: Stored<T>[] = [];
   const stopWatch = new AbortController();

@@ -703,7 +703,7 @@ export class BackingImageManagerController extends Controller {
         keep.add(biName);
         continue;
       }
-      if (nodeFull && waitedForSlot.has(biName) && (look === 'all' || !look.has(biName))) {
+      if (nodeFull && waitedForSlot.has(biName) && look !== 'all' && !look.has(biName)) {
         this.attention.waitForSlot(name, biName);
         waiting++;
         continue;
